@@ -1,0 +1,128 @@
+"""Metric metadata: subsystem, kind, unit, pruning priority and a human description.
+
+Entries live in small modules under :mod:`reveal.catalog_entries` (one per source, each
+exposing ``ENTRIES: list[MetricInfo]``). A name may be exact (``cpu.user``) or a glob
+(``vmstat.*``); lookup prefers the exact name, then the longest matching glob, then infers
+the subsystem from the name, else ``unknown``.
+
+Kinds:
+- ``gauge``: a level (utilisation, bytes used, temperature); features on values.
+- ``counter``: monotonic cumulative count; rated to per-second at analysis time.
+- ``event``: cumulative error/fault count; rated, then summed per window.
+- ``static``: configuration-like (sizes, limits); excluded from single-host detection.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import lru_cache
+
+SUBSYSTEMS = ("cpu", "gpu", "memory", "network", "storage", "software", "unknown")
+KINDS = ("gauge", "counter", "event", "static")
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Metadata of one metric (or a glob family of metrics).
+
+    ``priority``: higher is kept first when pruning correlated metrics (utilisation and
+    throughput metrics rank highest). ``description``: a noun phrase used in claims,
+    e.g. "CPU busy percentage".
+    """
+
+    name: str
+    subsystem: str
+    kind: str
+    unit: str = ""
+    priority: int = 0
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.subsystem not in SUBSYSTEMS:
+            raise ValueError(f"{self.name}: unknown subsystem {self.subsystem!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: unknown kind {self.kind!r}")
+
+
+# Name fragments that reveal a subsystem, checked in order, for metrics no entry describes.
+_INFER = (
+    ("gpu", "gpu"), ("nvml", "gpu"), ("cuda", "gpu"), ("nccl", "network"),
+    ("net", "network"), ("tcp", "network"), ("udp", "network"), ("eth", "network"),
+    ("ib.", "network"), ("snmp", "network"), ("sock", "network"), ("retrans", "network"),
+    ("disk", "storage"), ("block", "storage"), ("io.", "storage"), ("nvme", "storage"),
+    ("mem", "memory"), ("vmstat", "memory"), ("swap", "memory"), ("huge", "memory"),
+    ("numa", "memory"), ("page", "memory"),
+    ("cpu", "cpu"), ("irq", "cpu"), ("sched", "cpu"), ("load", "cpu"), ("perf", "cpu"),
+    ("freq", "cpu"), ("rapl", "cpu"), ("thermal", "cpu"),
+    ("python", "software"), ("ebpf", "software"), ("proc", "software"),
+)
+
+
+class Catalog:
+    """Lookup of :class:`MetricInfo` by metric name (exact, glob, inferred)."""
+
+    def __init__(self, entries: list[MetricInfo]) -> None:
+        self._exact: dict[str, MetricInfo] = {}
+        self._globs: list[MetricInfo] = []
+        for entry in entries:
+            if any(ch in entry.name for ch in "*?["):
+                self._globs.append(entry)
+            else:
+                self._exact[entry.name] = entry
+        self._globs.sort(key=lambda e: len(e.name), reverse=True)
+
+    def __contains__(self, metric: str) -> bool:
+        return metric in self._exact or any(fnmatch.fnmatchcase(metric, g.name)
+                                            for g in self._globs)
+
+    def entries(self) -> list[MetricInfo]:
+        return list(self._exact.values()) + list(self._globs)
+
+    def lookup(self, metric: str) -> MetricInfo:
+        """Metadata for ``metric`` (the part of a channel name before ``{``)."""
+        metric = metric.split("{", 1)[0]
+        return _lookup_cached(self, metric)
+
+    def _resolve(self, metric: str) -> MetricInfo:
+        hit = self._exact.get(metric)
+        if hit is not None:
+            return hit
+        for entry in self._globs:
+            if fnmatch.fnmatchcase(metric, entry.name):
+                return MetricInfo(metric, entry.subsystem, entry.kind, entry.unit,
+                                  entry.priority, entry.description or _humanise(metric))
+        return MetricInfo(metric, infer_subsystem(metric), "gauge", "", 0, _humanise(metric))
+
+
+@lru_cache(maxsize=65536)
+def _lookup_cached(catalog: Catalog, metric: str) -> MetricInfo:
+    return catalog._resolve(metric)
+
+
+def infer_subsystem(metric: str) -> str:
+    """Guess a subsystem from a metric name, else ``unknown``."""
+    low = metric.lower()
+    for fragment, subsystem in _INFER:
+        if fragment in low:
+            return subsystem
+    return "unknown"
+
+
+def _humanise(metric: str) -> str:
+    return metric.replace("_", " ").replace(".", " ")
+
+
+@lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    """The catalog built from every module in :mod:`reveal.catalog_entries`."""
+    from reveal import catalog_entries
+
+    entries: list[MetricInfo] = []
+    for module_info in sorted(pkgutil.iter_modules(catalog_entries.__path__),
+                              key=lambda m: m.name):
+        module = importlib.import_module(f"reveal.catalog_entries.{module_info.name}")
+        entries.extend(getattr(module, "ENTRIES", []))
+    return Catalog(entries)

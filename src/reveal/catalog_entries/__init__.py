@@ -1,0 +1,1 @@
+"""Catalog entries, one module per telemetry source; each exposes ``ENTRIES``."""

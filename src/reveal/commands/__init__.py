@@ -1,0 +1,1 @@
+"""One module per ``reveal`` subcommand (``NAME``, ``HELP``, ``add_arguments``, ``run``)."""

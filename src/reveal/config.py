@@ -1,0 +1,40 @@
+"""Every tunable of the analysis, with its default and unit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """Sliding windows. By duration (seconds) for our runs, by rows for minute-level data."""
+
+    size_s: float = 3.0
+    stride_s: float = 1.0
+    size_rows: int | None = None
+    stride_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    corr_threshold: float = 0.5  # Pearson |r| above which two metrics are redundant
+    min_std: float = 1e-12  # a channel with std below this is constant, dropped
+
+
+@dataclass(frozen=True)
+class DetectConfig:
+    detectors: tuple[str, ...] = ("zscore", "pca_mahalanobis", "iforest", "gmm")
+    threshold_quantile: float = 0.99  # baseline score quantile that flags a window
+    pca_variance: float = 0.95  # share of variance the PCA subspace keeps
+    iforest_trees: int = 200
+    iforest_contamination: float = 0.01
+    gmm_max_components: int = 6
+    random_state: int = 0
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    window: WindowConfig = field(default_factory=WindowConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    detect: DetectConfig = field(default_factory=DetectConfig)
+    top_reasons: int = 5  # metric-feature pairs kept per anomaly

@@ -1,0 +1,1 @@
+"""Storage: the run directory format, its readers and writers, and other sources."""
