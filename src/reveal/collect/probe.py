@@ -50,7 +50,7 @@ class Probe(ABC):
         """Re-discover channels; return True when ``self.channels`` changed."""
         return False
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook)
         """Release file descriptors and handles."""
 
 
