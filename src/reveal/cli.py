@@ -18,7 +18,7 @@ from reveal.errors import RevealError
 
 COMMANDS = (
     "analyze", "evaluate", "select", "collect", "profile", "probes",
-    "validate", "demo", "compare",
+    "validate", "demo", "compare", "trace",
 )
 
 
