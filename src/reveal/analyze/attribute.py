@@ -1,0 +1,142 @@
+"""Attribution: which metric–feature pairs, which subsystems, and why (paper §4.4, Table 4).
+
+Input is the ensemble's per-column contributions for the flagged windows. For each window
+the top pairs are kept with their share of the explanation, the value against the baseline
+(median and robust z), the subsystems ranked by summed contribution, and a one-line claim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from reveal.catalog import SUBSYSTEMS, Catalog, default_catalog
+from reveal.frame import channel_metric, parse_channel
+from reveal.report.escape import plain
+from reveal.report.model import Reason
+
+FEATURE_PHRASES = {
+    "mean": "mean level",
+    "variance": "within-window variance",
+    "std": "standard deviation",
+    "skewness": "skewness",
+    "kurtosis": "kurtosis (burstiness)",
+    "min": "minimum",
+    "max": "maximum",
+    "median": "median",
+    "slope": "trend (slope)",
+    "autocorr_lag1": "lag-1 autocorrelation",
+    "adf_stat": "stationarity (ADF statistic)",
+    "sum": "event count",
+}
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass
+class Attribution:
+    reasons: list[Reason]
+    subsystems: list[str]
+    shares: dict[str, float]
+    claim: str
+
+
+def robust_z(values: np.ndarray, median: np.ndarray, mad: np.ndarray) -> np.ndarray:
+    """(value − median) / (1.4826·MAD), with a scale floor so flat baselines stay finite."""
+    scale = MAD_TO_SIGMA * mad
+    floor = 1e-6 * np.maximum(np.abs(median), 1.0)
+    with np.errstate(invalid="ignore"):
+        return (values - median) / np.maximum(scale, floor)
+
+
+def _describe(channel: str, catalog: Catalog) -> str:
+    info = catalog.lookup(channel_metric(channel))
+    _, labels = parse_channel(channel)
+    where = ", ".join(f"{k} {plain(v, 40)}" for k, v in labels.items())
+    return f"{info.description or info.name}" + (f" ({where})" if where else "")
+
+
+def _fmt(x: float) -> str:
+    if not np.isfinite(x):
+        return "n/a"
+    ax = abs(x)
+    if ax >= 1e6 or (0 < ax < 1e-3):
+        return f"{x:.3g}"
+    return f"{x:.4g}"
+
+
+def claim_for(reason: Reason, catalog: Catalog, others: list[str]) -> str:
+    """One line in the spirit of the paper's Table 4."""
+    phrase = FEATURE_PHRASES.get(reason.feature, reason.feature)
+    subject = _describe(reason.channel, catalog)
+    if not np.isfinite(reason.robust_z) or reason.robust_z == 0:
+        direction = "a different"
+    else:
+        direction = "a higher" if reason.robust_z > 0 else "a lower"
+    text = (f"{subject[0].upper()}{subject[1:]} shows {direction} {phrase} than the baseline "
+            f"({_fmt(reason.value)} vs median {_fmt(reason.baseline_median)}, robust z "
+            f"{reason.robust_z:+.1f})" if np.isfinite(reason.robust_z) else
+            f"{subject[0].upper()}{subject[1:]} shows {direction} {phrase} than the baseline")
+    if reason.feature == "max" and reason.robust_z > 0:
+        text += ", a spike within the window"
+    if others:
+        text += "; also " + ", ".join(others)
+    return text + "."
+
+
+def attribute(
+    contributions: np.ndarray,
+    values: np.ndarray,
+    channels: list[str],
+    features: list[str],
+    baseline_median: np.ndarray,
+    baseline_mad: np.ndarray,
+    catalog: Catalog | None = None,
+    top: int = 5,
+) -> list[Attribution]:
+    """Attributions for ``n`` flagged windows.
+
+    Parameters
+    ----------
+    contributions : (n, K) non-negative per-column contributions of the flagged windows.
+    values : (n, K) feature values of those windows.
+    channels, features : length-K column descriptions.
+    baseline_median, baseline_mad : (K,) baseline statistics of each feature column.
+    """
+    catalog = catalog or default_catalog()
+    n, k = contributions.shape
+    if n == 0:
+        return []
+    contrib = np.nan_to_num(np.clip(contributions, 0.0, None))
+    totals = contrib.sum(axis=1, keepdims=True)
+    shares = contrib / np.where(totals > 0, totals, 1.0)
+    subsystem_of = np.array([SUBSYSTEMS.index(catalog.lookup(channel_metric(c)).subsystem)
+                             for c in channels])
+    onehot = np.zeros((k, len(SUBSYSTEMS)))
+    onehot[np.arange(k), subsystem_of] = 1.0
+    subsystem_shares = shares @ onehot  # (n, S)
+    top = min(top, k)
+    top_idx = np.argpartition(-shares, top - 1, axis=1)[:, :top]
+    order = np.take_along_axis(shares, top_idx, axis=1).argsort(axis=1)[:, ::-1]
+    top_idx = np.take_along_axis(top_idx, order, axis=1)
+    z = robust_z(values, baseline_median[None, :], baseline_mad[None, :])
+    out: list[Attribution] = []
+    for w in range(n):
+        reasons = [
+            Reason(channels[j], channel_metric(channels[j]), features[j],
+                   SUBSYSTEMS[subsystem_of[j]], float(shares[w, j]), float(values[w, j]),
+                   float(baseline_median[j]), float(z[w, j]))
+            for j in top_idx[w] if shares[w, j] > 0
+        ]
+        ranked = np.argsort(-subsystem_shares[w])
+        subs = [SUBSYSTEMS[s] for s in ranked if subsystem_shares[w, s] > 0.05]
+        share_map = {SUBSYSTEMS[s]: round(float(subsystem_shares[w, s]), 4)
+                     for s in ranked if subsystem_shares[w, s] > 0}
+        if reasons:
+            others = [f"{r.subsystem}: {_describe(r.channel, catalog)}"
+                      for r in reasons[1:3] if r.subsystem != reasons[0].subsystem]
+            claim = claim_for(reasons[0], catalog, others)
+        else:
+            claim = "Flagged by the detectors, with no single feature standing out."
+        out.append(Attribution(reasons, subs, share_map, claim))
+    return out

@@ -1,0 +1,199 @@
+"""Derive: counters to per-second rates (resets and wraps handled) plus derived metrics.
+
+Counters are stored raw (docs/run-format.md). Here every ``counter`` and ``event`` channel
+becomes a per-second rate over consecutive samples; the first sample is dropped because it
+has no predecessor. A decrease is a **wrap** when the previous value lies in the top half of
+a 32- or 64-bit range and the wrapped delta is smaller than half that range; any other
+decrease is a **reset** (the counter restarted from zero, as Prometheus' ``rate()`` assumes),
+whose delta is the new value. Gauges pass through unchanged.
+
+Derived metrics, added when their inputs exist (names under ``derived.``):
+IPC, cache-miss ratio, branch-miss ratio, backend/L3 stall ratio (per CPU label set and
+host total), CPU busy % (per CPU and total), memory used %, disk read/write throughput
+(bytes/s) and utilisation %, network throughput (bytes/s) and utilisation % (when the
+link speed is known).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reveal.catalog import Catalog, default_catalog
+from reveal.frame import Telemetry, format_channel, parse_channel
+
+_WRAPS = (2.0**32, 2.0**64)
+SECTOR_BYTES = 512.0
+
+
+@dataclass
+class DeriveReport:
+    """What derive did: resets and wraps seen per channel, derived channels added."""
+
+    resets: dict[str, int] = field(default_factory=dict)
+    wraps: dict[str, int] = field(default_factory=dict)
+    derived: list[str] = field(default_factory=list)
+
+
+def counter_deltas(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Deltas of raw cumulative counters ``(T, C)`` → ``(T-1, C)``, with wraps and resets fixed.
+
+    Returns ``(deltas, wrap_mask, reset_mask)``; NaN in either neighbour gives NaN.
+    """
+    prev, cur = raw[:-1], raw[1:]
+    delta = cur - prev
+    negative = delta < 0
+    wrap_mask = np.zeros_like(negative)
+    if negative.any():
+        fixed = delta.copy()
+        for size in _WRAPS:
+            wrapped = cur + (size - prev)
+            is_wrap = negative & ~wrap_mask & (prev >= size / 2) & (prev < size) \
+                & (wrapped >= 0) & (wrapped < size / 2)
+            fixed = np.where(is_wrap, wrapped, fixed)
+            wrap_mask |= is_wrap
+        reset_mask = negative & ~wrap_mask
+        delta = np.where(reset_mask, cur, fixed)
+    else:
+        reset_mask = negative
+    return delta, wrap_mask, reset_mask
+
+
+def to_rates(
+    telemetry: Telemetry, catalog: Catalog | None = None
+) -> tuple[Telemetry, DeriveReport]:
+    """Rate every counter/event channel (per second); drop the first sample."""
+    catalog = catalog or default_catalog()
+    report = DeriveReport()
+    if telemetry.n_samples < 2:
+        return telemetry.slice_rows(1, 1), report
+    kinds = [catalog.lookup(c).kind for c in telemetry.channels]
+    counter_cols = np.array([k in ("counter", "event") for k in kinds], dtype=bool)
+    values = telemetry.values[1:].copy()
+    if counter_cols.any():
+        dt_s = np.diff(telemetry.timestamps_ns).astype(np.float64) / 1e9
+        deltas, wraps, resets = counter_deltas(telemetry.values[:, counter_cols])
+        values[:, counter_cols] = deltas / dt_s[:, None]
+        names = np.asarray(telemetry.channels, dtype=object)[counter_cols]
+        for name, n in zip(names, wraps.sum(axis=0), strict=True):
+            if n:
+                report.wraps[str(name)] = int(n)
+        for name, n in zip(names, resets.sum(axis=0), strict=True):
+            if n:
+                report.resets[str(name)] = int(n)
+    rated = Telemetry(telemetry.host, telemetry.timestamps_ns[1:], values,
+                      list(telemetry.channels), dict(telemetry.meta))
+    return rated, report
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = scale * num / den
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+class _Index:
+    """Channels of a rated Telemetry grouped by metric, keyed by their label sets."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.tel = telemetry
+        self.by_metric: dict[str, dict[tuple[tuple[str, str], ...], int]] = defaultdict(dict)
+        for i, name in enumerate(telemetry.channels):
+            metric, labels = parse_channel(name)
+            self.by_metric[metric][tuple(sorted(labels.items()))] = i
+
+    def pairs(self, a: str, b: str) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
+        """(labels, a, b) for every label set present under both metrics."""
+        out = []
+        for key, ia in self.by_metric.get(a, {}).items():
+            ib = self.by_metric.get(b, {}).get(key)
+            if ib is not None:
+                out.append((dict(key), self.tel.values[:, ia], self.tel.values[:, ib]))
+        return out
+
+    def total(self, metric: str) -> np.ndarray | None:
+        """The unlabelled channel of ``metric``, else the sum over its label sets."""
+        group = self.by_metric.get(metric)
+        if not group:
+            return None
+        if () in group:
+            return self.tel.values[:, group[()]]
+        return self.tel.values[:, list(group.values())].sum(axis=1)
+
+    def get(self, metric: str, labels: tuple[tuple[str, str], ...] = ()) -> np.ndarray | None:
+        i = self.by_metric.get(metric, {}).get(labels)
+        return None if i is None else self.tel.values[:, i]
+
+
+_RATIOS = (  # derived metric, numerator, denominator, scale
+    ("derived.ipc", "perf.instructions", "perf.cycles", 1.0),
+    ("derived.cache_miss_ratio", "perf.cache_misses", "perf.cache_references", 1.0),
+    ("derived.branch_miss_ratio", "perf.branch_misses", "perf.branches", 1.0),
+    ("derived.backend_stall_ratio", "perf.stalled_cycles_backend", "perf.cycles", 1.0),
+    ("derived.l3_stall_ratio", "perf.stalls_l3_miss", "perf.cycles", 1.0),
+    ("derived.llc_miss_ratio", "perf.llc_load_misses", "perf.llc_loads", 1.0),
+)
+_CPU_BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+_CPU_IDLE_FIELDS = ("idle", "iowait")
+
+
+def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
+    out: list[tuple[str, np.ndarray]] = []
+    for name, num, den, scale in _RATIOS:
+        pairs = idx.pairs(num, den)
+        for labels, a, b in pairs:
+            out.append((format_channel(name, labels), _ratio(a, b, scale)))
+        if len(pairs) > 1:
+            tot_a, tot_b = idx.total(num), idx.total(den)
+            if tot_a is not None and tot_b is not None:
+                out.append((name, _ratio(tot_a, tot_b, scale)))
+    # CPU busy %, from /proc/stat jiffies rates, per label set (cpu=N and the unlabelled total)
+    label_sets = set(idx.by_metric.get("cpu.idle", {}))
+    for key in sorted(label_sets):
+        parts = [idx.get(f"cpu.{f}", key) for f in _CPU_BUSY_FIELDS + _CPU_IDLE_FIELDS]
+        present = [p for p in parts if p is not None]
+        idle = [idx.get(f"cpu.{f}", key) for f in _CPU_IDLE_FIELDS]
+        idle = [p for p in idle if p is not None]
+        if len(present) >= 3 and idle:
+            total = np.sum(present, axis=0)
+            out.append((format_channel("derived.cpu_busy_pct", dict(key)),
+                        _ratio(total - np.sum(idle, axis=0), total, 100.0)))
+    mem_total, mem_avail = idx.get("mem.MemTotal"), idx.get("mem.MemAvailable")
+    if mem_total is not None and mem_avail is not None:
+        out.append(("derived.mem_used_pct", _ratio(mem_total - mem_avail, mem_total, 100.0)))
+    for key, i in idx.by_metric.get("disk.sectors_read", {}).items():
+        out.append((format_channel("derived.disk_read_bytes_per_s", dict(key)),
+                    idx.tel.values[:, i] * SECTOR_BYTES))
+    for key, i in idx.by_metric.get("disk.sectors_written", {}).items():
+        out.append((format_channel("derived.disk_write_bytes_per_s", dict(key)),
+                    idx.tel.values[:, i] * SECTOR_BYTES))
+    for key, i in idx.by_metric.get("disk.io_time_ms", {}).items():
+        # ms of I/O per second of wall time → percent busy
+        out.append((format_channel("derived.disk_util_pct", dict(key)),
+                    np.clip(idx.tel.values[:, i] / 10.0, 0.0, 100.0)))
+    for key, rx in idx.by_metric.get("net.rx_bytes", {}).items():
+        tx = idx.by_metric.get("net.tx_bytes", {}).get(key)
+        if tx is None:
+            continue
+        both = idx.tel.values[:, rx] + idx.tel.values[:, tx]
+        out.append((format_channel("derived.net_bytes_per_s", dict(key)), both))
+        speed = idx.get("net.speed_mbps", key)
+        if speed is not None:
+            out.append((format_channel("derived.net_util_pct", dict(key)),
+                        _ratio(both * 8.0, speed * 1e6, 100.0)))
+    return out
+
+
+def derive(telemetry: Telemetry, catalog: Catalog | None = None) -> tuple[Telemetry, DeriveReport]:
+    """Rates for counters plus derived metrics; returns the new Telemetry and a report."""
+    rated, report = to_rates(telemetry, catalog)
+    extra = [(n, v) for n, v in _derived_metrics(_Index(rated)) if n not in set(rated.channels)]
+    if extra:
+        report.derived = [n for n, _ in extra]
+        values = np.column_stack([rated.values, *[v for _, v in extra]])
+        rated = Telemetry(rated.host, rated.timestamps_ns, values,
+                          rated.channels + report.derived, rated.meta)
+    return rated, report
