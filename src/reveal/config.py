@@ -17,8 +17,9 @@ class WindowConfig:
 
 @dataclass(frozen=True)
 class SelectConfig:
+    prune: bool = True  # correlation pruning on the baseline before feature extraction
     corr_threshold: float = 0.5  # Pearson |r| above which two metrics are redundant
-    min_std: float = 1e-12  # a channel with std below this is constant, dropped
+    min_std: float = 1e-12  # a channel with std below this is constant (never a representative)
 
 
 @dataclass(frozen=True)
@@ -38,3 +39,5 @@ class AnalyzeConfig:
     select: SelectConfig = field(default_factory=SelectConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
     top_reasons: int = 5  # metric-feature pairs kept per anomaly
+    min_rows_per_window: int = 3  # fewer rows per duration window → fall back to row windows
+    fallback_rows: tuple[int, int] = (5, 1)  # (size, stride) rows for minute-level data

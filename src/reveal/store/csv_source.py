@@ -34,7 +34,7 @@ def _time_ns(column: pd.Series, name: str, path: Path) -> np.ndarray:
     except (ValueError, TypeError) as exc:
         raise InputError(f"time column {name!r} is neither numeric nor ISO 8601 ({exc})",
                          str(path)) from None
-    return parsed.astype("int64").to_numpy()
+    return parsed.dt.tz_convert(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
 
 
 def read_csv(path: str | Path, host: str | None = None) -> Telemetry:

@@ -1,0 +1,220 @@
+"""The analysis flow for one host: source → derive → select → features → detect → attribute.
+
+``analyze_run`` is what ``reveal analyze`` and ``reveal profile`` call. Every fallback it
+takes (self-fit without a baseline, channels missing on one side, row windows for coarse
+data, dropped empty channels) is written into the report's ``warnings``, never silent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from reveal import __version__
+from reveal.analyze.attribute import attribute
+from reveal.analyze.derive import derive
+from reveal.analyze.ensemble import Ensemble
+from reveal.analyze.features import FeatureMatrix, compute_features
+from reveal.analyze.select import prune
+from reveal.analyze.windows import make_windows
+from reveal.catalog import default_catalog
+from reveal.config import AnalyzeConfig, WindowConfig
+from reveal.errors import InputError
+from reveal.frame import Telemetry, channel_metric
+from reveal.report.model import (
+    Anomaly,
+    DetectorSummary,
+    Episode,
+    Report,
+    WindowTable,
+)
+from reveal.store.sources import default_baseline, open_source
+
+Progress = Callable[[str], None]
+
+
+def _load(source: str | Path | Telemetry) -> Telemetry:
+    return source if isinstance(source, Telemetry) else open_source(source)
+
+
+def _describe(tel: Telemetry) -> dict:
+    duration = (tel.timestamps_ns[-1] - tel.timestamps_ns[0]) / 1e9 if tel.n_samples else 0.0
+    return {"path": str(tel.meta.get("path", "")), "host": tel.host,
+            "samples": tel.n_samples, "channels": tel.n_channels,
+            "duration_s": float(duration), "interval_s": float(tel.interval_s),
+            "start_ns": int(tel.timestamps_ns[0]) if tel.n_samples else 0,
+            "wall_offset_ns": tel.wall_offset_ns}
+
+
+def _window_config(config: AnalyzeConfig, interval_s: float, warnings: list[str]) -> WindowConfig:
+    window = config.window
+    if window.size_rows is not None:
+        return window
+    if not np.isfinite(interval_s) or interval_s <= 0:
+        raise InputError("cannot tell the sampling interval (fewer than two samples)")
+    if window.size_s / interval_s < config.min_rows_per_window:
+        size, stride = config.fallback_rows
+        warnings.append(f"samples are {interval_s:g} s apart, too coarse for {window.size_s:g} s "
+                        f"windows: using windows of {size} rows, stride {stride}")
+        return WindowConfig(size_rows=size, stride_rows=stride)
+    return window
+
+
+def _finite_channels(tel: Telemetry) -> np.ndarray:
+    """Mask of channels with at least one finite value."""
+    return np.isfinite(tel.values).any(axis=0)
+
+
+def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
+              interval_s: float) -> FeatureMatrix:
+    catalog = default_catalog()
+    index = {c: i for i, c in enumerate(tel.channels)}
+    cols = [index[c] for c in channels]
+    kinds = ["event" if catalog.lookup(channel_metric(c)).kind == "event" else "gauge"
+             for c in channels]
+    windows = make_windows(tel.timestamps_ns, window, interval_s)
+    values = np.where(np.isfinite(tel.values[:, cols]), tel.values[:, cols], np.nan)
+    return compute_features(values, channels, kinds, windows)
+
+
+def _episodes(anomalies: list[Anomaly]) -> list[Episode]:
+    """Group flagged windows whose time spans overlap or touch."""
+    episodes: list[Episode] = []
+    current: list[Anomaly] = []
+    for anomaly in sorted(anomalies, key=lambda a: a.start_ns):
+        if current and anomaly.start_ns > max(a.end_ns for a in current):
+            episodes.append(_summarise(current))
+            current = []
+        current.append(anomaly)
+    if current:
+        episodes.append(_summarise(current))
+    return episodes
+
+
+def _summarise(group: list[Anomaly]) -> Episode:
+    peak = max(group, key=lambda a: a.score)
+    weight: dict[str, float] = {}
+    for a in group:
+        for subsystem, share in a.subsystem_shares.items():
+            weight[subsystem] = weight.get(subsystem, 0.0) + share * a.score
+    subsystem = max(weight, key=weight.__getitem__) if weight else "unknown"
+    return Episode(min(a.start_ns for a in group), max(a.end_ns for a in group),
+                   [a.window_id for a in group], peak.score, subsystem, peak.claim)
+
+
+def analyze_run(
+    run: str | Path | Telemetry,
+    baseline: str | Path | Telemetry | None = None,
+    config: AnalyzeConfig | None = None,
+    metric_set: list[str] | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Analyse one run, with detectors fitted on ``baseline`` (or on the run, robustly).
+
+    ``run``/``baseline``: a run directory, CSV file, ``smd:``/``asd:`` spec or Telemetry.
+    For an ``smd:M``/``asd:M`` run with no baseline, its ``train`` part is the baseline.
+    """
+    config = config or AnalyzeConfig()
+    say = progress or (lambda _msg: None)
+    catalog = default_catalog()
+    warnings: list[str] = []
+    tel = _load(run)
+    if baseline is None and not isinstance(run, Telemetry):
+        baseline = default_baseline(run)
+    base = _load(baseline) if baseline is not None else None
+    self_fit = base is None
+    if tel.meta.get("warnings"):
+        warnings += [str(w) for w in tel.meta["warnings"]]
+
+    say("deriving rates and metrics")
+    d_run, derive_report = derive(tel, catalog)
+    d_base = derive(base, catalog)[0] if base is not None else d_run
+    if derive_report.resets:
+        warnings.append(f"counter resets handled in {len(derive_report.resets)} channels")
+
+    usable = [c for c, ok in zip(d_run.channels, _finite_channels(d_run), strict=True)
+              if ok and catalog.lookup(channel_metric(c)).kind != "static"]
+    empty = d_run.n_channels - len(usable)
+    if base is not None:
+        base_ok = {c for c, ok in zip(d_base.channels, _finite_channels(d_base), strict=True)
+                   if ok}
+        only_run = [c for c in usable if c not in base_ok]
+        only_base = sorted(base_ok - set(d_run.channels))
+        usable = [c for c in usable if c in base_ok]
+        if only_run:
+            warnings.append(f"{len(only_run)} channels are absent from the baseline and were "
+                            f"not scored (e.g. {', '.join(only_run[:3])})")
+        if only_base:
+            warnings.append(f"{len(only_base)} baseline channels are absent from the run "
+                            f"(e.g. {', '.join(only_base[:3])})")
+    if metric_set is not None:
+        wanted = set(metric_set)
+        missing = [c for c in metric_set if c not in set(usable)]
+        usable = [c for c in usable if c in wanted]
+        if missing:
+            warnings.append(f"{len(missing)} channels of the metric set are not in this run "
+                            f"(e.g. {', '.join(missing[:3])})")
+    if not usable:
+        raise InputError("no channel usable for analysis (none in common with the baseline, "
+                         "or all empty/static)", str(tel.meta.get("path", tel.host)))
+
+    pruned = 0
+    if metric_set is None and config.select.prune and len(usable) > 1:
+        say(f"pruning {len(usable)} correlated channels")
+        selection = prune(d_base.select(usable), config.select.corr_threshold, catalog,
+                          config.select.min_std)
+        keep = set(selection.kept) | set(selection.constant)
+        pruned = len(usable) - len(keep)
+        usable = [c for c in usable if c in keep]
+
+    interval = d_run.interval_s
+    window = _window_config(config, interval, warnings)
+    say(f"computing features for {len(usable)} channels")
+    fm_run = _features(d_run, usable, window, interval)
+    fm_base = fm_run if self_fit else _features(d_base, usable, window, d_base.interval_s)
+    if self_fit:
+        warnings.append("no baseline given: detectors were fitted on the run itself "
+                        "(robustly, median/MAD); a persistent anomaly may look normal")
+
+    say(f"fitting detectors on {fm_base.values.shape[0]} baseline windows")
+    ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit)
+    verdicts = ensemble.score(fm_run.values)
+    rows = np.flatnonzero(verdicts.flagged)
+    say(f"attributing {len(rows)} flagged windows")
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(fm_base.values, axis=0)
+        mad = np.nanmedian(np.abs(fm_base.values - med), axis=0)
+    anomalies: list[Anomaly] = []
+    if len(rows):
+        contributions = ensemble.explain(fm_run.values, rows)
+        attributions = attribute(contributions, fm_run.values[rows], fm_run.channels,
+                                 fm_run.features, np.nan_to_num(med), np.nan_to_num(mad),
+                                 catalog, config.top_reasons)
+        names = list(verdicts.scores)
+        for w, att in zip(rows, attributions, strict=True):
+            anomalies.append(Anomaly(
+                int(w), int(fm_run.windows.start_ns[w]), int(fm_run.windows.end_ns[w]),
+                float(verdicts.combined[w]),
+                [n for n in names if verdicts.flags[n][w]],
+                att.subsystems, att.shares, att.reasons, att.claim))
+
+    table = WindowTable(fm_run.windows.start_ns, fm_run.windows.end_ns, verdicts.scores,
+                        verdicts.flags, verdicts.combined, verdicts.flagged)
+    detectors = [DetectorSummary(n, float(verdicts.thresholds[n]), int(verdicts.flags[n].sum()))
+                 for n in verdicts.scores]
+    return Report(
+        run=_describe(tel) | {"reveal_version": __version__},
+        baseline=(_describe(base) if base is not None else {}) | {"self_fitted": self_fit},
+        config=dataclasses.asdict(config) | {"window_used": dataclasses.asdict(window)},
+        channels={"analysed": len(usable), "features": int(fm_run.values.shape[1]),
+                  "pruned": pruned, "empty_or_static": empty,
+                  "derived": derive_report.derived},
+        detectors=detectors,
+        windows=table,
+        anomalies=anomalies,
+        episodes=_episodes(anomalies),
+        warnings=warnings,
+    )

@@ -1,0 +1,52 @@
+"""``reveal select``: correlation pruning over one or more runs → a reusable metric set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+NAME = "select"
+HELP = ("Prune correlated channels (Pearson |r| above a threshold, one kept per cluster) over "
+        "one or more runs and write the union as a metric-set file.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run directories, CSV files or smd:/asd: specs")
+    parser.add_argument("--threshold", type=float, default=0.5, help="|r| threshold")
+    parser.add_argument("--out", default="metrics.json", help="metric-set file to write")
+    parser.add_argument("--curves", metavar="FILE",
+                        help="also write the pruning curves (Figure 4 data) as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.analyze.derive import derive
+    from reveal.analyze.select import prune, pruning_curves, save_metric_set, union
+    from reveal.catalog import default_catalog
+    from reveal.frame import channel_metric
+    from reveal.store.sources import open_source
+
+    catalog = default_catalog()
+    selections, curves = [], {}
+    for spec in args.runs:
+        tel, _ = derive(open_source(spec), catalog)
+        dynamic = [c for c in tel.channels
+                   if catalog.lookup(channel_metric(c)).kind != "static"]
+        tel = tel.select(dynamic)
+        selection = prune(tel, args.threshold, catalog)
+        selections.append(selection)
+        print(f"{spec}: kept {len(selection.kept)} of "
+              f"{len(selection.kept) + len(selection.redundant)} varying channels "
+              f"({len(selection.constant)} constant)", file=sys.stderr)
+        if args.curves:
+            curves[str(spec)] = pruning_curves(tel, catalog=catalog)
+    merged = union(selections)
+    save_metric_set(merged, args.out)
+    print(f"metric set: {len(merged.kept)} channels (union over {len(args.runs)} runs) "
+          f"written to {args.out}")
+    if args.curves:
+        Path(args.curves).write_text(json.dumps(curves, indent=2) + "\n", encoding="utf-8")
+        print(f"pruning curves written to {args.curves}")
+    return 0

@@ -1,0 +1,44 @@
+"""Attribution: top reasons, subsystem grouping, robust z and claims."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reveal.analyze.attribute import attribute, robust_z
+from reveal.catalog import Catalog, MetricInfo
+
+CATALOG = Catalog([
+    MetricInfo("derived.cpu_busy_pct", "cpu", "gauge", "%", 100, "CPU busy percentage"),
+    MetricInfo("disk.sectors_read", "storage", "counter", "", 50, "disk read sectors"),
+    MetricInfo("net.rx_bytes", "network", "counter", "", 50, "network receive throughput"),
+])
+CHANNELS = ["derived.cpu_busy_pct", "derived.cpu_busy_pct", "disk.sectors_read{dev=vda}",
+            "net.rx_bytes{iface=eth|0}"]
+FEATURES = ["mean", "variance", "max", "mean"]
+
+
+def test_top_reason_subsystems_and_claim():
+    contributions = np.array([[0.1, 5.0, 1.0, 0.0], [0.0, 0.0, 0.2, 4.0]])
+    values = np.array([[50.0, 90.0, 800.0, 1.0], [50.0, 1.0, 10.0, 9e6]])
+    med, mad = np.array([50.0, 10.0, 100.0, 1e3]), np.array([5.0, 2.0, 20.0, 100.0])
+    out = attribute(contributions, values, CHANNELS, FEATURES, med, mad, CATALOG, top=3)
+    first, second = out
+    assert first.reasons[0].channel == "derived.cpu_busy_pct"
+    assert first.reasons[0].feature == "variance"
+    assert first.subsystems[0] == "cpu" and "storage" in first.subsystems
+    assert abs(sum(first.shares.values()) - 1.0) < 1e-9
+    assert first.claim.startswith("CPU busy percentage shows a higher within-window variance")
+    assert "also storage" in first.claim
+    assert second.subsystems[0] == "network"
+    assert "iface eth|0" in second.claim  # label text kept, escaped later by renderers
+    assert len(first.reasons) == 3 and len(second.reasons) == 2  # zero contributions dropped
+
+
+def test_robust_z_is_finite_on_flat_baselines():
+    z = robust_z(np.array([0.0, 3.0]), np.array([0.0, 0.0]), np.array([0.0, 0.0]))
+    assert z[0] == 0.0 and np.isfinite(z[1]) and z[1] > 1e5
+
+
+def test_no_windows_no_attributions():
+    assert attribute(np.zeros((0, 4)), np.zeros((0, 4)), CHANNELS, FEATURES,
+                     np.zeros(4), np.zeros(4), CATALOG) == []
