@@ -1,0 +1,339 @@
+"""perf_event_open counters, per CPU, system-wide (the ``perf`` probe).
+
+Opens counting (not sampling) events with the raw ``perf_event_open`` system call through
+ctypes: no ``perf`` subprocess. Events are opened in small groups per CPU so one ``read`` per
+group returns every member with the group's ``time_enabled``/``time_running``; counts are
+scaled by ``enabled / running`` when the kernel multiplexes hardware counters, and a group
+that has not run at all reads NaN. Values are cumulative since the probe opened (counters;
+rated at analysis time). Software events (task clock, context switches, migrations, page
+faults) exist everywhere; hardware events (cycles, instructions, caches, branches, stalls,
+LLC) only where a PMU is exposed, so a virtual machine without one gives a ``degraded``
+probe whose ``info["unsupported_events"]`` lists each refused event once.
+
+Channels: ``perf.<event>{cpu=N}``; ``perf.task_clock`` is in nanoseconds, the rest are
+counts of events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import platform
+from dataclasses import dataclass
+
+import numpy as np
+
+from reveal.collect.hostinfo import online_cpus
+from reveal.collect.probe import Probe, ProbeUnavailable, register
+from reveal.frame import format_channel
+
+# <linux/perf_event.h>
+PERF_TYPE_HARDWARE = 0
+PERF_TYPE_SOFTWARE = 1
+PERF_TYPE_HW_CACHE = 3
+PERF_FORMAT_TOTAL_TIME_ENABLED = 1 << 0
+PERF_FORMAT_TOTAL_TIME_RUNNING = 1 << 1
+PERF_FORMAT_GROUP = 1 << 3
+PERF_FLAG_FD_CLOEXEC = 1 << 3
+_READ_FORMAT = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
+
+_SYSCALL_NUMBERS = {"x86_64": 298, "aarch64": 241, "ppc64le": 319, "s390x": 331,
+                    "riscv64": 241}
+
+# HW_CACHE config: cache id | (op << 8) | (result << 16)
+_LL, _OP_READ, _RESULT_ACCESS, _RESULT_MISS = 2, 0, 0, 1
+
+
+@dataclass(frozen=True)
+class PerfEvent:
+    """One countable event: channel metric name, perf type and config."""
+
+    metric: str
+    type: int
+    config: int
+
+
+TASK_CLOCK = PerfEvent("perf.task_clock", PERF_TYPE_SOFTWARE, 1)
+
+
+# Each inner tuple is one group: its members are always scheduled together, so ratios
+# inside a group (IPC, miss rates) compare counts taken over the same time.
+HARDWARE_GROUPS: tuple[tuple[PerfEvent, ...], ...] = (
+    (PerfEvent("perf.cycles", PERF_TYPE_HARDWARE, 0),
+     PerfEvent("perf.instructions", PERF_TYPE_HARDWARE, 1)),
+    (PerfEvent("perf.cache_references", PERF_TYPE_HARDWARE, 2),
+     PerfEvent("perf.cache_misses", PERF_TYPE_HARDWARE, 3)),
+    (PerfEvent("perf.branches", PERF_TYPE_HARDWARE, 4),
+     PerfEvent("perf.branch_misses", PERF_TYPE_HARDWARE, 5)),
+    (PerfEvent("perf.stalled_cycles_frontend", PERF_TYPE_HARDWARE, 7),
+     PerfEvent("perf.stalled_cycles_backend", PERF_TYPE_HARDWARE, 8)),
+    (PerfEvent("perf.llc_loads", PERF_TYPE_HW_CACHE,
+               _LL | (_OP_READ << 8) | (_RESULT_ACCESS << 16)),
+     PerfEvent("perf.llc_load_misses", PERF_TYPE_HW_CACHE,
+               _LL | (_OP_READ << 8) | (_RESULT_MISS << 16))),
+)
+# The software group's leader must be a software event: the task clock is another PMU whose
+# siblings do not count. System-wide, the task clock of a CPU equals the time the group was
+# enabled, so ``perf.task_clock`` is read from the group's ``time_enabled`` (no extra fd).
+SOFTWARE_GROUP: tuple[PerfEvent, ...] = (
+    PerfEvent("perf.context_switches", PERF_TYPE_SOFTWARE, 3),
+    PerfEvent("perf.cpu_migrations", PERF_TYPE_SOFTWARE, 4),
+    PerfEvent("perf.page_faults", PERF_TYPE_SOFTWARE, 2),
+    PerfEvent("perf.minor_faults", PERF_TYPE_SOFTWARE, 5),
+    PerfEvent("perf.major_faults", PERF_TYPE_SOFTWARE, 6),
+)
+
+
+class PerfEventAttr(ctypes.Structure):
+    """``struct perf_event_attr`` (PERF_ATTR_SIZE_VER8, 136 bytes)."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        ("config", ctypes.c_uint64),
+        ("sample_period", ctypes.c_uint64),
+        ("sample_type", ctypes.c_uint64),
+        ("read_format", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),  # bit 0 disabled, 1 inherit, 2 pinned, ...
+        ("wakeup_events", ctypes.c_uint32),
+        ("bp_type", ctypes.c_uint32),
+        ("config1", ctypes.c_uint64),
+        ("config2", ctypes.c_uint64),
+        ("branch_sample_type", ctypes.c_uint64),
+        ("sample_regs_user", ctypes.c_uint64),
+        ("sample_stack_user", ctypes.c_uint32),
+        ("clockid", ctypes.c_int32),
+        ("sample_regs_intr", ctypes.c_uint64),
+        ("aux_watermark", ctypes.c_uint32),
+        ("sample_max_stack", ctypes.c_uint16),
+        ("reserved_2", ctypes.c_uint16),
+        ("aux_sample_size", ctypes.c_uint32),
+        ("reserved_3", ctypes.c_uint32),
+        ("sig_data", ctypes.c_uint64),
+        ("config3", ctypes.c_uint64),
+    ]
+
+
+_libc: ctypes.CDLL | None = None
+_ZERO16 = bytes(16)
+
+
+def _syscall_number() -> int:
+    number = _SYSCALL_NUMBERS.get(platform.machine())
+    if number is None:
+        raise ProbeUnavailable(f"perf_event_open: unknown system call number on "
+                               f"{platform.machine()}")
+    return number
+
+
+def perf_event_open(event: PerfEvent, cpu: int, group_fd: int = -1) -> int:
+    """Open a system-wide counting event on ``cpu``; returns the fd or raises OSError."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+    attr = PerfEventAttr()
+    attr.type = event.type
+    attr.size = ctypes.sizeof(PerfEventAttr)
+    attr.config = event.config
+    attr.read_format = _READ_FORMAT
+    fd = _libc.syscall(ctypes.c_long(_syscall_number()), ctypes.byref(attr), ctypes.c_int(-1),
+                       ctypes.c_int(cpu), ctypes.c_int(group_fd),
+                       ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return int(fd)
+
+
+def _paranoid() -> str:
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "?"
+
+
+@dataclass
+class _Group:
+    fd: int  # leader fd (read returns every member)
+    member_fds: list[int]
+    events: list[PerfEvent]
+    cpu: int
+
+
+@register
+class PerfProbe(Probe):
+    """Per-CPU perf_event_open counters: hardware where the PMU allows, software always."""
+
+    name = "perf"
+    description = "perf_event_open counters per CPU (cycles, instructions, caches, faults)"
+    default_enabled = True
+
+    def __init__(self, **options: object) -> None:
+        super().__init__(**options)
+        self._groups: list[_Group] = []
+        self._cpus: list[int] = []
+        self._buffer = bytearray()
+        self._views: list[memoryview] = []
+        self._words = np.zeros(0, dtype=np.uint64)
+        self._value_idx = np.zeros(0, dtype=np.intp)
+        self._enabled_idx = np.zeros(0, dtype=np.intp)
+        self._running_idx = np.zeros(0, dtype=np.intp)
+        self._group_enabled = np.zeros(0, dtype=np.intp)
+        self._group_running = np.zeros(0, dtype=np.intp)
+
+    # -- opening -------------------------------------------------------------------------
+    def open(self) -> None:
+        self._cpus = online_cpus()
+        self._open_all()
+
+    def _open_group(self, events: tuple[PerfEvent, ...], cpu: int,
+                    refused: dict[str, int]) -> _Group | None:
+        leader = -1
+        fds: list[int] = []
+        opened: list[PerfEvent] = []
+        for event in events:
+            try:
+                fd = perf_event_open(event, cpu, leader)
+            except OSError as exc:
+                refused.setdefault(event.metric, exc.errno or 0)
+                continue
+            if leader < 0:
+                leader = fd
+            fds.append(fd)
+            opened.append(event)
+        if leader < 0:
+            return None
+        return _Group(leader, fds, opened, cpu)
+
+    def _open_all(self) -> None:
+        refused: dict[str, int] = {}
+        groups: list[_Group] = []
+        for cpu in self._cpus:
+            for events in (SOFTWARE_GROUP, *HARDWARE_GROUPS):
+                group = self._open_group(events, cpu, refused)
+                if group is not None:
+                    groups.append(group)
+        if not groups:
+            self._groups = []
+            codes = set(refused.values())
+            if codes & {errno.EACCES, errno.EPERM}:
+                raise ProbeUnavailable(
+                    f"perf_event_open refused system-wide counting (perf_event_paranoid="
+                    f"{_paranoid()}); run as root, grant CAP_PERFMON, or set "
+                    f"kernel.perf_event_paranoid=0")
+            if codes & {errno.ENOSYS}:
+                raise ProbeUnavailable("perf_event_open is not available in this kernel")
+            detail = ", ".join(sorted({errno.errorcode.get(c, str(c)) for c in codes}))
+            raise ProbeUnavailable(f"perf_event_open refused every event ({detail})")
+        self._groups = groups
+        self._layout()
+        opened = {event.metric for group in groups for event in group.events}
+        if any(g.events[0].type == PERF_TYPE_SOFTWARE for g in groups):
+            opened.add(TASK_CLOCK.metric)
+        # An event is unsupported when no CPU accepted it (hybrid CPUs may accept some).
+        unsupported = [e.metric for grp in ((TASK_CLOCK,), SOFTWARE_GROUP, *HARDWARE_GROUPS)
+                       for e in grp if e.metric not in opened]
+        self.info["unsupported_events"] = [m.removeprefix("perf.") for m in unsupported]
+        if unsupported:
+            codes = {errno.errorcode.get(refused[m], str(refused[m]))
+                     for m in unsupported if m in refused}
+            hardware = {e.metric for grp in HARDWARE_GROUPS for e in grp}
+            if set(unsupported) >= hardware:
+                why = "no hardware PMU exposed here (virtual machine or unsupported CPU)"
+            else:
+                why = "the PMU refused some events"
+            self.status = "degraded"
+            self.reason = (f"{why}: {len(unsupported)} events unsupported "
+                           f"({', '.join(sorted(codes))}): "
+                           f"{', '.join(self.info['unsupported_events'])}")
+        else:
+            self.status, self.reason = "ok", ""
+
+    def _layout(self) -> None:
+        """One buffer for every group read; index arrays turn it into scaled counts."""
+        sizes = [8 * (3 + len(g.events)) for g in self._groups]
+        self._buffer = bytearray(sum(sizes))
+        whole = memoryview(self._buffer)
+        self._views = []
+        channels: list[str] = []
+        value_idx: list[int] = []
+        enabled_idx: list[int] = []
+        running_idx: list[int] = []
+        offset = 0
+        for group, size in zip(self._groups, sizes, strict=True):
+            self._views.append(whole[offset:offset + size])
+            word = offset // 8  # layout: nr, time_enabled, time_running, value...
+            for i, event in enumerate(group.events):
+                channels.append(format_channel(event.metric, {"cpu": str(group.cpu)}))
+                value_idx.append(word + 3 + i)
+                enabled_idx.append(word + 1)
+                running_idx.append(word + 2)
+            if group.events[0].type == PERF_TYPE_SOFTWARE:
+                channels.append(format_channel(TASK_CLOCK.metric, {"cpu": str(group.cpu)}))
+                value_idx.append(word + 1)
+                enabled_idx.append(word + 1)
+                running_idx.append(word + 1)
+            offset += size
+        self._words = np.frombuffer(self._buffer, dtype=np.uint64)
+        starts = np.cumsum([0, *sizes[:-1]]) // 8
+        self._group_enabled = (starts + 1).astype(np.intp)
+        self._group_running = (starts + 2).astype(np.intp)
+        order = np.argsort(channels, kind="stable")
+        self.channels = [channels[i] for i in order]
+        self._value_idx = np.asarray(value_idx, dtype=np.intp)[order]
+        self._enabled_idx = np.asarray(enabled_idx, dtype=np.intp)[order]
+        self._running_idx = np.asarray(running_idx, dtype=np.intp)[order]
+
+    # -- sampling ------------------------------------------------------------------------
+    def read(self, out: np.ndarray) -> None:
+        readv = os.readv
+        for group, view in zip(self._groups, self._views, strict=True):
+            try:
+                complete = readv(group.fd, [view]) == len(view)
+            except OSError:
+                complete = False
+            if not complete:
+                view[8:24] = _ZERO16  # enabled = running = 0 → NaN below
+        words = self._words
+        enabled = words.take(self._group_enabled)
+        running = words.take(self._group_running)
+        if (running == enabled).all() and running.all():
+            out[:] = words.take(self._value_idx)  # not multiplexed: counts as read
+            return
+        self._read_scaled(out)
+
+    def _read_scaled(self, out: np.ndarray) -> None:
+        """Counts scaled by enabled/running (multiplexed PMU); NaN where a group never ran."""
+        words = self._words
+        values = words.take(self._value_idx).astype(np.float64)
+        enabled = words.take(self._enabled_idx).astype(np.float64)
+        running = words.take(self._running_idx).astype(np.float64)
+        scale = np.divide(enabled, running, out=np.full_like(enabled, np.nan),
+                          where=running > 0)
+        out[:] = np.where(running >= enabled, values, np.rint(values * scale))
+        out[running == 0] = np.nan
+
+    def refresh(self) -> bool:
+        """Reopen every event when the set of online CPUs changed (hotplug)."""
+        cpus = online_cpus()
+        if cpus == self._cpus:
+            return False
+        before = list(self.channels)
+        self.close()
+        self._cpus = cpus
+        try:
+            self._open_all()
+        except ProbeUnavailable as exc:
+            self.status, self.reason, self.channels = "unavailable", str(exc), []
+        return self.channels != before
+
+    def close(self) -> None:
+        for group in self._groups:
+            for fd in group.member_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._groups = []

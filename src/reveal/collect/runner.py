@@ -1,0 +1,365 @@
+"""Collection orchestration: choose and open probes, describe the host, run the sampler
+into a segment writer, keep ``meta.json`` current, stop cleanly on SIGTERM/SIGINT.
+
+Nothing here prints: warnings and progress go to the callbacks the command passes in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import resource
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from reveal.collect.hostinfo import host_meta, wall_offset_ns
+from reveal.collect.probe import REGISTRY, Probe, ProbeUnavailable
+from reveal.collect.sampler import Sampler
+from reveal.errors import InputError
+from reveal.store.layout import FORMAT_NAME, FORMAT_VERSION, META_FILE, write_json_atomic
+from reveal.store.segment_writer import SegmentWriter
+
+Notify = Callable[[str, str], None]  # (level "warning" | "info", message)
+Progress = Callable[[dict[str, Any]], None]
+
+
+def _quiet(level: str, message: str) -> None:
+    del level, message
+
+
+def registered_probes() -> dict[str, type[Probe]]:
+    """Every probe class: the package's probe modules plus the perf probe, by name."""
+    importlib.import_module("reveal.collect")  # its __init__ imports the probe modules
+    importlib.import_module("reveal.collect.perf")
+    return dict(sorted(REGISTRY.items()))
+
+
+def select_probes(include: list[str] | None = None,
+                  exclude: list[str] | None = None) -> tuple[list[type[Probe]], list[str]]:
+    """Probe classes to run and names disabled: ``include`` (else the defaults) minus
+    ``exclude``. Unknown names are an :class:`InputError` listing the known ones."""
+    known = registered_probes()
+    for name in [*(include or []), *(exclude or [])]:
+        if name not in known:
+            raise InputError(f"unknown probe {name!r}; known: {', '.join(known)}")
+    wanted = set(include) if include else {n for n, c in known.items() if c.default_enabled}
+    wanted -= set(exclude or [])
+    chosen = [cls for name, cls in known.items() if name in wanted]
+    disabled = [name for name in known if name not in wanted]
+    return chosen, disabled
+
+
+@dataclass
+class ProbeState:
+    """One probe's outcome at open: the instance (None when unavailable) and why."""
+
+    name: str
+    probe: Probe | None
+    status: str
+    reason: str = ""
+    open_s: float = 0.0
+
+
+def open_probe(cls: type[Probe], options: dict[str, Any] | None = None) -> ProbeState:
+    """Instantiate and open ``cls``; a failure becomes status ``unavailable`` with the reason."""
+    started = time.perf_counter()
+    try:
+        probe = cls(**(options or {}))
+        probe.open()
+    except ProbeUnavailable as exc:
+        return ProbeState(cls.name, None, "unavailable", str(exc), time.perf_counter() - started)
+    except Exception as exc:  # a broken probe must not stop the others
+        return ProbeState(cls.name, None, "unavailable",
+                          f"open failed: {type(exc).__name__}: {exc}",
+                          time.perf_counter() - started)
+    return ProbeState(cls.name, probe, probe.status or "ok", probe.reason,
+                      time.perf_counter() - started)
+
+
+@dataclass
+class CollectOptions:
+    """What to record, where, and how often (seconds throughout)."""
+
+    out: Path
+    interval_s: float = 0.1
+    duration_s: float | None = None
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    segment_seconds: float = 300.0
+    flush_seconds: float = 1.0
+    refresh_s: float = 5.0
+    meta_every_s: float = 60.0
+    progress_s: float = 5.0
+    self_channels: bool = False
+    source: str = "reveal collect"
+    command: list[str] | None = None
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CollectResult:
+    run: Path
+    meta: dict[str, Any]
+
+
+def prepare_run_dir(out: Path) -> Path:
+    """Create ``out`` for a new run; refuse one that already holds a run or other files."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise InputError("exists and is not a directory", str(out))
+        if (out / META_FILE).exists():
+            raise InputError("already holds a run; choose another --out", str(out))
+        if any(out.iterdir()):
+            raise InputError("directory is not empty; choose another --out", str(out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the run directory ({exc.strerror})", str(out)) from None
+    return out
+
+
+class Collector:
+    """One recording: ``open()``, then ``run()`` until stopped, then ``close()``.
+
+    ``notify(level, message)`` receives warnings (a probe failing, a full disk);
+    ``progress(status)`` receives a status dict every ``options.progress_s`` seconds.
+    """
+
+    def __init__(self, options: CollectOptions, notify: Notify = _quiet,
+                 progress: Progress | None = None) -> None:
+        self.options = options
+        self.notify = notify
+        self.progress = progress
+        self.states: list[ProbeState] = []
+        self.disabled: list[str] = []
+        self.sampler: Sampler | None = None
+        self.writer: SegmentWriter | None = None
+        self.meta: dict[str, Any] = {}
+        self.stop_requested = False
+        self._started_wall = 0.0
+        self._cpu_at_start = 0.0
+        self._closed = False
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.options.out)
+
+    # -- open ------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open probes, create the run directory, write the first ``meta.json``."""
+        opts = self.options
+        if not opts.interval_s > 0:
+            raise InputError(f"--interval must be positive, got {opts.interval_s}")
+        if opts.duration_s is not None and not opts.duration_s > 0:
+            raise InputError(f"--duration must be positive, got {opts.duration_s}")
+        classes, self.disabled = select_probes(opts.include, opts.exclude)
+        prepare_run_dir(opts.out)
+        self.states = [open_probe(cls) for cls in classes]
+        for state in self.states:
+            if state.status == "unavailable":
+                self.notify("info", f"probe {state.name} unavailable: {state.reason}")
+            elif state.status == "degraded":
+                self.notify("info", f"probe {state.name} degraded: {state.reason}")
+        probes = [s.probe for s in self.states if s.probe is not None]
+        self.sampler = Sampler(probes, opts.interval_s, opts.refresh_s, opts.self_channels,
+                               self.notify)
+        self.sampler.on_layout_change = self.write_meta
+        self.meta = self._base_meta()
+        try:
+            write_json_atomic(self.run_dir / META_FILE, self.meta)
+        except OSError as exc:
+            self._close_probes()
+            raise InputError(f"cannot write run metadata ({exc.strerror})",
+                             str(self.run_dir / META_FILE)) from None
+        self.writer = SegmentWriter(self.run_dir, self.sampler.channels,
+                                    interval_s=opts.interval_s,
+                                    segment_seconds=opts.segment_seconds,
+                                    flush_seconds=opts.flush_seconds, notify=self.notify)
+
+    def _base_meta(self) -> dict[str, Any]:
+        opts = self.options
+        meta: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
+        meta.update(host_meta())
+        meta.update({
+            "interval_s": opts.interval_s,
+            "start_mono_ns": None,
+            "wall_offset_ns": wall_offset_ns(),
+            "source": opts.source,
+            "segment_seconds": opts.segment_seconds,
+            "closed": False,
+        })
+        if opts.command is not None:
+            meta["command"] = list(opts.command)
+        meta.update(opts.extra_meta)
+        gpus = list(meta.get("gpus") or [])
+        for state in self.states:
+            if state.probe is not None and not gpus and state.probe.info.get("gpus"):
+                gpus = list(state.probe.info["gpus"])
+        meta["gpus"] = gpus
+        self._refresh_probe_meta(meta)
+        return meta
+
+    def _refresh_probe_meta(self, meta: dict[str, Any]) -> None:
+        probes: dict[str, Any] = {}
+        unsupported: list[str] = []
+        errors = self.sampler.stats.read_errors if self.sampler else {}
+        for state in self.states:
+            entry: dict[str, Any] = {"status": state.status, "reason": state.reason,
+                                     "channels": 0, "open_ms": round(state.open_s * 1e3, 2)}
+            probe = state.probe
+            if probe is not None:
+                entry.update(status=probe.status or "ok", reason=probe.reason,
+                             channels=len(probe.channels))
+                info = {k: v for k, v in probe.info.items() if k != "gpus"}
+                if info:
+                    entry["info"] = info
+                unsupported += [str(e) for e in probe.info.get("unsupported_events", [])]
+            if state.name in errors:
+                entry["read_errors"] = errors[state.name]
+                if entry["status"] == "ok":
+                    entry["status"] = "degraded"
+                    entry["reason"] = f"read failed: {errors[state.name]['first']}"
+            probes[state.name] = entry
+        for name in self.disabled:
+            probes[name] = {"status": "disabled", "reason": "not selected", "channels": 0}
+        meta["probes"] = dict(sorted(probes.items()))
+        meta["unsupported_events"] = sorted(set(unsupported))
+        meta["n_channels"] = len(self.sampler.channels) if self.sampler else 0
+
+    def status(self) -> dict[str, Any]:
+        """Live figures: samples, channels, missed ticks, dropped samples, bytes on disk."""
+        assert self.sampler is not None and self.writer is not None
+        s, w = self.sampler.stats, self.writer.stats
+        return {
+            "elapsed_s": time.monotonic() - self._started_wall if self._started_wall else 0.0,
+            "samples": s.samples, "channels": len(self.sampler.channels),
+            "missed_ticks": s.missed_ticks, "dropped_samples": w.dropped_samples,
+            "bytes_on_disk": w.bytes_on_disk, "segments": w.segments_written,
+            "latency_ms_p50": s.summary()["latency_ms_p50"] if s.samples else None,
+        }
+
+    def write_meta(self, closed: bool = False) -> None:
+        """Rewrite ``meta.json`` with current probes and stats (a full disk only warns)."""
+        assert self.sampler is not None
+        self._refresh_probe_meta(self.meta)
+        if self.sampler.start_ns:
+            self.meta["start_mono_ns"] = self.sampler.start_ns
+        stats = self.sampler.stats.summary()
+        if self.writer is not None:
+            w = self.writer.stats
+            stats.update(dropped_samples=w.dropped_samples, segments=w.segments_written,
+                         bytes_on_disk=w.bytes_on_disk, journal_bytes_written=w.journal_bytes_total,
+                         disk_full_episodes=w.disk_full_episodes,
+                         pending_segments=w.pending_segments)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        stats["cpu_s"] = round(usage.ru_utime + usage.ru_stime - self._cpu_at_start, 3)
+        stats["max_rss_bytes"] = usage.ru_maxrss * 1024
+        if self._started_wall:
+            stats["duration_s"] = round(time.monotonic() - self._started_wall, 3)
+        self.meta["stats"] = stats
+        self.meta["closed"] = closed
+        snapshot = json.loads(json.dumps(self.meta, default=str))
+        if self.writer is not None and not closed:
+            self.writer.submit(lambda: self._store_meta(snapshot))  # off the sampling thread
+        else:
+            self._store_meta(snapshot)
+
+    def _store_meta(self, meta: dict[str, Any]) -> None:
+        try:
+            write_json_atomic(self.run_dir / META_FILE, meta)
+        except OSError as exc:
+            self.notify("warning", f"{self.run_dir / META_FILE}: not updated ({exc.strerror})")
+            with contextlib.suppress(OSError):
+                (self.run_dir / (META_FILE + ".tmp")).unlink()
+
+    # -- run -------------------------------------------------------------------------------
+    def run(self, should_stop: Callable[[], bool] | None = None) -> CollectResult:
+        """Sample until ``duration_s``, ``should_stop()`` or a stop request; then close."""
+        assert self.sampler is not None and self.writer is not None
+        opts = self.options
+        sampler, writer = self.sampler, self.writer
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._cpu_at_start = usage.ru_utime + usage.ru_stime
+        self._started_wall = time.monotonic()
+        progress_ns = int(opts.progress_s * 1e9)
+        meta_ns = int(opts.meta_every_s * 1e9)
+        due = {"progress": 0, "meta": 0}
+
+        def after_tick(ts_ns: int) -> None:
+            if not due["meta"]:
+                due["meta"] = ts_ns + meta_ns
+                due["progress"] = ts_ns + progress_ns
+                self.write_meta()  # now with start_mono_ns
+                return
+            if ts_ns >= due["meta"]:
+                due["meta"] = ts_ns + meta_ns
+                self.write_meta()
+            if self.progress is not None and ts_ns >= due["progress"]:
+                due["progress"] = ts_ns + progress_ns
+                writer.update_journal_size()
+                self.progress(self.status())
+
+        def stop() -> bool:
+            return self.stop_requested or (should_stop is not None and should_stop())
+
+        try:
+            sampler.run(writer, stop, opts.duration_s, after_tick)
+        finally:
+            self.close()
+        return CollectResult(self.run_dir, self.meta)
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def close(self) -> None:
+        """Flush and close the writer, close probes, write the final ``meta.json``."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.writer is not None:
+            self.writer.close()
+        self._close_probes()
+        if self.sampler is not None:
+            self.write_meta(closed=True)
+
+    def _close_probes(self) -> None:
+        for state in self.states:
+            if state.probe is not None:
+                with contextlib.suppress(Exception):
+                    state.probe.close()
+
+
+@contextlib.contextmanager
+def stop_on_signals(handler: Callable[[int], None],
+                    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """Route ``signals`` to ``handler(signum)`` for the duration (main thread only)."""
+    previous: dict[int, Any] = {}
+
+    def _handle(signum: int, frame: FrameType | None) -> None:
+        del frame
+        handler(signum)
+
+    for sig in signals:
+        previous[sig] = signal.signal(sig, _handle)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def collect(options: CollectOptions, notify: Notify = _quiet, progress: Progress | None = None,
+            should_stop: Callable[[], bool] | None = None) -> CollectResult:
+    """Record until the duration ends, ``should_stop()`` is true, or SIGTERM/SIGINT."""
+    collector = Collector(options, notify, progress)
+    collector.open()
+    with stop_on_signals(lambda _sig: collector.request_stop()):
+        return collector.run(should_stop)
+

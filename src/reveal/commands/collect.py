@@ -1,0 +1,112 @@
+"""``reveal collect``: record this host's telemetry into a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NAME = "collect"
+HELP = "Record this host's telemetry (every probe that works here) into a run directory."
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_collect_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``collect`` and ``profile``."""
+    parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
+                        help="sampling interval")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="run directory to create (default: runs/HOST-YYYYmmdd-HHMMSS)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--probes", type=_names, metavar="P1,P2",
+                       help="record only these probes (see `reveal probes`)")
+    group.add_argument("--exclude", type=_names, metavar="P1,P2",
+                       help="record the default probes except these")
+    parser.add_argument("--segment-seconds", type=float, default=300.0, metavar="SECONDS",
+                        help="length of one Parquet segment")
+    parser.add_argument("--self-channels", action="store_true",
+                        help="also record the collector's own read latency, tick lag and "
+                             "missed ticks as channels (reveal.*)")
+    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
+                        help="seconds between status lines on stderr")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no status lines (warnings are still printed)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, metavar="SECONDS",
+                        help="stop after this long (default: until SIGINT/SIGTERM)")
+    add_collect_options(parser)
+
+
+def default_out() -> Path:
+    return Path("runs") / f"{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def options_from_args(args: argparse.Namespace, source: str,
+                      command: list[str] | None = None) -> Any:
+    from reveal.collect.runner import CollectOptions
+
+    return CollectOptions(
+        out=args.out or default_out(), interval_s=args.interval,
+        duration_s=getattr(args, "duration", None), include=args.probes, exclude=args.exclude,
+        segment_seconds=args.segment_seconds, progress_s=args.progress_every,
+        self_channels=args.self_channels, source=source, command=command)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def make_printers(command: str, quiet: bool) -> tuple[Any, Any]:
+    """(notify, progress) callbacks printing to stderr."""
+
+    def notify(level: str, message: str) -> None:
+        if level == "warning" or not quiet:
+            prefix = "warning: " if level == "warning" else ""
+            print(f"reveal {command}: {prefix}{message}", file=sys.stderr, flush=True)
+
+    def progress(status: dict[str, Any]) -> None:
+        print(f"reveal {command}: {status['elapsed_s']:7.1f}s  {status['samples']} samples  "
+              f"{status['channels']} channels  {status['missed_ticks']} missed  "
+              f"{status['dropped_samples']} dropped  {human_bytes(status['bytes_on_disk'])} "
+              f"written", file=sys.stderr, flush=True)
+
+    return notify, (None if quiet else progress)
+
+
+def summary_lines(meta: dict[str, Any]) -> list[str]:
+    """What a finished recording produced, for stderr."""
+    stats = meta.get("stats", {})
+    lines = [f"run {meta.get('path', '')}: {stats.get('samples', 0)} samples of "
+             f"{meta.get('n_channels', 0)} channels every {meta.get('interval_s')} s; "
+             f"{stats.get('missed_ticks', 0)} missed ticks, "
+             f"{stats.get('dropped_samples', 0)} dropped samples, "
+             f"{human_bytes(stats.get('bytes_on_disk', 0))} on disk"]
+    for name, probe in meta.get("probes", {}).items():
+        if probe.get("status") in ("degraded", "unavailable"):
+            lines.append(f"  probe {name}: {probe['status']}: {probe.get('reason', '')}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.collect.runner import collect
+
+    options = options_from_args(args, "reveal collect")
+    notify, progress = make_printers(NAME, args.quiet)
+    result = collect(options, notify, progress)
+    meta = dict(result.meta, path=str(result.run))
+    for line in summary_lines(meta):
+        print(f"reveal collect: {line}", file=sys.stderr)
+    print(result.run)
+    return 0

@@ -1,0 +1,70 @@
+"""``reveal probes``: every registered probe, whether it works here, and its channels."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from typing import Any
+
+from reveal.report.escape import plain
+
+NAME = "probes"
+HELP = "List the probes, whether each works on this host (or why not), and channel counts."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--channels", action="store_true",
+                        help="also list every channel name")
+
+
+def probe_rows() -> list[dict[str, Any]]:
+    """Open every registered probe once (then close it) and describe the outcome."""
+    from reveal.collect.runner import open_probe, registered_probes
+
+    rows = []
+    for name, cls in registered_probes().items():
+        state = open_probe(cls)
+        row: dict[str, Any] = {
+            "name": name, "default": bool(cls.default_enabled), "status": state.status,
+            "channels": 0, "reason": state.reason, "description": cls.description,
+            "open_ms": round(state.open_s * 1e3, 1),
+        }
+        if state.probe is not None:
+            row["channels"] = len(state.probe.channels)
+            row["channel_names"] = list(state.probe.channels)
+            if state.probe.info.get("unsupported_events"):
+                row["unsupported_events"] = list(state.probe.info["unsupported_events"])
+            with contextlib.suppress(Exception):
+                state.probe.close()
+        rows.append(row)
+    return rows
+
+
+def render(rows: list[dict[str, Any]], with_channels: bool = False) -> str:
+    head = ("probe", "default", "status", "channels", "reason / description")
+    body = [(r["name"], "on" if r["default"] else "off", r["status"], str(r["channels"]),
+             plain(r["reason"] or r["description"], 400)) for r in rows]
+    widths = [max(len(head[i]), *(len(b[i]) for b in body)) for i in range(4)] if body else [
+        len(h) for h in head[:4]]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, [*widths, 0], strict=True)).rstrip()]
+    for b, r in zip(body, rows, strict=True):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(b, [*widths, 0], strict=True)).rstrip())
+        if with_channels:
+            lines += [f"    {plain(c)}" for c in r.get("channel_names", [])]
+    total = sum(r["channels"] for r in rows if r["default"] and r["status"] != "unavailable")
+    lines.append(f"{total} channels from the default probes on this host")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = probe_rows()
+    if args.json:
+        if not args.channels:
+            for row in rows:
+                row.pop("channel_names", None)
+        print(json.dumps(rows, indent=2))
+    else:
+        print(render(rows, args.channels))
+    return 0

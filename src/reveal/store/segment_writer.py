@@ -1,0 +1,507 @@
+"""The collector's streaming, crash-safe writer of a run directory (docs/run-format.md).
+
+Rows (one timestamp plus one float64 per channel) are kept in memory for the open segment.
+At least every ``flush_seconds`` the rows not yet journaled are appended to
+``journal/NNNNNN.arrows`` as one Arrow IPC record batch, written with ``pwrite`` so a
+SIGKILL loses at most the rows since the last flush and a failed write (disk full) is cut
+back with ``ftruncate``, leaving a readable stream. Every ``segment_seconds``, on a schema
+change and on close, the segment is written as ``segments/NNNNNN.parquet.tmp`` (zstd; int64
+columns delta-encoded, floats byte-stream-split), fsynced, renamed, and its journal removed.
+Segment files are written on a background thread so the sampler never waits for them.
+
+A full disk never raises: rows that cannot be journaled are dropped and counted
+(``stats.dropped_samples``), one warning is issued per episode, and recording resumes when
+space returns; a segment that cannot be written stays as its (readable) journal and is
+converted later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from reveal.store.layout import JOURNAL_DIR, SEGMENTS_DIR, TIME_COLUMN, journal_path, segment_path
+
+#: Errors meaning "the storage is full or failing": drop and count, never crash.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS})
+
+_INT64_LIMIT = 2.0 ** 63 - 1024.0  # largest magnitude float64 safely cast to int64
+ZSTD_LEVEL = 6
+
+
+@dataclass
+class WriterStats:
+    """Counters of the writer (rows are samples; sizes in bytes)."""
+
+    rows_journaled: int = 0
+    dropped_samples: int = 0
+    segments_written: int = 0
+    segment_bytes: int = 0  # sum of closed segment files
+    journal_bytes: int = 0  # size of the open journal
+    journal_bytes_total: int = 0  # everything ever appended to journals
+    disk_full_episodes: int = 0
+    pending_segments: int = 0  # journals still waiting for their Parquet file
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return self.segment_bytes + self.journal_bytes
+
+
+# ---------------------------------------------------------------------------------------
+# Arrow IPC messages
+# ---------------------------------------------------------------------------------------
+
+def journal_schema(channels: list[str]) -> pa.Schema:
+    """The journal's schema: ``ts_ns`` int64, then one float64 per channel (NaN = missing)."""
+    return pa.schema([pa.field(TIME_COLUMN, pa.int64(), nullable=False)]
+                     + [pa.field(name, pa.float64()) for name in channels])
+
+
+def batch_from_rows(schema: pa.Schema, ts_ns: np.ndarray, block: np.ndarray) -> pa.RecordBatch:
+    """A record batch of ``block`` (rows × channels, float64) through pyarrow (slow path)."""
+    arrays = [pa.array(np.ascontiguousarray(ts_ns, dtype=np.int64))]
+    arrays += [pa.array(np.ascontiguousarray(block[:, i])) for i in range(block.shape[1])]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class BatchEncoder:
+    """Encapsulated IPC record-batch messages for one schema, without a column loop.
+
+    With no nulls (NaN is a value) and every buffer a multiple of 8 bytes, a batch message
+    is a metadata header that depends only on the row count, followed by the columns'
+    bytes back to back. The header for each row count is taken from a batch pyarrow itself
+    serialised, and used only after checking that pyarrow's body equals the bytes this class
+    would write; otherwise every batch goes through pyarrow.
+    """
+
+    def __init__(self, channels: list[str]) -> None:
+        self.schema = journal_schema(channels)
+        self.n_channels = len(channels)
+        self._headers: dict[int, bytes | None] = {}
+
+    def schema_message(self) -> bytes:
+        return self.schema.serialize().to_pybytes()
+
+    def _header(self, n: int) -> bytes | None:
+        if n not in self._headers:
+            ts = np.arange(1, n + 1, dtype=np.int64)
+            block = np.arange(n * self.n_channels, dtype=np.float64).reshape(n, -1) + 0.5
+            message = batch_from_rows(self.schema, ts, block).serialize().to_pybytes()
+            body = ts.tobytes() + block.T.tobytes()
+            ok = len(message) > len(body) and message.endswith(body)
+            self._headers[n] = message[:len(message) - len(body)] if ok else None
+        return self._headers[n]
+
+    def batch_message(self, ts_ns: np.ndarray, block: np.ndarray) -> bytes:
+        """The IPC message holding ``block`` (rows × channels float64) and ``ts_ns``."""
+        header = self._header(len(ts_ns))
+        if header is None:
+            return batch_from_rows(self.schema, ts_ns, block).serialize().to_pybytes()
+        return b"".join((header, np.ascontiguousarray(ts_ns, dtype=np.int64).tobytes(),
+                         np.ascontiguousarray(block, dtype=np.float64).T.tobytes()))
+
+
+# ---------------------------------------------------------------------------------------
+# Parquet segments
+# ---------------------------------------------------------------------------------------
+
+def segment_table(ts_ns: np.ndarray, block: np.ndarray,
+                  channels: list[str]) -> tuple[pa.Table, dict[str, str]]:
+    """The segment's Arrow table and a Parquet encoding per column.
+
+    A column whose values are all integral is stored as int64 (null where NaN) with
+    DELTA_BINARY_PACKED (counters and integral gauges: small deltas pack into few bits);
+    other columns as float32 when that is exact, else float64, with BYTE_STREAM_SPLIT.
+    """
+    nan = np.isnan(block)
+    finite_or_nan = np.isfinite(block) | nan
+    filled = np.where(nan, 0.0, block)
+    integral = (finite_or_nan.all(axis=0) & (filled == np.rint(filled)).all(axis=0)
+                & (np.abs(filled) <= _INT64_LIMIT).all(axis=0))
+    as32 = filled.astype(np.float32)
+    exact32 = (as32.astype(np.float64) == filled).all(axis=0) & finite_or_nan.all(axis=0)
+    any_nan = nan.any(axis=0)
+    arrays = [pa.array(np.asarray(ts_ns, dtype=np.int64))]
+    encodings = {TIME_COLUMN: "DELTA_BINARY_PACKED"}
+    ints = filled.astype(np.int64, copy=False) if integral.any() else None
+    for i, name in enumerate(channels):
+        mask = nan[:, i] if any_nan[i] else None
+        if integral[i] and ints is not None:
+            arrays.append(pa.array(ints[:, i], type=pa.int64(), mask=mask))
+            encodings[name] = "DELTA_BINARY_PACKED"
+        elif exact32[i]:
+            arrays.append(pa.array(as32[:, i], type=pa.float32(), mask=mask))
+            encodings[name] = "BYTE_STREAM_SPLIT"
+        else:
+            arrays.append(pa.array(block[:, i], type=pa.float64(), mask=mask))
+            encodings[name] = "BYTE_STREAM_SPLIT"
+    return pa.Table.from_arrays(arrays, names=[TIME_COLUMN, *channels]), encodings
+
+
+def write_segment_file(path: Path, table: pa.Table, encodings: dict[str, str],
+                       zstd_level: int = ZSTD_LEVEL) -> int:
+    """Write ``table`` to ``path`` atomically (tmp, fsync, rename); returns its size."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        pq.write_table(
+            table, tmp, row_group_size=max(table.num_rows, 1), compression="zstd",
+            compression_level=zstd_level, use_dictionary=False, column_encoding=encodings,
+            write_statistics=[TIME_COLUMN], store_schema=False, write_page_index=False,
+            data_page_size=1 << 22)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+    return path.stat().st_size
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_journal_rows(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Every complete batch of a journal as (ts_ns, block, channels)."""
+    batches = []
+    with open(path, "rb") as handle:
+        reader = ipc.open_stream(handle)
+        schema = reader.schema
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowException):
+                break
+    channels = [name for name in schema.names if name != TIME_COLUMN]
+    if not batches:
+        return np.zeros(0, np.int64), np.zeros((0, len(channels))), channels
+    table = pa.Table.from_batches(batches, schema=schema)
+    ts = table.column(TIME_COLUMN).to_numpy()
+    block = np.empty((table.num_rows, len(channels)), dtype=np.float64)
+    for i, name in enumerate(channels):
+        column = table.column(name).cast(pa.float64()).fill_null(np.nan)
+        block[:, i] = column.to_numpy(zero_copy_only=False)
+    return ts, block, channels
+
+
+# ---------------------------------------------------------------------------------------
+# The writer
+# ---------------------------------------------------------------------------------------
+
+Notify = Callable[[str, str], None]  # (level "warning" | "info", message)
+
+
+def _quiet(level: str, message: str) -> None:
+    del level, message
+
+
+class SegmentWriter:
+    """Append rows to a run directory: journal every ``flush_seconds``, Parquet per segment.
+
+    Parameters
+    ----------
+    run : Path
+        The run directory (created if absent).
+    channels : list of str
+        Channel names, one per value of each row.
+    interval_s : float
+        Nominal sampling interval, seconds (sizes the buffers).
+    segment_seconds : float
+        Length of a segment, seconds of samples.
+    flush_seconds : float
+        Longest span of samples held only in memory (what a SIGKILL can lose), seconds.
+    notify : callable(level, message)
+        Receives the disk-full warning and the matching "resumed" note.
+    background : bool
+        Write Parquet segments on a worker thread (the collector) or inline (tests, tools).
+    """
+
+    def __init__(self, run: Path, channels: list[str], *, interval_s: float = 0.1,
+                 segment_seconds: float = 300.0, flush_seconds: float = 1.0,
+                 notify: Notify = _quiet, background: bool = True,
+                 zstd_level: int = ZSTD_LEVEL) -> None:
+        self.run = Path(run)
+        (self.run / SEGMENTS_DIR).mkdir(parents=True, exist_ok=True)
+        (self.run / JOURNAL_DIR).mkdir(parents=True, exist_ok=True)
+        self.interval_ns = max(int(interval_s * 1e9), 1)
+        self.segment_ns = int(segment_seconds * 1e9)
+        self.flush_ns = int(flush_seconds * 1e9)
+        self.zstd_level = zstd_level
+        self.notify = notify
+        self.stats = WriterStats()
+        self._lock = threading.Lock()  # guards stats touched by the worker
+        self._number = self._first_free_number()
+        self._pending: list[int] = []  # journals whose Parquet write failed
+        self._disk_full = False
+        self._dropped_in_episode = 0
+        self._closed = False
+        self._queue: queue.Queue[Callable[[], None] | None] | None = None
+        self._worker: threading.Thread | None = None
+        self._worker_error: BaseException | None = None
+        if background:
+            self._queue = queue.Queue()
+            self._worker = threading.Thread(target=self._work, name="segment-writer",
+                                            daemon=True)
+            self._worker.start()
+        self._fd = -1
+        self._start_segment(list(channels))
+
+    # -- public ----------------------------------------------------------------------------
+    @property
+    def channels(self) -> list[str]:
+        return list(self._channels)
+
+    @property
+    def segment_number(self) -> int:
+        return self._number
+
+    def append(self, ts_ns: int, row: np.ndarray) -> None:
+        """Add one sample (``row``: float64 per channel, copied); flush/roll when due."""
+        if self._count == len(self._ts):
+            self._grow()
+        self._ts[self._count] = ts_ns
+        self._block[self._count] = row
+        self._count += 1
+        first = self._ts[self._flushed]
+        if ts_ns - first >= self.flush_ns - self.interval_ns // 2:
+            self.flush()
+        if self._count and ts_ns - self._ts[0] >= self.segment_ns - self.interval_ns // 2:
+            self.roll()
+
+    def flush(self) -> None:
+        """Append the rows not yet journaled as one record batch (drop them on a full disk)."""
+        start, stop = self._flushed, self._count
+        if stop <= start:
+            return
+        ok = self._journal_ready or self._write_schema()
+        if ok:
+            message = self._encoder.batch_message(self._ts[start:stop], self._block[start:stop])
+            ok = self._append_journal(message)
+        if ok:
+            self._flushed = stop
+            self.stats.rows_journaled += stop - start
+            if self._disk_full:
+                self._disk_full = False
+                self.notify("info", f"{self.run}: storage writable again; recording resumed "
+                                    f"after {self._dropped_in_episode} dropped samples")
+        else:
+            self._count = start  # rows that never reached the journal are dropped
+            self.stats.dropped_samples += stop - start
+            self._dropped_in_episode += stop - start
+
+    def roll(self) -> None:
+        """Close the open segment (journal → Parquet) and open the next, same channels."""
+        self.set_channels(self._channels, force=True)
+
+    def set_channels(self, channels: list[str], force: bool = False) -> None:
+        """Start a new segment with ``channels`` (when they differ, or ``force``)."""
+        if not force and list(channels) == self._channels:
+            return
+        self.flush()
+        if self._count == 0:
+            self._close_journal(remove=True)  # nothing recorded: reuse the number
+        else:
+            self._close_journal(remove=False)
+            self.submit(self._segment_job())
+        self._start_segment(list(channels))
+
+    def close(self) -> None:
+        """Flush, write the last segment, wait for the worker, retry pending journals."""
+        if self._closed:
+            return
+        self.flush()
+        if self._count:
+            self._close_journal(remove=False)
+            self.submit(self._segment_job())
+        else:
+            self._close_journal(remove=True)
+        self._closed = True
+        if self._queue is not None and self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
+        self._retry_pending()
+
+    def _segment_job(self) -> Callable[[], None]:
+        """Hand the open segment's rows to a job writing its Parquet file; next number."""
+        number, channels = self._number, list(self._channels)
+        ts, block = self._ts[:self._count], self._block[:self._count]
+        self._number += 1
+        return lambda: self._finish_segment(number, ts, block, channels)
+
+    def update_journal_size(self) -> None:
+        self.stats.journal_bytes = self._journal_size
+
+    # -- journal -----------------------------------------------------------------------------
+    def _first_free_number(self) -> int:
+        numbers = [0]
+        for folder in (SEGMENTS_DIR, JOURNAL_DIR):
+            for path in (self.run / folder).iterdir():
+                head = path.name.split(".", 1)[0]
+                if head.isdigit():
+                    numbers.append(int(head))
+        return max(numbers) + 1
+
+    def _start_segment(self, channels: list[str]) -> None:
+        if getattr(self, "_channels", None) != channels:
+            self._encoder = BatchEncoder(channels)  # keeps its headers while channels stay
+            per_flush = max(1, round(self.flush_ns / self.interval_ns))
+            for n in (per_flush, per_flush + 1):  # built now, not on the sampling path
+                self._encoder.batch_message(np.zeros(n, np.int64),
+                                            np.zeros((n, len(channels))))
+        self._channels = channels
+        capacity = int(self.segment_ns // self.interval_ns) + 16
+        self._ts = np.zeros(capacity, dtype=np.int64)
+        self._block = np.empty((capacity, len(channels)), dtype=np.float64)
+        self._count = 0
+        self._flushed = 0
+        self._journal_size = 0
+        self._journal_ready = False
+        path = journal_path(self.run, self._number)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self._write_schema()
+
+    def _grow(self) -> None:
+        """More rows than planned (a clock jump, a tiny interval): double the buffers."""
+        self._ts = np.concatenate([self._ts, np.zeros_like(self._ts)])
+        self._block = np.concatenate([self._block, np.empty_like(self._block)])
+
+    def _write_schema(self) -> bool:
+        if self._journal_size:
+            os.ftruncate(self._fd, 0)
+            self._journal_size = 0
+        self._journal_ready = self._append_journal(self._encoder.schema_message())
+        return self._journal_ready
+
+    def _append_journal(self, data: bytes) -> bool:
+        """pwrite ``data`` at the end of the journal; on a storage error cut it back."""
+        offset = self._journal_size
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.pwrite(self._fd, view, offset)
+                view = view[written:]
+                offset += written
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._journal_size)
+            self._storage_error(exc)
+            return False
+        self.stats.journal_bytes_total += offset - self._journal_size
+        self._journal_size = offset
+        self.stats.journal_bytes = offset
+        return True
+
+    def _storage_error(self, exc: OSError) -> None:
+        if not self._disk_full:
+            self._disk_full = True
+            self._dropped_in_episode = 0
+            self.stats.disk_full_episodes += 1
+            self.notify("warning", f"{self.run}: cannot write ({exc.strerror}); dropping "
+                                   f"samples until space returns")
+
+    def _close_journal(self, remove: bool) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if remove:
+            with contextlib.suppress(OSError):
+                journal_path(self.run, self._number).unlink()
+        self.stats.journal_bytes = 0
+
+    # -- segments ----------------------------------------------------------------------------
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the writer's worker thread, after the segments queued before it
+        (inline when there is no worker or the writer is closed)."""
+        if self._queue is not None and not self._closed:
+            self._queue.put(job)
+        else:
+            job()
+
+    def _work(self) -> None:
+        assert self._queue is not None
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                job()
+            except BaseException as exc:  # never kill the sampler; a journal stays readable
+                self._worker_error = exc
+                self.notify("warning", f"{self.run}: background write failed ({exc})")
+
+    def _finish_segment(self, number: int, ts_ns: np.ndarray, block: np.ndarray,
+                        channels: list[str]) -> None:
+        """Write segment ``number`` from its rows; keep the journal when the disk is full."""
+        if self._write_parquet(number, ts_ns, block, channels):
+            self._retry_pending()
+        else:
+            with self._lock:
+                self._pending.append(number)
+                self.stats.pending_segments = len(self._pending)
+
+    def _write_parquet(self, number: int, ts_ns: np.ndarray, block: np.ndarray,
+                       channels: list[str]) -> bool:
+        table, encodings = segment_table(ts_ns, block, channels)
+        target = segment_path(self.run, number)
+        try:
+            size = write_segment_file(target, table, encodings, self.zstd_level)
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            self._storage_error(exc)
+            return False
+        with contextlib.suppress(OSError):
+            journal_path(self.run, number).unlink()
+        with self._lock:
+            self.stats.segments_written += 1
+            self.stats.segment_bytes += size
+        return True
+
+    def _retry_pending(self) -> None:
+        """Convert journals left by an earlier full disk, oldest first."""
+        with self._lock:
+            pending = list(self._pending)
+        for number in pending:
+            path = journal_path(self.run, number)
+            if not path.exists():
+                done = True
+            else:
+                try:
+                    ts, block, channels = read_journal_rows(path)
+                except (OSError, pa.ArrowException):
+                    break
+                done = len(ts) == 0 or self._write_parquet(number, ts, block, channels)
+            if not done:
+                break
+            with self._lock:
+                self._pending.remove(number)
+                self.stats.pending_segments = len(self._pending)
