@@ -1,0 +1,229 @@
+"""Leave the machine as found: undo stack, signal handling, leftover removal, snapshots.
+
+Three layers keep a run from leaving anything behind:
+
+1. every injector undoes its change in ``try/finally`` (normal end, exception, Ctrl-C);
+2. :data:`UNDO` holds an undo callback for every live change and runs them at interpreter
+   exit (``atexit``) and on SIGTERM/SIGHUP (turned into :class:`SystemExit`);
+3. :func:`remove_leftovers` (``reveal validate --cleanup``) finds what a SIGKILLed run left
+   (namespaces, temp dirs, tagged processes, HugePages state files) by the ``rvinj-<pid>-``
+   prefix and removes those whose owner is dead.
+
+:func:`snapshot` lists the suite-relevant machine state for before/after comparisons.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reveal.inject.naming import PREFIX, TAG_ENV, owned_name, owner_of, pid_alive, temp_root
+
+HUGEPAGES_FILE = Path("/proc/sys/vm/nr_hugepages")
+
+
+class UndoStack:
+    """Undo callbacks for live changes, run newest first; each runs at most once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[int, tuple[str, Callable[[], None]]] = {}
+        self._next = 0
+        self._installed = False
+
+    def push(self, label: str, undo: Callable[[], None]) -> int:
+        self._install()
+        with self._lock:
+            self._next += 1
+            self._items[self._next] = (label, undo)
+            return self._next
+
+    def pop(self, handle: int, run: bool = True) -> None:
+        with self._lock:
+            item = self._items.pop(handle, None)
+        if item is not None and run:
+            _quiet(item[1])
+
+    def run_all(self) -> list[str]:
+        """Run every pending undo (newest first); returns their labels."""
+        with self._lock:
+            items = sorted(self._items.items(), reverse=True)
+            self._items.clear()
+        for _, (_, undo) in items:
+            _quiet(undo)
+        return [label for _, (label, _) in items]
+
+    def pending(self) -> list[str]:
+        with self._lock:
+            return [label for label, _ in self._items.values()]
+
+    def _install(self) -> None:
+        if not self._installed:
+            atexit.register(self.run_all)
+            self._installed = True
+
+
+UNDO = UndoStack()
+
+
+def _quiet(undo: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):
+        undo()
+
+
+def install_signal_handlers() -> None:
+    """Turn SIGTERM and SIGHUP into SystemExit so ``finally`` blocks and atexit run.
+
+    Only from the main thread (Python's rule for signal handlers); a no-op elsewhere.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit)
+
+
+def make_temp_dir(kind: str) -> Path:
+    """A fresh directory ``/tmp/rvinj-<pid>-<kind>-XXXX``, removed at exit or on SIGTERM
+    (and by :func:`remove_leftovers` after a SIGKILL)."""
+    path = Path(tempfile.mkdtemp(prefix=owned_name(kind) + "-", dir=temp_root()))
+    UNDO.push(f"directory {path}", lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+# ----------------------------------------------------------------------------- snapshot
+
+def _cmd(argv: list[str]) -> str:
+    if shutil.which(argv[0]) is None:
+        return ""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout
+
+
+def netns_names() -> list[str]:
+    """Names of the named network namespaces (``ip netns list``)."""
+    return sorted(line.split()[0] for line in _cmd(["ip", "netns", "list"]).splitlines()
+                  if line.strip())
+
+
+def tagged_processes() -> dict[int, int]:
+    """pid → owner pid of every live process carrying the suite's environment tag."""
+    found: dict[int, int] = {}
+    needle = f"{TAG_ENV}=".encode()
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = Path(entry.path, "environ").read_bytes()
+        except OSError:
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(needle):
+                with contextlib.suppress(ValueError):
+                    found[int(entry.name)] = int(item[len(needle):])
+                break
+    return found
+
+
+def temp_leftovers() -> list[Path]:
+    """Suite files and directories in the temp dir (``/tmp/rvinj-*``)."""
+    return sorted(temp_root().glob(f"{PREFIX}-*"))
+
+
+def read_hugepages() -> int | None:
+    try:
+        return int(HUGEPAGES_FILE.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def snapshot() -> dict[str, Any]:
+    """Suite-relevant machine state: namespaces, root-ns links and qdiscs, HugePages, files.
+
+    Two snapshots taken before and after a suite run must be equal.
+    """
+    links = sorted(line.split(":")[1].strip().split("@")[0]
+                   for line in _cmd(["ip", "-o", "link", "show"]).splitlines()
+                   if line.count(":") >= 2)
+    return {
+        "netns": netns_names(),
+        "links": links,
+        "qdiscs": sorted(line.strip() for line in _cmd(["tc", "qdisc", "show"]).splitlines()),
+        "nft": _cmd(["nft", "list", "tables"]).split(),
+        "nr_hugepages": read_hugepages(),
+        "temp": [p.name for p in temp_leftovers()],
+        "processes": sorted(tagged_processes()),
+    }
+
+
+# ----------------------------------------------------------------------------- leftovers
+
+def _dead_owner(name: str, include_live: bool) -> bool:
+    owner = owner_of(name)
+    if owner is None:
+        return False
+    return include_live or owner == os.getpid() or not pid_alive(owner)
+
+
+def remove_leftovers(include_live: bool = False) -> list[str]:
+    """Remove what dead suite runs left behind; returns one line per thing removed.
+
+    ``include_live``: also remove resources of suite processes still running (use only
+    when no ``reveal validate``/``demo`` is meant to be running).
+    """
+    removed: list[str] = []
+    me = os.getpid()
+    for pid, owner in sorted(tagged_processes().items()):
+        if include_live or owner == me or not pid_alive(owner):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                removed.append(f"process {pid}")
+    for name in netns_names():
+        if _dead_owner(name, include_live):
+            for pid in _cmd(["ip", "netns", "pids", name]).split():
+                with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            _cmd(["ip", "netns", "delete", name])
+            removed.append(f"network namespace {name}")
+    for path in temp_leftovers():
+        if not _dead_owner(path.name, include_live):
+            continue
+        if path.name.endswith("-hugepages.json"):
+            removed.extend(_restore_hugepages(path))
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(f"directory {path}")
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            removed.append(f"file {path}")
+    return removed
+
+
+def _restore_hugepages(state: Path) -> list[str]:
+    try:
+        original = int(json.loads(state.read_text())["original"])
+    except (OSError, ValueError, KeyError, TypeError):
+        state.unlink(missing_ok=True)
+        return [f"file {state} (unreadable HugePages state)"]
+    with contextlib.suppress(OSError):
+        HUGEPAGES_FILE.write_text(f"{original}\n")
+    state.unlink(missing_ok=True)
+    return [f"vm.nr_hugepages restored to {original}"]

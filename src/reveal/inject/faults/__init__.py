@@ -1,0 +1,46 @@
+"""Fault injectors with ground truth. See :mod:`reveal.inject.faults.base` for the contract.
+
+=====================  =========  ====================================================
+kind                   subsystem  what it does
+=====================  =========  ====================================================
+cpu_contention         cpu        stress-ng --cpu workers
+memory_pressure        memory     stress-ng --vm holding a bounded allocation
+writeback_storm        memory     bounded buffered write held dirty, then sync
+disk_burst             storage    fio O_DIRECT random read/write on a bounded file
+packet_loss            network    random drop on the suite's veth (netem / nftables)
+net_delay              network    netem delay on the suite's veth (needs netem)
+net_throttle           network    tbf rate limit on the suite's veth
+udp_flood              network    small-packet UDP flood over the veth (softirq storm)
+hugepages_reserved     memory     vm.nr_hugepages raised, unused (cross-host case)
+=====================  =========  ====================================================
+"""
+
+from __future__ import annotations
+
+from reveal.errors import RevealError
+from reveal.inject.faults.base import Fault, FaultContext, run_episode
+from reveal.inject.faults.cpu import CpuContention
+from reveal.inject.faults.disk import DiskBurst
+from reveal.inject.faults.hugepages import ReservedHugePages
+from reveal.inject.faults.memory import MemoryPressure
+from reveal.inject.faults.network import NetDelay, NetThrottle, PacketLoss
+from reveal.inject.faults.udp_flood import UdpFlood
+from reveal.inject.faults.writeback import WritebackStorm
+
+FAULTS: dict[str, type[Fault]] = {
+    cls.kind: cls for cls in (
+        CpuContention, MemoryPressure, WritebackStorm, DiskBurst, PacketLoss, NetDelay,
+        NetThrottle, UdpFlood, ReservedHugePages,
+    )
+}
+
+
+def make_fault(kind: str, intensity: str, context: FaultContext) -> Fault:
+    """The fault ``kind`` at ``intensity``; unknown names raise :class:`RevealError`."""
+    cls = FAULTS.get(kind)
+    if cls is None:
+        raise RevealError(f"unknown fault {kind!r} (choose from {', '.join(FAULTS)})")
+    return cls(intensity, context)
+
+
+__all__ = ["FAULTS", "Fault", "FaultContext", "make_fault", "run_episode"]

@@ -1,0 +1,81 @@
+"""Reference workload: a small CNN trained on CPU with PyTorch (one thread).
+
+Writes synthetic sample files to ``--data-dir``, then trains with a DataLoader that reads
+them back from disk every epoch, until ``--duration`` seconds pass or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from reveal.inject.workloads.common import (
+    N_CLASSES,
+    Progress,
+    StopFlag,
+    base_parser,
+    label_of,
+    write_samples,
+)
+
+
+def build_model():  # type: ignore[no-untyped-def]
+    """A two-convolution CNN with a small MLP head (about 0.3 M parameters)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, N_CLASSES),
+    )
+
+
+def make_dataset(paths: list[Path]):  # type: ignore[no-untyped-def]
+    import numpy as np
+    import torch
+    from torch.utils.data import Dataset
+
+    class SampleFiles(Dataset):  # type: ignore[type-arg]
+        """Reads one ``.npy`` image per item from disk."""
+
+        def __len__(self) -> int:
+            return len(paths)
+
+        def __getitem__(self, index: int):  # type: ignore[no-untyped-def]
+            path = paths[index]
+            return torch.from_numpy(np.load(path)), label_of(path)
+
+    return SampleFiles()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = base_parser(__doc__ or "").parse_args(argv)
+    import torch
+    from torch.utils.data import DataLoader
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(0)
+    stop = StopFlag(args.duration)
+    paths = write_samples(args.data_dir, args.samples)
+    loader = DataLoader(make_dataset(paths), batch_size=args.batch, shuffle=True,
+                        num_workers=0)
+    model = build_model()
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    progress = Progress(workload="torch_train")
+    loss = torch.tensor(0.0)
+    while not stop:
+        for images, labels in loader:
+            optimiser.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss.backward()
+            optimiser.step()
+            progress.step(float(loss))
+            if stop:
+                break
+    progress.emit(float(loss), final=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
