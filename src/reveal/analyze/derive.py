@@ -170,7 +170,7 @@ def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
     for key, i in idx.by_metric.get("disk.sectors_written", {}).items():
         out.append((format_channel("derived.disk_write_bytes_per_s", dict(key)),
                     idx.tel.values[:, i] * SECTOR_BYTES))
-    for key, i in idx.by_metric.get("disk.io_time_ms", {}).items():
+    for key, i in idx.by_metric.get("disk.time_io_ms", {}).items():
         # ms of I/O per second of wall time → percent busy
         out.append((format_channel("derived.disk_util_pct", dict(key)),
                     np.clip(idx.tel.values[:, i] / 10.0, 0.0, 100.0)))
