@@ -1,0 +1,73 @@
+"""Scoring of verdicts against ground truth: recall, time to detect, attribution, clean share."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reveal.inject.groundtruth import Episode, EventLog, load_episodes
+from reveal.inject.scoring import clean_mask, score_episodes, summarise
+
+S = 1_000_000_000
+
+
+def _windows(n: int, size_s: float = 3.0, stride_s: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    start = (np.arange(n) * stride_s * S).astype(np.int64)
+    return start, start + int(size_s * S)
+
+
+def test_detection_ttd_and_attribution() -> None:
+    start, end = _windows(60)
+    flagged = np.zeros(60, dtype=bool)
+    shares: list[dict[str, float] | None] = [None] * 60
+    # episode A 10..20 s: windows starting at 11 and 12 s flagged, attributed cpu
+    for w, share in ((11, {"cpu": 0.7, "memory": 0.3}), (12, {"memory": 0.6, "cpu": 0.4})):
+        flagged[w], shares[w] = True, share
+    # episode B 30..40 s: missed. Episode C 45..50: flagged once, attributed network.
+    flagged[47], shares[47] = True, {"network": 1.0}
+    episodes = [Episode(10 * S, 20 * S, "cpu_contention", "cpu", "high"),
+                Episode(30 * S, 40 * S, "disk_burst", "storage", "low"),
+                Episode(45 * S, 50 * S, "packet_loss", "storage", "high")]
+    scores = {"zscore": np.linspace(0, 2, 60)}
+    a, b, c = score_episodes(episodes, start, end, flagged, shares, scores, {"zscore": 4.0})
+    assert a.detected and a.flagged_windows == 2
+    assert a.ttd_s == pytest.approx(4.0)  # earliest-ending flagged window ends at 14 s
+    assert a.ttd_start_s == pytest.approx(1.0)
+    assert a.attributed == "cpu" and a.attribution_ok  # 1.1 cpu vs 0.9 memory
+    assert not b.detected and b.ttd_s is None and not b.attribution_ok
+    assert b.overlapping_windows == 12  # windows starting 28..39 s overlap [30, 40)
+    assert b.max_ratio["zscore"] == pytest.approx(np.linspace(0, 2, 60)[39] / 4.0, abs=1e-3)
+    assert c.detected and c.attributed == "network" and not c.attribution_ok
+    summary = summarise([a, b, c], clean_windows=20, clean_flagged=1)
+    assert summary["total"]["recall"] == pytest.approx(2 / 3)
+    assert summary["total"]["attribution_accuracy"] == pytest.approx(0.5)
+    assert summary["total"]["clean_flag_share"] == pytest.approx(0.05)
+    assert {r["kind"] for r in summary["rows"]} == {"cpu_contention", "disk_burst",
+                                                    "packet_loss"}
+
+
+def test_clean_windows_exclude_episodes_and_settling_time() -> None:
+    start, end = _windows(40)
+    mask = clean_mask(start, end, [Episode(10 * S, 15 * S, "x", "cpu", "low")], settle_s=5.0)
+    # windows [s, s+3) overlapping [10, 20) are s = 8..19
+    assert not mask[8:20].any()
+    assert mask[:8].all() and mask[20:].all()
+    assert clean_mask(start, end, []).all()
+
+
+def test_ground_truth_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = EventLog(tmp_path)
+    log.append(Episode(5, 9, "cpu_contention", "cpu", "low", {"workers": 1}))
+    log.append(Episode(1, 3, "disk_burst", "storage", "high"))
+    episodes = load_episodes(tmp_path)
+    assert [e.kind for e in episodes] == ["disk_burst", "cpu_contention"]
+    assert episodes[1].detail == {"workers": 1}
+
+
+def test_bad_ground_truth_names_the_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from reveal.errors import InputError
+
+    (tmp_path / "events.jsonl").write_text('{"start_ns": 5, "end_ns": 1, "kind": "x", '
+                                           '"subsystem": "cpu"}\n')
+    with pytest.raises(InputError, match=r"events\.jsonl"):
+        load_episodes(tmp_path)
