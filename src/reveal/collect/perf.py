@@ -156,6 +156,15 @@ def _paranoid() -> str:
         return "?"
 
 
+def scale_counts(values: np.ndarray, enabled: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """Counts scaled by ``enabled / running`` (a multiplexed PMU counted only part of the
+    time), rounded to whole events; NaN where the counter never ran."""
+    scale = np.divide(enabled, running, out=np.full_like(enabled, np.nan), where=running > 0)
+    scaled = np.where(running >= enabled, values, np.rint(values * scale))
+    scaled[running == 0] = np.nan
+    return scaled
+
+
 @dataclass
 class _Group:
     fd: int  # leader fd (read returns every member)
@@ -307,15 +316,10 @@ class PerfProbe(Probe):
         self._read_scaled(out)
 
     def _read_scaled(self, out: np.ndarray) -> None:
-        """Counts scaled by enabled/running (multiplexed PMU); NaN where a group never ran."""
         words = self._words
-        values = words.take(self._value_idx).astype(np.float64)
-        enabled = words.take(self._enabled_idx).astype(np.float64)
-        running = words.take(self._running_idx).astype(np.float64)
-        scale = np.divide(enabled, running, out=np.full_like(enabled, np.nan),
-                          where=running > 0)
-        out[:] = np.where(running >= enabled, values, np.rint(values * scale))
-        out[running == 0] = np.nan
+        out[:] = scale_counts(words.take(self._value_idx).astype(np.float64),
+                              words.take(self._enabled_idx).astype(np.float64),
+                              words.take(self._running_idx).astype(np.float64))
 
     def refresh(self) -> bool:
         """Reopen every event when the set of online CPUs changed (hotplug)."""

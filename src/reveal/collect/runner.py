@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import pkgutil
 import resource
 import signal
 import time
@@ -33,10 +34,26 @@ def _quiet(level: str, message: str) -> None:
     del level, message
 
 
+#: Modules of :mod:`reveal.collect` that hold no probes.
+_NOT_PROBES = frozenset({"probe", "sampler", "runner", "hostinfo"})
+
+#: Probe modules that failed to import: module name → "ExceptionType: message".
+IMPORT_ERRORS: dict[str, str] = {}
+
+
 def registered_probes() -> dict[str, type[Probe]]:
-    """Every probe class: the package's probe modules plus the perf probe, by name."""
-    importlib.import_module("reveal.collect")  # its __init__ imports the probe modules
+    """Every probe class by name: what :mod:`reveal.collect` registers on import, the perf
+    probe, and any other public module of the package (a module that fails to import is
+    recorded in :data:`IMPORT_ERRORS` and the rest still load)."""
+    package = importlib.import_module("reveal.collect")  # its __init__ may import probes
     importlib.import_module("reveal.collect.perf")
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name.startswith("_") or module.name in _NOT_PROBES:
+            continue
+        try:
+            importlib.import_module(f"reveal.collect.{module.name}")
+        except Exception as exc:  # one broken probe module must not stop collection
+            IMPORT_ERRORS[module.name] = f"{type(exc).__name__}: {exc}"
     return dict(sorted(REGISTRY.items()))
 
 

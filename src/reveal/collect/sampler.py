@@ -219,6 +219,7 @@ class Sampler:
         start = clock()
         self.start_ns = start
         end = start + int(duration_s * 1e9) if duration_s is not None else None
+        last_k = None if end is None else -(-(end - start) // interval) - 1
         next_refresh = start + self.refresh_ns
         k = 0
         while True:
@@ -252,6 +253,8 @@ class Sampler:
             # Next tick: the next deadline unless we are past it by more than half an
             # interval; the ticks jumped over are missed, never replayed.
             due = (clock() - start + half) // interval
+            if last_k is not None:
+                due = min(due, last_k + 1)  # ticks after the end are not missed
             k += 1
             if due > k:
                 stats.missed_ticks += due - k

@@ -21,9 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def probe_rows() -> list[dict[str, Any]]:
     """Open every registered probe once (then close it) and describe the outcome."""
-    from reveal.collect.runner import open_probe, registered_probes
+    from reveal.collect.runner import IMPORT_ERRORS, open_probe, registered_probes
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, cls in registered_probes().items():
         state = open_probe(cls)
         row: dict[str, Any] = {
@@ -39,6 +39,10 @@ def probe_rows() -> list[dict[str, Any]]:
             with contextlib.suppress(Exception):
                 state.probe.close()
         rows.append(row)
+    for module, error in sorted(IMPORT_ERRORS.items()):
+        rows.append({"name": f"({module})", "default": True, "status": "unavailable",
+                     "channels": 0, "reason": f"module failed to import: {error}",
+                     "description": "", "open_ms": 0.0})
     return rows
 
 

@@ -134,11 +134,10 @@ def segment_table(ts_ns: np.ndarray, block: np.ndarray,
     any_nan = nan.any(axis=0)
     arrays = [pa.array(np.asarray(ts_ns, dtype=np.int64))]
     encodings = {TIME_COLUMN: "DELTA_BINARY_PACKED"}
-    ints = filled.astype(np.int64, copy=False) if integral.any() else None
     for i, name in enumerate(channels):
         mask = nan[:, i] if any_nan[i] else None
-        if integral[i] and ints is not None:
-            arrays.append(pa.array(ints[:, i], type=pa.int64(), mask=mask))
+        if integral[i]:
+            arrays.append(pa.array(filled[:, i].astype(np.int64), type=pa.int64(), mask=mask))
             encodings[name] = "DELTA_BINARY_PACKED"
         elif exact32[i]:
             arrays.append(pa.array(as32[:, i], type=pa.float32(), mask=mask))
@@ -253,6 +252,8 @@ class SegmentWriter:
         self.interval_ns = max(int(interval_s * 1e9), 1)
         self.segment_ns = int(segment_seconds * 1e9)
         self.flush_ns = int(flush_seconds * 1e9)
+        self._flush_due_ns = self.flush_ns - self.interval_ns // 2
+        self._roll_due_ns = self.segment_ns - self.interval_ns // 2
         self.zstd_level = zstd_level
         self.notify = notify
         self.stats = WriterStats()
@@ -289,10 +290,11 @@ class SegmentWriter:
         self._ts[self._count] = ts_ns
         self._block[self._count] = row
         self._count += 1
-        first = self._ts[self._flushed]
-        if ts_ns - first >= self.flush_ns - self.interval_ns // 2:
+        # Buffered rows cover (last - first + interval) of time: flush once that reaches
+        # flush_seconds (10 rows at 100 ms), so a SIGKILL loses at most that much.
+        if ts_ns - self._ts[self._flushed] + self.interval_ns >= self._flush_due_ns:
             self.flush()
-        if self._count and ts_ns - self._ts[0] >= self.segment_ns - self.interval_ns // 2:
+        if self._count and ts_ns - self._ts[0] + self.interval_ns >= self._roll_due_ns:
             self.roll()
 
     def flush(self) -> None:

@@ -1,0 +1,183 @@
+"""The streaming segment writer: journal cadence, segment files, encodings, schema changes."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+
+from reveal.store.layout import META_FILE, journal_path, segment_path, write_json_atomic
+from reveal.store.run_reader import read_run
+from reveal.store.run_writer import base_meta
+from reveal.store.segment_writer import (
+    BatchEncoder,
+    SegmentWriter,
+    batch_from_rows,
+    read_journal_rows,
+    segment_table,
+)
+
+STEP = 100_000_000  # 100 ms in ns
+
+
+def _rows(n: int, channels: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ts = 5_000_000_000 + np.arange(n, dtype=np.int64) * STEP
+    counters = np.cumsum(rng.integers(0, 50, size=(n, channels // 2)), axis=0).astype(float)
+    gauges = rng.normal(size=(n, channels - channels // 2))
+    block = np.hstack([counters, gauges])
+    block[3, 0] = np.nan
+    block[7, -1] = np.nan
+    return ts, block
+
+
+def _meta(run) -> None:
+    write_json_atomic(run / META_FILE, base_meta("h", 0.1))
+
+
+def _journal_rows(path) -> int:
+    with open(path, "rb") as handle:
+        return ipc.open_stream(handle).read_all().num_rows
+
+
+@pytest.mark.parametrize("n", [1, 9, 10, 11, 37])
+def test_fast_batch_message_is_byte_identical_to_pyarrow(n):
+    channels = [f"c{i}{{cpu={i % 3}}}" for i in range(23)]
+    ts, block = _rows(max(n, 10), 23, seed=n)
+    ts, block = ts[:n], block[:n]
+    encoder = BatchEncoder(channels)
+    fast = encoder.batch_message(ts, block)
+    slow = batch_from_rows(encoder.schema, ts, block).serialize().to_pybytes()
+    assert fast == slow
+    stream = encoder.schema_message() + fast + fast
+    table = ipc.open_stream(io.BytesIO(stream)).read_all()
+    assert table.num_rows == 2 * n
+    np.testing.assert_array_equal(table.column("ts_ns").to_numpy()[:n], ts)
+    got = np.column_stack([table.column(c).to_numpy()[:n] for c in channels])
+    np.testing.assert_array_equal(got, block)  # NaN positions included
+
+
+def test_segment_types_follow_the_values():
+    n = 50
+    ts = np.arange(n, dtype=np.int64) * STEP
+    counter = np.arange(n, dtype=float) * 4096 + 2.0**40
+    counter[5] = np.nan
+    halves = np.arange(n) / 2.0  # exact in float32
+    fine = np.linspace(0, 1, n) + 1e-9  # needs float64
+    empty = np.full(n, np.nan)
+    huge = np.full(n, 2.0**70 + 2.0**30)  # integral, beyond int64, not exact in float32
+    block = np.column_stack([counter, halves, fine, empty, huge])
+    names = ["a", "b", "c", "d", "e"]
+    table, encodings = segment_table(ts, block, names)
+    types = {f.name: f.type for f in table.schema}
+    assert types["a"] == pa.int64() and encodings["a"] == "DELTA_BINARY_PACKED"
+    assert table.column("a").null_count == 1
+    assert types["b"] == pa.float32() and encodings["b"] == "BYTE_STREAM_SPLIT"
+    assert types["c"] == pa.float64()
+    assert table.column("d").null_count == n
+    assert types["e"] == pa.float64()
+    back = np.column_stack([table.column(c).cast(pa.float64()).fill_null(np.nan).to_numpy()
+                            for c in names])
+    np.testing.assert_array_equal(back, block)  # lossless, NaN where missing
+
+
+def test_journal_gets_a_batch_every_second_and_segments_roll(tmp_path):
+    run = tmp_path / "run"
+    channels = [f"x{i}" for i in range(40)]
+    ts, block = _rows(130, 40)
+    writer = SegmentWriter(run, channels, interval_s=0.1, segment_seconds=6.0,
+                           flush_seconds=1.0, background=False)
+    _meta(run)
+    for i in range(9):
+        writer.append(int(ts[i]), block[i])
+    first = journal_path(run, 1)
+    assert first.exists() and _journal_rows(first) == 0  # schema only: < 1 s buffered
+    writer.append(int(ts[9]), block[9])
+    assert _journal_rows(first) == 10  # one second of rows, flushed as one batch
+    for i in range(10, 60):
+        writer.append(int(ts[i]), block[i])
+    # 60 rows = 6 s: the first segment is closed, its journal removed, a new one open
+    assert segment_path(run, 1).exists() and not first.exists()
+    assert journal_path(run, 2).exists()
+    assert pq.ParquetFile(segment_path(run, 1)).metadata.num_rows == 60
+    for i in range(60, 130):
+        writer.append(int(ts[i]), block[i])
+    mid = read_run(run)  # segments plus the open journal, while recording
+    assert mid.n_samples == 130
+    writer.close()
+    assert not list((run / "journal").iterdir())
+    back = read_run(run)
+    np.testing.assert_array_equal(back.timestamps_ns, ts)
+    np.testing.assert_array_equal(back.values, block)
+    assert writer.stats.segments_written == 3
+    assert writer.stats.rows_journaled == 130 and writer.stats.dropped_samples == 0
+
+
+def test_schema_change_starts_a_segment_and_earlier_rows_are_nan(tmp_path):
+    run = tmp_path / "run"
+    ts, block = _rows(40, 4)
+    writer = SegmentWriter(run, ["a", "b", "c"], interval_s=0.1, background=True)
+    _meta(run)
+    for i in range(15):
+        writer.append(int(ts[i]), block[i, :3])
+    writer.set_channels(["a", "b", "c", "new{dev=x}"])
+    assert writer.segment_number == 2
+    for i in range(15, 40):
+        writer.append(int(ts[i]), block[i])
+    writer.close()
+    assert segment_path(run, 1).exists() and segment_path(run, 2).exists()
+    back = read_run(run)
+    assert back.channels == ["a", "b", "c", "new{dev=x}"]
+    assert np.isnan(back.column("new{dev=x}")[:15]).all()
+    np.testing.assert_array_equal(back.column("new{dev=x}")[15:], block[15:, 3])
+    np.testing.assert_array_equal(back.values[:, :3], block[:, :3])
+
+
+def test_unchanged_channels_and_empty_segments_write_nothing(tmp_path):
+    run = tmp_path / "run"
+    writer = SegmentWriter(run, ["a"], interval_s=0.1, background=False)
+    writer.set_channels(["a"])  # same schema: no new segment
+    writer.set_channels(["a", "b"])  # nothing recorded yet: reuse the number
+    assert writer.segment_number == 1
+    writer.close()
+    assert not list((run / "segments").iterdir()) and not list((run / "journal").iterdir())
+
+
+def test_read_journal_rows_recovers_a_cut_journal(tmp_path):
+    run = tmp_path / "run"
+    ts, block = _rows(35, 6)
+    writer = SegmentWriter(run, list("abcdef"), interval_s=0.1, background=False)
+    for i in range(35):
+        writer.append(int(ts[i]), block[i])
+    path = journal_path(run, 1)
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.truncate(size - 10)  # as if killed in the middle of the third batch
+    got_ts, got, channels = read_journal_rows(path)
+    assert channels == list("abcdef")
+    np.testing.assert_array_equal(got_ts, ts[:20])
+    np.testing.assert_array_equal(got, block[:20])
+
+
+def test_compact_storage_for_counters(tmp_path):
+    """Slowly rising counters and constant channels cost well under 0.5 bytes a value."""
+    rng = np.random.default_rng(3)
+    n, c = 3000, 200
+    ts = np.arange(n, dtype=np.int64) * STEP + rng.integers(-200_000, 200_000, n)
+    ts.sort()
+    block = np.zeros((n, c))
+    block[:, :50] = np.cumsum(rng.poisson(3.0, size=(n, 50)), axis=0)  # busy counters
+    block[:, 50:150] = 12345.0  # idle counters
+    block[:, 150:] = np.cumsum(rng.poisson(0.01, size=(n, 50)), axis=0)  # rare events
+    run = tmp_path / "run"
+    writer = SegmentWriter(run, [f"m{i}" for i in range(c)], interval_s=0.1,
+                           segment_seconds=300, background=False)
+    for i in range(n):
+        writer.append(int(ts[i]), block[i])
+    writer.close()
+    size = segment_path(run, 1).stat().st_size
+    assert size / block.size < 0.5
