@@ -1,0 +1,498 @@
+"""Fast readers shared by the procfs, sysfs and cgroup probes.
+
+The hot path of every file-based probe is the same: one ``pread`` per file kept open,
+then one vectorised parse of all its files at once. Layouts are worked out once (at
+``open()``/``refresh()``): *which whitespace-separated tokens* hold the wanted values. Each
+tick the joined text is reduced to digits (one ``bytes.translate``), parsed in one call
+(``np.fromstring``) and the wanted positions are picked with one fancy index. When the
+reduced text no longer has the expected number of values (a device appeared, a driver
+renamed an IRQ), the layout is rebuilt from the new text and the probe reports changed
+channels at its next ``refresh()``.
+
+Building blocks:
+
+- :class:`OpenFile`: a descriptor read from offset 0 with ``os.pread`` each tick.
+- :class:`NumberParser`: pulls chosen tokens of one text out as float64.
+- :class:`Source`: one file and its ``discover`` (text → ``{channel: (token, scale)}``).
+- :class:`FileGroup`: several sources read and parsed together.
+- :class:`FileProbe`: a probe made of groups; handles open/read/refresh/close.
+"""
+
+from __future__ import annotations
+
+import errno
+import operator
+import os
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from reveal.collect.probe import Probe, ProbeUnavailable
+
+Layout = dict[str, tuple[int, float]]
+"""Channel name → (index of its token in ``text.split()``, scale applied to the value)."""
+
+Discover = Callable[[bytes], Layout]
+Prepare = Callable[[bytes], bytes]
+
+_DIGITS = b"0123456789"
+_SPACE = b" \t\n\r\x0b\x0c"
+
+
+def _complement(keep: bytes) -> bytes:
+    return bytes(c for c in range(256) if c not in keep)
+
+
+# mode → (translate table or None, bytes to delete, dtype of the vectorised parse)
+_MODES: dict[str, tuple[bytes | None, bytes, type]] = {
+    # non-negative integers: every byte but digits and blanks is deleted
+    "uint": (None, _complement(_DIGITS + _SPACE), np.uint64),
+    # signed integers (``-1`` in /proc/net/snmp)
+    "int": (None, _complement(_DIGITS + _SPACE + b"-"), np.int64),
+    # decimals: every byte but digits, '.', '-' and blanks becomes a blank
+    "float": (bytes(c if c in _DIGITS + _SPACE + b".-" else 32 for c in range(256)), b"",
+              np.float64),
+}
+
+
+def roots(options: dict[str, Any]) -> tuple[str, str]:
+    """``(proc_root, sys_root)`` from probe options ``root``, ``proc_root``, ``sys_root``."""
+    base = str(options.get("root", "")).rstrip("/")
+    proc_root = str(options.get("proc_root", f"{base}/proc")).rstrip("/")
+    sys_root = str(options.get("sys_root", f"{base}/sys")).rstrip("/")
+    return proc_root, sys_root
+
+
+def read_bytes(path: str, limit: int = 1 << 22) -> bytes | None:
+    """The content of ``path`` (one-shot, for discovery), or None when it cannot be read."""
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            return handle.read(limit)
+    except OSError:
+        return None
+
+
+def read_str(path: str) -> str | None:
+    """``read_bytes`` decoded (ASCII with replacement) and stripped, or None."""
+    data = read_bytes(path, 4096)
+    return None if data is None else data.decode("ascii", "replace").strip()
+
+
+def sorted_numeric(names: Iterable[str], prefix: str) -> list[str]:
+    """Names ``prefix<N>`` sorted by N (``cpu2`` before ``cpu10``); others dropped."""
+    picked = [n for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()]
+    return sorted(picked, key=lambda n: int(n[len(prefix):]))
+
+
+def list_dir(path: str) -> list[str]:
+    """Entries of a directory, or an empty list when it cannot be listed."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+class OpenFile:
+    """A file descriptor kept open and re-read from offset 0 with one ``pread`` per tick."""
+
+    __slots__ = ("fd", "path", "size")
+
+    def __init__(self, path: str, size: int = 4096) -> None:
+        self.path = path
+        self.size = size
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> bytes:
+        """The whole current content (the buffer grows when the file outgrows it)."""
+        data = os.pread(self.fd, self.size, 0)
+        while len(data) >= self.size:
+            self.size *= 4
+            data = os.pread(self.fd, self.size, 0)
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _parse_numbers(text: bytes, dtype: type) -> np.ndarray:
+    """All blank-separated numbers of ``text``; ValueError when one does not parse."""
+    return np.fromstring(text, dtype=dtype, sep=" ")
+
+
+class NumberParser:
+    """Extracts chosen tokens of a text as float64 with one vectorised parse.
+
+    ``positions[i]`` is the index in ``text.split()`` of the token holding output ``i``
+    (None: always NaN). The fast path reduces the text to numbers with ``bytes.translate``
+    and parses it with one ``np.fromstring``; where the text does not allow that (a label
+    that leaves a stray ``-``), a slower path splits the text and converts the picked
+    tokens, still without a per-value Python loop.
+    """
+
+    def __init__(self, data: bytes, positions: Sequence[int | None],
+                 scale: Sequence[float] | None = None, mode: str = "uint") -> None:
+        table, delete, dtype = _MODES[mode]
+        self._table, self._delete, self._dtype = table, delete, dtype
+        tokens = data.split()
+        self.n = len(positions)
+        wanted: list[int] = []
+        keep: list[int] = []
+        for i, pos in enumerate(positions):
+            if pos is not None and pos < len(tokens) and _is_number(tokens[pos]):
+                wanted.append(pos)
+                keep.append(i)
+        self._dst: np.ndarray | None = None
+        self._nan: np.ndarray | None = None
+        if len(keep) != self.n:
+            self._dst = np.asarray(keep, dtype=np.intp)
+            self._nan = np.setdiff1d(np.arange(self.n), self._dst)
+        factors = np.ones(len(keep)) if scale is None else np.asarray(scale, float)[keep]
+        self._scale = None if np.all(factors == 1.0) else factors
+        self._wanted = wanted
+        self._ntok = len(tokens)
+        self._getter = _getter(wanted)
+        self._label_getter = _getter([i for i, t in enumerate(tokens) if not _is_number(t)])
+        self._labels = self._label_getter(tokens)
+        self.fast = self._build_fast(data, tokens, wanted)
+
+    def same_labels(self, data: bytes) -> bool:
+        """True when ``data`` has the same tokens count and the same non-number tokens."""
+        tokens = data.split()
+        return len(tokens) == self._ntok and self._label_getter(tokens) == self._labels
+
+    def _build_fast(self, data: bytes, tokens: list[bytes], wanted: list[int]) -> bool:
+        table, delete = self._table, self._delete
+        counts = np.fromiter((len(t.translate(table, delete).split()) for t in tokens),
+                             dtype=np.intp, count=len(tokens))
+        if any(counts[p] != 1 for p in wanted):
+            return False
+        starts = np.cumsum(counts) - counts
+        self._index = starts[wanted].astype(np.intp)
+        self._total = int(counts.sum())
+        try:
+            parsed = _parse_numbers(data.translate(table, delete), self._dtype)
+        except ValueError:
+            return False
+        if parsed.size != self._total:
+            return False
+        expected = np.array([float(tokens[p]) for p in wanted], dtype=np.float64)
+        return bool(np.array_equal(parsed[self._index].astype(np.float64), expected))
+
+    def parse(self, data: bytes, out: np.ndarray) -> bool:
+        """Fill ``out`` (length ``n``) from ``data``; False when the layout no longer fits."""
+        if self.fast:
+            try:
+                parsed = _parse_numbers(data.translate(self._table, self._delete), self._dtype)
+            except ValueError:
+                return False
+            if parsed.size != self._total:
+                return False
+            values = parsed[self._index]
+        else:
+            tokens = data.split()
+            if len(tokens) != self._ntok:
+                return False
+            try:
+                values = np.array(self._getter(tokens), dtype=np.float64)
+            except ValueError:
+                return False
+        if self._scale is not None:
+            values = values * self._scale
+        if self._dst is None:
+            out[:] = values
+        else:
+            out[self._dst] = values
+            out[self._nan] = np.nan
+        return True
+
+
+def _is_number(token: bytes) -> bool:
+    """True for a decimal number token (``12``, ``-1``, ``0.25``); not ``nan``/``inf``."""
+    head = token[1:2] if token[:1] == b"-" else token[:1]
+    if not head.isdigit():
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _getter(positions: list[int]) -> Callable[[list[bytes]], tuple[bytes, ...]]:
+    if not positions:
+        return lambda tokens: ()
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda tokens: (tokens[only],)
+    return operator.itemgetter(*positions)
+
+
+class Part(Protocol):
+    """A piece of a probe: a fixed list of channels filled by ``read``."""
+
+    channels: list[str]
+
+    def read(self, out: np.ndarray) -> None: ...
+
+    def refresh(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file of a :class:`FileGroup`.
+
+    ``discover(text)`` maps the file's (prepared) text to ``{channel: (token index,
+    scale)}``; ``prepare`` is cheap bytes surgery run on every read (e.g. cutting the long
+    ``intr`` line of /proc/stat); ``dynamic`` marks a layout that depends on the values
+    themselves (so ``refresh`` always re-discovers). ``tag`` distinguishes two sources on
+    the same path whose channels differ (e.g. a cgroup label).
+    """
+
+    path: str
+    discover: Discover = field(compare=False)
+    prepare: Prepare | None = field(default=None, compare=False)
+    dynamic: bool = field(default=False, compare=False)
+    tag: str = ""
+
+
+def single_value(channel: str, scale: float = 1.0, positive: bool = False) -> Discover:
+    """Discover for a one-number file (a sysfs attribute): the number, if it is one
+    (and, with ``positive``, only when it is above zero at discovery)."""
+
+    def discover(data: bytes) -> Layout:
+        toks = data.split()
+        if len(toks) != 1 or not _is_number(toks[0]):
+            return {}
+        return {channel: (0, scale)} if not positive or float(toks[0]) > 0 else {}
+
+    return discover
+
+
+class FileGroup:
+    """Files read with one ``pread`` each, joined, and parsed together in one pass.
+
+    The channel list is fixed between ``refresh()`` calls. When the joined text stops
+    fitting the layout (a device appeared, a file vanished), ``read`` re-discovers at once,
+    fills what still exists (NaN for the rest) and sets ``changed``; ``refresh()`` then
+    adopts the new channel list. Files that cannot be opened are listed in ``missing``.
+    """
+
+    def __init__(self, sources: Sequence[Source], mode: str = "uint") -> None:
+        self.sources = tuple(sources)
+        self.mode = mode
+        self.missing: list[str] = []
+        self.changed = False
+        self._files: list[tuple[OpenFile, Source]] = []
+        for source in sources:
+            try:
+                self._files.append((OpenFile(source.path), source))
+            except OSError:
+                self.missing.append(source.path)
+        if not self._files:
+            first = self.sources[0].path if self.sources else "?"
+            raise OSError(errno.ENOENT, "no readable file", first)
+        self._dynamic = any(src.dynamic for _, src in self._files)
+        texts = self._texts()
+        layout = self._discover(texts)
+        self.channels = list(layout)
+        self._parser = self._parser_for(b"\n".join(texts), layout)
+
+    def _texts(self) -> list[bytes]:
+        texts = []
+        for handle, source in self._files:
+            try:
+                text = handle.read()
+            except OSError:
+                text = b""  # vanished (a removed cgroup) or refused (a sensor): no values
+            texts.append(source.prepare(text) if source.prepare is not None else text)
+        return texts
+
+    def _discover(self, texts: list[bytes]) -> Layout:
+        layout: Layout = {}
+        base = 0
+        for text, (_, source) in zip(texts, self._files, strict=True):
+            for channel, (pos, scale) in source.discover(text).items():
+                layout.setdefault(channel, (base + pos, scale))
+            base += len(text.split())
+        return layout
+
+    def _parser_for(self, data: bytes, layout: Layout) -> NumberParser:
+        spots = [layout.get(name) for name in self.channels]
+        return NumberParser(data, [s[0] if s else None for s in spots],
+                            [s[1] if s else 1.0 for s in spots], self.mode)
+
+    def read(self, out: np.ndarray) -> None:
+        texts = self._texts()
+        data = b"\n".join(texts)
+        if self._parser.parse(data, out):
+            return
+        layout = self._discover(texts)
+        if list(layout) != self.channels:
+            self.changed = True
+        self._parser = self._parser_for(data, layout)
+        if not self._parser.parse(data, out):
+            out[:] = np.nan
+
+    def refresh(self) -> bool:
+        """Re-discover (skipped when no label moved); True when the channel list changed."""
+        texts = self._texts()
+        data = b"\n".join(texts)
+        if not self._dynamic and not self.changed and self._parser.same_labels(data):
+            return False
+        layout = self._discover(texts)
+        self.changed = False
+        if list(layout) != self.channels:
+            self.channels = list(layout)
+            self._parser = self._parser_for(data, layout)
+            return True
+        self._parser = self._parser_for(data, layout)
+        return False
+
+    def close(self) -> None:
+        for handle, _ in self._files:
+            handle.close()
+        self._files = []
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What a :class:`FileGroup` reads: its sources and parse mode (compared on refresh)."""
+
+    sources: tuple[Source, ...]
+    mode: str = "uint"
+
+
+PartFactory = Callable[[], Part]
+PlanItem = GroupSpec | PartFactory
+
+
+class FileProbe(Probe):
+    """A probe made of parts (file groups) whose channels are concatenated in plan order.
+
+    Subclasses implement :meth:`plan`, returning ``{key: GroupSpec or factory}`` for what is
+    present now; ``open`` builds the parts, ``refresh`` re-plans (new disks, cgroups,
+    ports), keeps parts whose spec is unchanged (refreshing them) and rebuilds the others.
+    A part that cannot be opened is skipped and named in :attr:`skipped`.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.proc_root, self.sys_root = roots(options)
+        self._parts: dict[str, Part] = {}
+        self._specs: dict[str, PlanItem] = {}
+        self._slices: list[tuple[Part, slice]] = []
+        self.skipped: dict[str, str] = {}
+
+    @abstractmethod
+    def plan(self) -> dict[str, PlanItem]:
+        """Keys and specs of the parts present now (cheap: listing, no parsing)."""
+
+    def unavailable_reason(self) -> str:
+        """Why the probe has no channel at all (shown when ``open`` fails)."""
+        return f"{self.name}: no readable source under {self.proc_root} or {self.sys_root}"
+
+    def open(self) -> None:
+        self._parts, self._specs = {}, {}
+        for key, item in self.plan().items():
+            part = self._make(key, item)
+            if part is not None:
+                self._parts[key], self._specs[key] = part, item
+        self._relayout()
+        if not self.channels:
+            self.close()
+            detail = "; ".join(f"{k}: {v}" for k, v in list(self.skipped.items())[:3])
+            reason = self.unavailable_reason() + (f" ({detail})" if detail else "")
+            self.status, self.reason = "unavailable", reason
+            raise ProbeUnavailable(reason)
+
+    def _make(self, key: str, item: PlanItem) -> Part | None:
+        try:
+            part = FileGroup(item.sources, item.mode) if isinstance(item, GroupSpec) else item()
+        except (OSError, ValueError) as exc:
+            self.skipped[key] = _short_error(exc)
+            return None
+        self.skipped.pop(key, None)
+        return part
+
+    def _relayout(self) -> None:
+        channels: list[str] = []
+        self._slices = []
+        for part in self._parts.values():
+            start = len(channels)
+            channels.extend(part.channels)
+            self._slices.append((part, slice(start, len(channels))))
+        self.channels = channels
+
+    def read(self, out: np.ndarray) -> None:
+        for part, where in self._slices:
+            part.read(out[where])
+
+    def refresh(self) -> bool:
+        before = self.channels
+        plan = self.plan()
+        parts: dict[str, Part] = {}
+        specs: dict[str, PlanItem] = {}
+        for key, part in self._parts.items():
+            if key not in plan or (isinstance(plan[key], GroupSpec)
+                                   and plan[key] != self._specs.get(key)):
+                part.close()
+        for key, item in plan.items():
+            part = self._parts.get(key)
+            kept = part is not None and (not isinstance(item, GroupSpec)
+                                         or item == self._specs.get(key))
+            if kept and part is not None:
+                part.refresh()
+            else:
+                part = self._make(key, item)
+            if part is not None:
+                parts[key], specs[key] = part, item
+        self._parts, self._specs = parts, specs
+        self._relayout()
+        return self.channels != before
+
+    def close(self) -> None:
+        for part in self._parts.values():
+            part.close()
+        self._parts = {}
+        self._slices = []
+
+
+def _short_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc)[:200]
+
+
+def key_value_layout(data: bytes, metric_prefix: str, labels: dict[str, str] | None = None,
+                     kb_scale: bool = False) -> Layout:
+    """Layout of ``name value [kB]`` lines (meminfo, vmstat, cpu.stat, memory.stat).
+
+    ``name:`` colons are dropped and ``Active(anon)`` becomes ``Active_anon``; with
+    ``kb_scale`` a value followed by ``kB`` is scaled to bytes.
+    """
+    from reveal.frame import format_channel
+
+    layout: Layout = {}
+    base = 0
+    for line in data.split(b"\n"):
+        toks = line.split()
+        if len(toks) >= 2 and _is_number(toks[1]):
+            name = metric_name(toks[0])
+            scale = 1024.0 if kb_scale and len(toks) > 2 and toks[2] == b"kB" else 1.0
+            layout[format_channel(f"{metric_prefix}{name}", labels)] = (base + 1, scale)
+        base += len(toks)
+    return layout
+
+
+def metric_name(token: bytes) -> str:
+    """A kernel field name made safe for a metric name (``Active(anon):`` → ``Active_anon``)."""
+    text = token.decode("ascii", "replace").rstrip(":")
+    text = text.replace("(", "_").replace(")", "")
+    return "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in text)

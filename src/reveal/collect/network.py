@@ -1,0 +1,143 @@
+"""Network: interfaces, protocol counters, sockets, InfiniBand ports.
+
+Channels (counters as read; the network namespace is the collector's own):
+
+- ``net.<field>{iface=NAME}``: the 16 /proc/net/dev fields (``rx_bytes rx_packets rx_errs
+  rx_drop rx_fifo rx_frame rx_compressed rx_multicast tx_bytes tx_packets tx_errs tx_drop
+  tx_fifo tx_colls tx_carrier tx_compressed``).
+- ``snmp.<Proto>.<Field>`` from /proc/net/snmp (Ip, Icmp, IcmpMsg, Tcp, Udp, UdpLite) and
+  ``netstat.<Proto>.<Field>`` from /proc/net/netstat (TcpExt, IpExt, MPTcpExt).
+- ``sockstat.<Proto>.<field>`` from /proc/net/sockstat (sockets in use; ``mem`` in pages).
+- ``net.speed_mbps{iface=NAME}``: link speed (Mbit/s) of interfaces that report one
+  (/sys/class/net/*/speed; virtual interfaces and links without carrier have none).
+- ``ib.<counter>{dev=mlx5_0,port=1}``: InfiniBand port counters
+  (/sys/class/infiniband/*/ports/*/counters), where present. ``port_xmit_data`` and
+  ``port_rcv_data`` count 4-byte words.
+"""
+
+from __future__ import annotations
+
+from reveal.collect._procfs import (
+    FileProbe,
+    GroupSpec,
+    Layout,
+    PlanItem,
+    Source,
+    list_dir,
+    metric_name,
+    single_value,
+    sorted_numeric,
+)
+from reveal.collect.probe import register
+from reveal.frame import format_channel
+
+NET_DEV_FIELDS = (
+    "rx_bytes", "rx_packets", "rx_errs", "rx_drop", "rx_fifo", "rx_frame", "rx_compressed",
+    "rx_multicast", "tx_bytes", "tx_packets", "tx_errs", "tx_drop", "tx_fifo", "tx_colls",
+    "tx_carrier", "tx_compressed",
+)
+
+
+def split_colon(data: bytes) -> bytes:
+    """Make sure ``eth0:123`` (old kernels glue name and first value) splits in two."""
+    return data.replace(b":", b": ")
+
+
+def net_dev_layout(data: bytes) -> Layout:
+    layout: Layout = {}
+    base = 0
+    for line in data.split(b"\n"):
+        toks = line.split()
+        if len(toks) >= 2 and toks[0].endswith(b":") and toks[1].isdigit():
+            iface = toks[0][:-1].decode("ascii", "replace")
+            for i, field in enumerate(NET_DEV_FIELDS[: len(toks) - 1]):
+                layout[format_channel(f"net.{field}", {"iface": iface})] = (base + 1 + i, 1.0)
+        base += len(toks)
+    return layout
+
+
+def header_value_layout(prefix: str):
+    """Layout of paired ``Proto: Name1 Name2`` / ``Proto: v1 v2`` lines (snmp, netstat)."""
+
+    def layout(data: bytes) -> Layout:
+        result: Layout = {}
+        base = 0
+        header: list[bytes] | None = None
+        for line in data.split(b"\n"):
+            toks = line.split()
+            if toks and header is not None and toks[0] == header[0] and len(toks) == len(
+                    header):
+                proto = metric_name(toks[0])
+                for i, name in enumerate(header[1:], start=1):
+                    result[f"{prefix}.{proto}.{metric_name(name)}"] = (base + i, 1.0)
+                header = None
+            elif toks:
+                header = toks
+            base += len(toks)
+        return result
+
+    return layout
+
+
+def sockstat_layout(data: bytes) -> Layout:
+    """``TCP: inuse 1 orphan 0 tw 0 alloc 1 mem 390`` → ``sockstat.TCP.inuse`` ..."""
+    result: Layout = {}
+    base = 0
+    for line in data.split(b"\n"):
+        toks = line.split()
+        if toks and toks[0].endswith(b":"):
+            proto = metric_name(toks[0])
+            for i in range(1, len(toks) - 1, 2):
+                if toks[i + 1].isdigit():
+                    result[f"sockstat.{proto}.{metric_name(toks[i])}"] = (base + i + 1, 1.0)
+        base += len(toks)
+    return result
+
+
+@register
+class NetworkProbe(FileProbe):
+    """Interface counters, IP/TCP/UDP counters, sockets, InfiniBand ports."""
+
+    name = "network"
+    description = "interfaces, SNMP/netstat protocol counters, sockets, InfiniBand (/proc, /sys)"
+
+    def plan(self) -> dict[str, PlanItem]:
+        net = f"{self.proc_root}/net"
+        plain = [Source(f"{net}/dev", net_dev_layout, split_colon),
+                 Source(f"{net}/sockstat", sockstat_layout)]
+        if self.options.get("infiniband", True):
+            ib_root = f"{self.sys_root}/class/infiniband"
+            for dev in sorted(list_dir(ib_root)):
+                for port in sorted_numeric(list_dir(f"{ib_root}/{dev}/ports"), ""):
+                    plain += ib_sources(f"{ib_root}/{dev}/ports/{port}/counters", dev, port)
+        # snmp/netstat hold signed values (Tcp MaxConn is -1): parsed apart, keeping '-'
+        signed = [Source(f"{net}/snmp", header_value_layout("snmp")),
+                  Source(f"{net}/netstat", header_value_layout("netstat"))]
+        class_net = f"{self.sys_root}/class/net"
+        for iface in sorted(list_dir(class_net)):
+            channel = format_channel("net.speed_mbps", {"iface": iface})
+            signed.append(Source(f"{class_net}/{iface}/speed",
+                                 single_value(channel, positive=True)))
+        return {"counters": GroupSpec(tuple(plain)),
+                "protocols": GroupSpec(tuple(signed), "int")}
+
+    def open(self) -> None:
+        super().open()
+        net = f"{self.proc_root}/net"
+        missing = [path for part in self._parts.values() for path in part.missing
+                   if path.startswith(net)]
+        missing += [f"{net}/{name}" for key, names in (("counters", ("dev", "sockstat")),
+                                                        ("protocols", ("snmp", "netstat")))
+                    if key in self.skipped for name in names]
+        if missing:
+            self.status, self.reason = "degraded", "unreadable: " + ", ".join(missing)
+        self.info["infiniband_ports"] = len({c.split("{", 1)[1] for c in self.channels
+                                             if c.startswith("ib.")})
+
+
+def ib_sources(directory: str, dev: str, port: str) -> list[Source]:
+    """One source per counter file of an InfiniBand port."""
+    labels = {"dev": dev, "port": port}
+    return [Source(f"{directory}/{name}",
+                   single_value(format_channel(f"ib.{metric_name(name.encode())}", labels)))
+            for name in sorted(list_dir(directory))]
