@@ -1,0 +1,73 @@
+"""``reveal validate``: inject real faults into a reference workload and score the verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "validate"
+HELP = ("Record a reference ML workload with the real collector, inject faults at known "
+        "times, analyse, and score detection, time to detect and attribution.")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="a small suite (CPU contention and a disk burst, once) in ≤ 5 min")
+    parser.add_argument("--out", type=Path, default=Path("validate-out"), metavar="DIR",
+                        help="where runs, reports, validate.json and validate.md go")
+    parser.add_argument("--repetitions", type=int, default=None, metavar="N",
+                        help="repetitions of every fault × intensity (default 3; 1 with --quick)")
+    parser.add_argument("--faults", type=_names, default=None, metavar="F1,F2",
+                        help="faults to inject (default: cpu_contention, memory_pressure, "
+                             "writeback_storm, disk_burst, packet_loss, udp_flood)")
+    parser.add_argument("--intensities", type=_names, default=None, metavar="I1,I2",
+                        help="intensities (low, high; packet_loss also has trace = 0.1 %%)")
+    parser.add_argument("--baseline-seconds", type=float, default=None, metavar="S",
+                        help="length of each scenario's clean baseline run")
+    parser.add_argument("--episode-seconds", type=float, default=None, metavar="S",
+                        help="length of each injected episode")
+    parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
+                        help="single-process workload (default: PyTorch when installed)")
+    parser.add_argument("--cleanup", action="store_true",
+                        help="only remove what killed runs left (namespaces, temp files, "
+                             "HugePages setting, processes) and exit")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.errors import RevealError
+    from reveal.inject.cleanup import install_signal_handlers, remove_leftovers
+
+    if args.cleanup:
+        removed = remove_leftovers()
+        for line in removed:
+            print(f"removed {line}")
+        print(f"{len(removed)} leftovers removed" if removed else "nothing to clean up")
+        return 0
+    import dataclasses
+
+    from reveal.inject.validation import SuiteOptions, run_suite, write_result
+
+    options = SuiteOptions.quick_suite() if args.quick else SuiteOptions()
+    changes = {"repetitions": args.repetitions, "faults": args.faults,
+               "intensities": args.intensities, "baseline_s": args.baseline_seconds,
+               "episode_s": args.episode_seconds, "workload": args.workload}
+    options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
+    if options.repetitions < 1:
+        raise RevealError("--repetitions must be at least 1")
+    install_signal_handlers()
+
+    def say(message: str) -> None:
+        if not args.quiet:
+            print(f"reveal validate: {message}", file=sys.stderr, flush=True)
+
+    result = run_suite(options, args.out, say)
+    json_path, md_path = write_result(result, args.out)
+    print(md_path.read_text(encoding="utf-8"))
+    print(f"written: {json_path}, {md_path}")
+    return 0

@@ -1,0 +1,264 @@
+"""``reveal validate``'s engine: build the suite, record it, analyse every faulted run with
+detectors fitted on its scenario's baseline, score against the ground truth, tabulate.
+
+The command module (:mod:`reveal.commands.validate`) only parses options and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reveal.errors import RevealError
+from reveal.frame import Telemetry
+from reveal.inject.faults import FAULTS
+from reveal.inject.groundtruth import Episode
+from reveal.inject.scenario import RecordedScenario, Say, Scenario, plan_runs, run_scenario
+from reveal.inject.scoring import DEFAULT_SETTLE_S, EpisodeScore, score_report, summarise
+from reveal.report.escape import markdown
+
+SINGLE_FAULTS = ("cpu_contention", "memory_pressure", "writeback_storm", "disk_burst")
+NETWORK_FAULTS = ("packet_loss", "udp_flood")
+DEFAULT_FAULTS = SINGLE_FAULTS + NETWORK_FAULTS
+TARGETS = {"recall": 0.95, "median_ttd_s": 5.0, "attribution_accuracy": 0.90,
+           "clean_flag_share": 0.005}
+SCHEMA = "reveal-validate"
+
+
+@dataclass
+class SuiteOptions:
+    """What to run: faults, intensities, repetitions, and the timing of every run (s)."""
+
+    faults: tuple[str, ...] = DEFAULT_FAULTS
+    intensities: tuple[str, ...] = ("low", "high")
+    repetitions: int = 3
+    baseline_s: float = 90.0
+    episode_s: float = 8.0
+    gap_s: float = 14.0
+    lead_s: float = 15.0
+    settle_s: float = DEFAULT_SETTLE_S
+    interval_s: float = 0.1
+    seed: int = 0
+    quick: bool = False
+    workload: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def quick_suite(cls) -> SuiteOptions:
+        """≤ 5 minutes: CPU contention and a disk burst, once each, on the single job."""
+        return cls(faults=("cpu_contention", "disk_burst"), intensities=("high",),
+                   repetitions=1, baseline_s=45.0, episode_s=10.0, gap_s=15.0, lead_s=12.0,
+                   quick=True)
+
+
+def build_scenarios(options: SuiteOptions) -> list[Scenario]:
+    """One scenario per workload kind the chosen faults need (single, distributed)."""
+    unknown = [f for f in options.faults if f not in FAULTS]
+    if unknown:
+        raise RevealError(f"unknown fault(s) {', '.join(unknown)} "
+                          f"(choose from {', '.join(FAULTS)})")
+    scenarios = []
+    groups = (("single", False, [f for f in options.faults if not FAULTS[f].needs_netns]),
+              ("distributed", True, [f for f in options.faults if FAULTS[f].needs_netns]))
+    for name, distributed, kinds in groups:
+        if not kinds:
+            continue
+        plans, length = plan_runs(kinds, list(options.intensities), options.repetitions,
+                                  options.episode_s, options.gap_s, options.lead_s,
+                                  options.seed)
+        if not any(plans):
+            continue
+        scenarios.append(Scenario(name, distributed, options.baseline_s, length, plans,
+                                  options.interval_s))
+    if not scenarios:
+        raise RevealError("no fault has the chosen intensities")
+    return scenarios
+
+
+def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
+                   top: int = 5) -> list[dict[str, Any]]:
+    """Channels whose median during ``episode`` departs most from the baseline median,
+    in robust z units (derived rates; diagnostic for the analysis side)."""
+    from reveal.analyze.derive import derive
+    from reveal.catalog import default_catalog
+
+    catalog = default_catalog()
+    d_run, d_base = derive(run, catalog)[0], derive(baseline, catalog)[0]
+    common = [c for c in d_run.channels if c in set(d_base.channels)]
+    if not common:
+        return []
+    inside = (d_run.timestamps_ns >= episode.start_ns) & (d_run.timestamps_ns < episode.end_ns)
+    x = d_run.select(common).values[inside]
+    y = d_base.select(common).values
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(y, axis=0)
+        mad = 1.4826 * np.nanmedian(np.abs(y - med), axis=0)
+        spread = np.where(mad > 0, mad, np.nanstd(y, axis=0))
+        during = np.nanmedian(x, axis=0)
+        z = (during - med) / np.where(spread > 0, spread, np.nan)
+    order = np.argsort(-np.nan_to_num(np.abs(z), nan=-1.0))[:top]
+    return [{"channel": common[i], "robust_z": round(float(z[i]), 2),
+             "during": float(during[i]), "baseline_median": float(med[i]),
+             "subsystem": catalog.lookup(common[i]).subsystem}
+            for i in order if np.isfinite(z[i])]
+
+
+def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
+                     diagnose: bool = True) -> tuple[list[EpisodeScore], list[dict[str, Any]]]:
+    """Analyse each faulted run against the baseline; scores and per-run summaries."""
+    from reveal.analyze.pipeline import analyze_run
+    from reveal.store.layout import write_json_atomic
+    from reveal.store.run_reader import read_run
+
+    baseline = read_run(recorded.baseline)
+    scores: list[EpisodeScore] = []
+    runs: list[dict[str, Any]] = []
+    for rec in recorded.runs:
+        say(f"analysing {rec.path}")
+        started = time.monotonic()
+        tel = read_run(rec.path)
+        report = analyze_run(tel, baseline)
+        write_json_atomic(rec.path.parent / f"{rec.path.name}.report.json", report.to_dict())
+        scored, clean = score_report(report, rec.episodes, settle_s, run=str(rec.path))
+        if diagnose:
+            for score, episode in zip(scored, rec.episodes, strict=True):
+                if not (score.detected and score.attribution_ok):
+                    score.max_ratio["moved"] = moved_channels(tel, baseline, episode)  # type: ignore[assignment]
+        scores += scored
+        runs.append({"scenario": recorded.scenario.name, "path": str(rec.path),
+                     "workload": recorded.workload, "windows": len(report.windows.start_ns),
+                     "flagged": int(np.asarray(report.windows.flagged).sum()),
+                     "episodes": len(rec.episodes), "skipped": rec.skipped,
+                     "analysis_s": round(time.monotonic() - started, 1),
+                     "warnings": report.warnings[:10], **clean})
+    return scores, runs
+
+
+def run_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
+    """Record, analyse and score the whole suite; returns the result (also the JSON)."""
+    started = time.monotonic()
+    wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    scenarios = build_scenarios(options)
+    all_scores: list[EpisodeScore] = []
+    runs: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    recorded_list = []
+    for scenario in scenarios:
+        try:
+            recorded_list.append(run_scenario(scenario, out_dir / "runs", say,
+                                              options.workload if not scenario.distributed
+                                              else None))
+        except RevealError as exc:
+            if not scenario.distributed:
+                raise
+            skipped.append(f"scenario {scenario.name}: {exc}")
+            say(f"skipping scenario {scenario.name}: {exc}")
+    for recorded in recorded_list:
+        scores, run_rows = analyse_scenario(recorded, options.settle_s, say)
+        all_scores += scores
+        runs += run_rows
+        for row in run_rows:
+            skipped += row["skipped"]
+    clean_windows = sum(r["clean_windows"] for r in runs)
+    clean_flagged = sum(r["clean_flagged"] for r in runs)
+    summary = summarise(all_scores, clean_windows, clean_flagged)
+    total = summary["total"]
+    met = {
+        "recall": _ge(total["recall"], TARGETS["recall"]),
+        "median_ttd_s": _le(total["median_ttd_s"], TARGETS["median_ttd_s"]),
+        "attribution_accuracy": _ge(total["attribution_accuracy"],
+                                    TARGETS["attribution_accuracy"]),
+        "clean_flag_share": _le(total["clean_flag_share"], TARGETS["clean_flag_share"]),
+    }
+    return {
+        "schema": SCHEMA, "version": 1, "quick": options.quick,
+        "host": platform.node(), "kernel": platform.release(), "started": wall,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "settings": {k: (list(v) if isinstance(v, tuple) else v)
+                     for k, v in options.__dict__.items() if k != "extra"},
+        "workloads": {r.scenario.name: r.workload for r in recorded_list},
+        "summary": summary, "targets": TARGETS, "met": met,
+        "episodes": [s.to_dict() for s in all_scores], "runs": runs, "skipped": skipped,
+    }
+
+
+def _ge(value: float | None, target: float) -> bool | None:
+    return None if value is None else bool(value >= target)
+
+
+def _le(value: float | None, target: float) -> bool | None:
+    return None if value is None else bool(value <= target)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _sec(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The result as Markdown: per-fault table, totals against targets, and the misses."""
+    total = result["summary"]["total"]
+    lines = [f"# Reveal validation on {markdown(result['host'])}"
+             f"{' (quick)' if result['quick'] else ''}", "",
+             f"Started {result['started']}, {result['elapsed_s']:.0f} s. Workloads: "
+             + ", ".join(f"{k}: {v}" for k, v in result["workloads"].items()) + ".", "",
+             "| Fault | Intensity | Subsystem | Episodes | Detected | Recall | "
+             "Median TTD (s) | Attributed |", "|---|---|---|---|---|---|---|---|"]
+    for row in result["summary"]["rows"]:
+        lines.append(f"| {row['kind']} | {row['intensity']} | {row['subsystem']} | "
+                     f"{row['episodes']} | {row['detected']} | {_pct(row['recall'])} | "
+                     f"{_sec(row['median_ttd_s'])} | {row['attributed_ok']}/{row['detected']} |")
+    lines.append(f"| **all** | | | {total['episodes']} | {total['detected']} | "
+                 f"**{_pct(total['recall'])}** | **{_sec(total['median_ttd_s'])}** | "
+                 f"**{total['attributed_ok']}/{total['detected']}** |")
+    met = result["met"]
+
+    def mark(key: str) -> str:
+        return {True: "met", False: "**not met**", None: "n/a"}[met.get(key)]
+
+    lines += ["", "| Measure | Value | Target | |", "|---|---|---|---|",
+              f"| Episodes detected | {_pct(total['recall'])} | ≥ 95 % | {mark('recall')} |",
+              f"| Median time to detect (window end) | {_sec(total['median_ttd_s'])} s | ≤ 5 s | "
+              f"{mark('median_ttd_s')} |",
+              f"| Attributed to the injected subsystem | {_pct(total['attribution_accuracy'])} | "
+              f"≥ 90 % | {mark('attribution_accuracy')} |",
+              f"| Clean windows flagged | {_pct(total['clean_flag_share'])} "
+              f"({total['clean_flagged']}/{total['clean_windows']}) | ≤ 0.5 % | "
+              f"{mark('clean_flag_share')} |", "",
+              f"Median time to detect by window start: {_sec(total['median_ttd_start_s'])} s."]
+    misses = [e for e in result["episodes"] if not (e["detected"] and e["attribution_ok"])]
+    if misses:
+        lines += ["", "## Misses and misattributions", "",
+                  "| Run | Fault | Intensity | Verdict | Max score / threshold | "
+                  "Channels that moved most (robust z) |", "|---|---|---|---|---|---|"]
+        for e in misses:
+            verdict = (f"attributed to {e['attributed']}" if e["detected"] else "not detected")
+            ratios = ", ".join(f"{k} {v:.2f}" for k, v in e["max_ratio"].items()
+                               if isinstance(v, int | float))
+            moved = "; ".join(f"{markdown(m['channel'], 60)} ({m['robust_z']:+.1f})"
+                              for m in e["max_ratio"].get("moved", [])[:3])
+            lines.append(f"| {markdown(Path(e['run']).name)} | {e['kind']} | {e['intensity']} | "
+                         f"{verdict} | {ratios or '–'} | {moved or '–'} |")
+    if result["skipped"]:
+        lines += ["", "## Skipped", ""] + [f"- {markdown(s, 300)}" for s in result["skipped"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_result(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``validate.json`` and ``validate.md`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "validate.json", out_dir / "validate.md"
+    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    md_path.write_text(render_markdown(result), encoding="utf-8")
+    return json_path, md_path
