@@ -1,0 +1,462 @@
+"""The ``ebpf`` probe: CUDA runtime/driver, NCCL and Python calls, TCP retransmissions,
+block I/O latency and run-queue latency, aggregated in the kernel by bpftrace.
+
+Opt-in (``default_enabled = False``): it needs root (or CAP_BPF + CAP_PERFMON) and every
+traced call pays a uprobe trap (microseconds; see ``docs/ebpf.md`` for measured costs).
+
+Life cycle: ``open()`` checks the host, finds the target processes and the CUDA/NCCL
+libraries they map, and starts bpftrace (waiting until its probes are attached). Each
+``read()`` drains bpftrace's output without blocking and copies the latest values.
+``refresh()`` rescans ``/proc`` every ``rescan_s``; when a target maps a library file not
+attached yet, bpftrace is stopped (its last batch read) and restarted with the new program.
+Counters stay cumulative across restarts (calls during the short restart gap are missed).
+
+Options: ``pids`` (int list or ``"1,2"``; those processes and their descendants), ``cgroup``
+and ``comm`` (globs), ``groups`` (subset of :data:`GROUPS`, default
+:data:`DEFAULT_GROUPS`), ``interval_ms`` (kernel print interval, default 100),
+``rescan_s`` (5), ``python_source`` (``auto`` | ``usdt`` | ``eval_frame``), ``map_keys``
+(16384), ``bpftrace`` (executable), ``attach_timeout_s`` (60).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from reveal.collect.ebpf.elf import ElfError, ElfInfo, read_elf
+from reveal.collect.ebpf.environment import Environment, check_environment
+from reveal.collect.ebpf.functions import functions_of
+from reveal.collect.ebpf.parse import BatchAssembler, BatchConverter, Values
+from reveal.collect.ebpf.scripts import (
+    EVAL_FRAME_SYMBOL,
+    TRACEPOINT_GROUPS,
+    InterpreterPlan,
+    LibraryPlan,
+    ProgramPlan,
+    aggregation_program,
+)
+from reveal.collect.ebpf.session import BpftraceSession
+from reveal.collect.ebpf.targets import (
+    MappedFile,
+    ScanResult,
+    TargetSelector,
+    descendants,
+    process_labels,
+    read_comm,
+    safe_label,
+    scan,
+)
+from reveal.collect.probe import Probe, ProbeUnavailable, register
+
+GROUPS = ("cuda", "nccl", "python", *TRACEPOINT_GROUPS)
+DEFAULT_GROUPS = ("cuda", "nccl", *TRACEPOINT_GROUPS)
+_GROUP_LIBRARIES = {"cuda": ("cudart", "cuda"), "nccl": ("nccl",)}
+_RETRY_S = 30.0
+
+
+def parse_pids(value: Any) -> frozenset[int]:
+    """``[1, 2]``, ``"1,2"`` or ``None`` → a set of pids (ValueError on junk)."""
+    if value is None or value == "":
+        return frozenset()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    pids = frozenset(int(str(item).strip()) for item in items)
+    if any(pid <= 0 for pid in pids):
+        raise ValueError(f"pids must be positive: {sorted(pids)}")
+    return pids
+
+
+def parse_groups(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return DEFAULT_GROUPS
+    items = value.split(",") if isinstance(value, str) else list(value)
+    groups = tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        raise ValueError(f"unknown eBPF groups {unknown}; known: {', '.join(GROUPS)}")
+    return groups
+
+
+def choose_python_source(info: ElfInfo, version: tuple[int, int] | None,
+                         wanted: str = "auto") -> str | None:
+    """How to count Python function entries in an interpreter file (None: cannot).
+
+    USDT ``function__entry`` when the interpreter has it and is older than 3.11 (CPython
+    3.11 fires it only while line tracing is on, and 3.12 dropped it); else a uprobe on
+    ``_PyEval_EvalFrameDefault`` (one hit per entry into the eval loop from C).
+    """
+    usdt = ("python", "function__entry") in info.usdt
+    frame = EVAL_FRAME_SYMBOL in info.functions
+    if wanted == "usdt":
+        return "usdt" if usdt else None
+    if wanted == "eval_frame":
+        return "eval_frame" if frame else None
+    if usdt and version is not None and version < (3, 11):
+        return "usdt"
+    return "eval_frame" if frame else ("usdt" if usdt else None)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What forces a restart when it grows: attached files and active groups."""
+
+    libraries: frozenset[tuple[tuple[int, int], int]]
+    interpreters: frozenset[tuple[tuple[int, int], int]]
+    groups: frozenset[str]
+
+
+class _Labels:
+    """Resolves pids, tasks and devices to labels for :class:`BatchConverter`."""
+
+    def __init__(self, selector: TargetSelector, proc_root: str) -> None:
+        self.selector = selector
+        self.proc_root = proc_root
+        self.admitted: dict[int, dict[str, str] | None] = {}
+        self.sources: dict[int, str] = {}
+        self._tasks: dict[int, dict[str, str]] = {}
+        self._devices: dict[int, str] = {}
+
+    def learn(self, result: ScanResult, sources: dict[tuple[tuple[int, int], int], str]) -> None:
+        for pid, proc in result.processes.items():
+            self.admitted.setdefault(pid, proc.labels)
+            if proc.interpreter is not None and proc.interpreter.key in sources:
+                self.sources[pid] = sources[proc.interpreter.key]
+
+    def process(self, pid: int) -> dict[str, str] | None:
+        if pid in self.admitted:
+            return self.admitted[pid]
+        labels = process_labels(pid, self.proc_root)
+        outside = bool(self.selector.pids) and \
+            pid not in descendants(self.selector.pids, self.proc_root)
+        chosen = None if outside or not self.selector.accepts(labels) else labels
+        self.admitted[pid] = chosen
+        return chosen
+
+    def python_source(self, pid: int) -> str:
+        return self.sources.get(pid, "?")
+
+    def task(self, pid: int) -> dict[str, str]:
+        found = self._tasks.get(pid)
+        if found is None:
+            comm = "swapper" if pid == 0 else read_comm(pid, self.proc_root)
+            found = self._tasks[pid] = {"pid": str(pid), "comm": comm}
+        return found
+
+    def device(self, dev: int) -> str:
+        name = self._devices.get(dev)
+        if name is None:
+            major, minor = dev >> 20, dev & 0xFFFFF
+            name = f"{major}:{minor}"
+            try:
+                with open(f"/sys/dev/block/{major}:{minor}/uevent") as handle:
+                    for line in handle:
+                        if line.startswith("DEVNAME="):
+                            name = safe_label(line.split("=", 1)[1], 64)
+            except OSError:
+                pass
+            self._devices[dev] = name
+        return name
+
+
+@register
+class EbpfProbe(Probe):
+    """CUDA/NCCL/Python calls and kernel tracepoints, aggregated in the kernel by bpftrace."""
+
+    name = "ebpf"
+    description = ("eBPF uprobes on CUDA runtime/driver, NCCL and Python; TCP retransmits, "
+                   "block I/O and run-queue latency (bpftrace; root; opt-in)")
+    default_enabled = False
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        try:
+            self.selector = TargetSelector(parse_pids(options.get("pids")),
+                                           options.get("cgroup") or None,
+                                           options.get("comm") or None)
+            self.groups = parse_groups(options.get("groups"))
+        except ValueError as exc:
+            raise ProbeUnavailable(f"bad ebpf options: {exc}") from exc
+        self.interval_ms = int(options.get("interval_ms", 100))
+        self.rescan_s = float(options.get("rescan_s", 5.0))
+        self.python_wanted = str(options.get("python_source", "auto"))
+        self.map_keys = int(options.get("map_keys", 16384))
+        self.bpftrace = str(options.get("bpftrace", "bpftrace"))
+        self.attach_timeout_s = float(options.get("attach_timeout_s", 60.0))
+        self.proc_root = str(options.get("proc_root", "/proc"))
+        self.env: Environment | None = None
+        self.tracepoints: frozenset[str] = frozenset()
+        self.restarts = 0
+        self._labels = _Labels(self.selector, self.proc_root)
+        self._elf: dict[tuple[tuple[int, int], int], ElfInfo | None] = {}
+        self._session: BpftraceSession | None = None
+        self._stopping: BpftraceSession | None = None
+        self._pending_plan: ProgramPlan | None = None
+        self._signature: _Signature | None = None
+        self._failed: tuple[_Signature, float, str] | None = None
+        self._assembler = BatchAssembler()
+        self._converter = BatchConverter(self._labels)
+        self._last_scan = 0.0
+        self._scan = ScanResult()
+        self._notes: list[str] = []
+        # channel state: cumulative counters of finished runs + the current run's values
+        self._base: dict[str, float] = {}
+        self._run: dict[str, float] = {}
+        self._gauge: dict[str, float] = {}
+        self._index: dict[str, int] = {}
+        self._values = np.zeros(0)
+        self._is_gauge = np.zeros(0, dtype=bool)
+        self._gauge_names: set[str] = set()
+
+    # -- Probe contract ------------------------------------------------------------------------
+    def open(self) -> None:
+        env = self.env = check_environment(self.bpftrace, mount=True)
+        if not env.privileged:
+            raise ProbeUnavailable(env.privilege_problem or "not privileged")
+        if env.bpftrace is None:
+            raise ProbeUnavailable(env.notes[-1])
+        if env.bpftrace_version is None:
+            raise ProbeUnavailable(f"{env.bpftrace} does not run (--version failed)")
+        self.bpftrace = env.bpftrace
+        wanted_tp = [g for g in self.groups if g in TRACEPOINT_GROUPS]
+        missing = [g for g in wanted_tp if not env.tracepoint_groups.get(g)]
+        self.tracepoints = frozenset(g for g in wanted_tp if g not in missing)
+        if missing:
+            why = "tracefs is not available" if env.tracefs is None else \
+                "the kernel lacks their tracepoints"
+            self._notes.append(f"tracepoint groups {', '.join(missing)} off: {why}")
+        uses_uprobes = any(g in self.groups for g in ("cuda", "nccl", "python"))
+        if uses_uprobes and not env.uprobes:
+            self._notes.append("uprobes unsupported by this kernel: CUDA/NCCL/Python off")
+            uses_uprobes = False
+        self._uprobes = uses_uprobes
+        if not uses_uprobes and not self.tracepoints:
+            raise ProbeUnavailable("; ".join(self._notes) or "no eBPF group selected")
+        plan, signature = self._plan()
+        if not plan.empty:
+            self._start(plan, signature)
+            assert self._session is not None
+            self._session.wait(self.attach_timeout_s, until_attached=True)
+            if not self._session.attached:
+                error = self._session.error_text() or (
+                    f"no attach within {self.attach_timeout_s:.0f} s")
+                self._session.stop(2.0)
+                self._session = None
+                raise ProbeUnavailable(f"bpftrace failed: {error}")
+        self._update_status()
+
+    def read(self, out: np.ndarray) -> None:
+        self._pump()
+        if self._session is None or not self._session.attached:
+            out.fill(np.nan)
+            return
+        out[:] = self._values
+
+    def refresh(self) -> bool:
+        self._pump()
+        now = time.monotonic()
+        if self._session is not None and self._session.finished and self._stopping is None:
+            self._session_died(now)
+        idle = self._session is None and self._stopping is None
+        if self._stopping is None and (idle or now - self._last_scan >= self.rescan_s):
+            plan, signature = self._plan()
+            if (idle or self._grew(signature)) and self._may_retry(signature, now):
+                self._restart(plan, signature)
+        self._pump()
+        self._update_status()
+        return self._adopt_channels()
+
+    def close(self) -> None:
+        for session in (self._stopping, self._session):
+            if session is not None:
+                self._apply(session.stop(5.0))
+                self._retire_run()
+        self._session = self._stopping = None
+
+    # -- planning ------------------------------------------------------------------------------
+    def _exports(self, file: MappedFile) -> ElfInfo | None:
+        if file.key not in self._elf:
+            try:
+                self._elf[file.key] = read_elf(file.attach)
+            except (OSError, ElfError):
+                self._elf[file.key] = None
+        return self._elf[file.key]
+
+    def _plan(self) -> tuple[ProgramPlan, _Signature]:
+        self._last_scan = time.monotonic()
+        result = scan(self.selector, self.proc_root, exclude=(os.getpid(),)) \
+            if self._uprobes else ScanResult()
+        self._scan = result
+        kinds = {k for g in self.groups for k in _GROUP_LIBRARIES.get(g, ())}
+        libraries = []
+        for file in result.library_files():
+            if file.kind not in kinds:
+                continue
+            info = self._exports(file)
+            functions = tuple(fn for fn in functions_of(file.kind)
+                              if info is not None and fn.name in info.functions)
+            if functions:
+                libraries.append((file, LibraryPlan(file.attach, functions)))
+        interpreters = []
+        sources: dict[tuple[tuple[int, int], int], str] = {}
+        if "python" in self.groups and libraries:
+            for file in result.interpreter_files():
+                info = self._exports(file)
+                source = choose_python_source(info, file.version, self.python_wanted) \
+                    if info is not None else None
+                if source is not None:
+                    sources[file.key] = source
+                    interpreters.append((file, InterpreterPlan(file.attach, source)))
+        self._labels.learn(result, sources)
+        plan = ProgramPlan(tuple(p for _, p in libraries), tuple(p for _, p in interpreters),
+                           self.tracepoints, self.interval_ms)
+        signature = _Signature(frozenset(f.key for f, _ in libraries),
+                               frozenset(f.key for f, _ in interpreters), self.tracepoints)
+        self.info["libraries"] = [
+            {"kind": f.kind, "path": safe_label(f.path, 200, keep_tail=True),
+             "functions": len(p.functions)} for f, p in libraries]
+        self.info["interpreters"] = [
+            {"path": safe_label(f.path, 200, keep_tail=True), "source": p.source}
+            for f, p in interpreters]
+        self.info["targets"] = len(result.processes)
+        return plan, signature
+
+    def _grew(self, signature: _Signature) -> bool:
+        """True when ``signature`` has files or groups the running program lacks."""
+        if self._signature is None:
+            return True
+        return not (signature.libraries <= self._signature.libraries
+                    and signature.interpreters <= self._signature.interpreters
+                    and signature.groups <= self._signature.groups)
+
+    def _may_retry(self, signature: _Signature, now: float) -> bool:
+        """False while the same program failed less than ``_RETRY_S`` seconds ago."""
+        if self._failed is None:
+            return True
+        failed_sig, when, _ = self._failed
+        return signature != failed_sig or now - when >= _RETRY_S
+
+    # -- sessions ------------------------------------------------------------------------------
+    def _start(self, plan: ProgramPlan, signature: _Signature) -> None:
+        session = BpftraceSession(aggregation_program(plan), self.bpftrace, self.map_keys)
+        session.start()
+        self._session = session
+        self._signature = signature
+        self._assembler = BatchAssembler()
+        self._converter = BatchConverter(self._labels)
+        self.info.update({"bpftrace_pid": session.pid, "interval_ms": self.interval_ms,
+                          "map_keys": self.map_keys, "selector": self.selector.describe(),
+                          "groups": sorted({*self.groups} - (set(TRACEPOINT_GROUPS)
+                                                            - set(self.tracepoints)))})
+
+    def _restart(self, plan: ProgramPlan, signature: _Signature) -> None:
+        """Stop the running bpftrace (asynchronously) and start ``plan`` once it is gone."""
+        if plan.empty:
+            return
+        self.restarts += 1
+        if self._session is None:
+            self._start(plan, signature)
+            return
+        self._session.interrupt()
+        self._stopping, self._session = self._session, None
+        self._pending_plan = plan
+        self._signature = signature
+
+    def _session_died(self, now: float) -> None:
+        assert self._session is not None
+        error = self._session.error_text() or f"exit code {self._session.returncode}"
+        if self._signature is not None:
+            self._failed = (self._signature, now, error)
+        self._retire_run()
+        self._session.close()
+        self._session = None
+
+    def _pump(self) -> None:
+        """Read every session's output; fold a stopped run into the base; start a pending one."""
+        if self._stopping is not None:
+            self._apply(self._stopping.drain())
+            if self._stopping.finished:
+                self._retire_run()
+                self._stopping.close()
+                self._stopping = None
+                if self._pending_plan is not None and self._signature is not None:
+                    plan, self._pending_plan = self._pending_plan, None
+                    self._start(plan, self._signature)
+        if self._session is not None:
+            self._apply(self._session.drain())
+            if self._session.attached and self._failed is not None \
+                    and self._failed[0] == self._signature:
+                self._failed = None
+
+    def _apply(self, records: list[dict[str, Any]]) -> None:
+        for batch in self._assembler.feed(records):
+            self._store(self._converter.convert(batch))
+
+    def _store(self, values: Values) -> None:
+        self._run.update(values.counters)
+        self._gauge = values.gauges
+        self._gauge_names.update(values.gauges)
+        if len(self._values):
+            self._values[self._is_gauge] = np.nan
+        for name, value in values.counters.items():
+            index = self._index.get(name)
+            if index is not None:
+                self._values[index] = self._base.get(name, 0.0) + value
+        for name, value in values.gauges.items():
+            index = self._index.get(name)
+            if index is not None:
+                self._values[index] = value
+
+    def _retire_run(self) -> None:
+        """The current run ended: its final counters become the base of the next run."""
+        for name, value in self._run.items():
+            self._base[name] = self._base.get(name, 0.0) + value
+        self._run = {}
+        self._gauge = {}
+        self._assembler = BatchAssembler()
+        if len(self._values):
+            self._values[self._is_gauge] = np.nan
+
+    def _adopt_channels(self) -> bool:
+        """Add channels seen in batches since the last refresh; True when any was new."""
+        new = [name for name in (*self._run, *self._base, *self._gauge)
+               if name not in self._index]
+        if not new:
+            return False
+        for name in dict.fromkeys(new):
+            self._index[name] = len(self.channels)
+            self.channels.append(name)
+        values = np.full(len(self.channels), np.nan)
+        values[:len(self._values)] = self._values
+        is_gauge = np.array([name in self._gauge_names for name in self.channels], dtype=bool)
+        for name in dict.fromkeys(new):
+            index = self._index[name]
+            if name in self._gauge:
+                values[index] = self._gauge[name]
+            elif name in self._run or name in self._base:
+                values[index] = self._base.get(name, 0.0) + self._run.get(name, 0.0)
+        self._values, self._is_gauge = values, is_gauge
+        return True
+
+    # -- status --------------------------------------------------------------------------------
+    def _update_status(self) -> None:
+        reasons = list(self._notes)
+        if self._uprobes and not self.info.get("libraries"):
+            reasons.append("no selected process maps a CUDA or NCCL library "
+                           f"(selection: {self.selector.describe()}; rescanning every "
+                           f"{self.rescan_s:g} s)")
+        if self._failed is not None:
+            reasons.append(f"bpftrace failed: {self._failed[2]}")
+        elif self._stopping is not None or (self._session is not None
+                                            and not self._session.attached):
+            reasons.append("restarting bpftrace for newly mapped libraries")
+        if self._session is not None:
+            self.info["lost_events"] = self._session.lost_events
+            self.info["probes_attached"] = self._session.attached_probes
+        self.info["restarts"] = self.restarts
+        if self.env is not None:
+            self.info["environment"] = self.env.as_dict()
+        self.status = "degraded" if reasons else "ok"
+        self.reason = "; ".join(reasons)
