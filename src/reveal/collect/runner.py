@@ -26,7 +26,7 @@ from reveal.errors import InputError
 from reveal.store.layout import FORMAT_NAME, FORMAT_VERSION, META_FILE, write_json_atomic
 from reveal.store.segment_writer import SegmentWriter
 
-Notify = Callable[[str, str], None]  # (level "warning" | "info", message)
+Notify = Callable[[str, str], None]  # (level "warning" | "notice" | "info", message)
 Progress = Callable[[dict[str, Any]], None]
 
 

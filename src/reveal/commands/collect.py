@@ -72,7 +72,7 @@ def make_printers(command: str, quiet: bool) -> tuple[Any, Any]:
     """(notify, progress) callbacks printing to stderr."""
 
     def notify(level: str, message: str) -> None:
-        if level == "warning" or not quiet:
+        if level in ("warning", "notice") or not quiet:  # notice: end of a warned state
             prefix = "warning: " if level == "warning" else ""
             print(f"reveal {command}: {prefix}{message}", file=sys.stderr, flush=True)
 

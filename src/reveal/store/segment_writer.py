@@ -214,7 +214,7 @@ def read_journal_rows(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
 # The writer
 # ---------------------------------------------------------------------------------------
 
-Notify = Callable[[str, str], None]  # (level "warning" | "info", message)
+Notify = Callable[[str, str], None]  # (level "warning" | "notice" | "info", message)
 
 
 def _quiet(level: str, message: str) -> None:
@@ -311,7 +311,7 @@ class SegmentWriter:
             self.stats.rows_journaled += stop - start
             if self._disk_full:
                 self._disk_full = False
-                self.notify("info", f"{self.run}: storage writable again; recording resumed "
+                self.notify("notice", f"{self.run}: storage writable again; recording resumed "
                                     f"after {self._dropped_in_episode} dropped samples")
         else:
             self._count = start  # rows that never reached the journal are dropped

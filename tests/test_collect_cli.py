@@ -1,0 +1,169 @@
+"""``reveal collect``, ``reveal probes`` and ``reveal profile`` as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from reveal.store.run_reader import read_run
+
+
+def _reveal(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reveal.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    run = tmp_path_factory.mktemp("collect") / "run"
+    done = _reveal("collect", "--duration", "1.5", "--out", str(run), "--self-channels")
+    return run, done
+
+
+def test_collect_writes_a_closed_run_with_host_and_probe_metadata(recorded):
+    run, done = recorded
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(run)
+    assert "Traceback" not in done.stderr
+    assert "samples" in done.stderr  # progress/summary lines go to stderr
+    meta = json.loads((run / "meta.json").read_text())
+    for key in ("host", "kernel", "cpu_model", "n_cpus", "gpus", "interval_s",
+                "start_mono_ns", "wall_offset_ns", "probes", "unsupported_events", "stats"):
+        assert key in meta, key
+    assert meta["closed"] is True and meta["source"] == "reveal collect"
+    assert meta["n_cpus"] == len(os.sched_getaffinity(0)) or meta["n_cpus"] >= 1
+    assert abs(meta["wall_offset_ns"] / 1e9 - (meta["wall_offset_ns"] / 1e9)) < 1
+    tel = read_run(run)
+    assert 12 <= tel.n_samples <= 16
+    recorded_channels = sum(p["channels"] for p in meta["probes"].values())
+    assert tel.n_channels == recorded_channels + 3  # + the collector's own channels
+    assert meta["probes"]["perf"]["status"] in ("ok", "degraded", "unavailable")
+    if meta["probes"]["perf"]["status"] != "unavailable":
+        assert any(c.startswith("perf.context_switches{cpu=") for c in tel.channels)
+    for probe in meta["probes"].values():
+        assert probe["status"] in ("ok", "degraded", "unavailable", "disabled")
+        if probe["status"] in ("degraded", "unavailable"):
+            assert probe["reason"]
+    stats = meta["stats"]
+    assert stats["samples"] == tel.n_samples
+    assert stats["latency_ms_p99"] >= stats["latency_ms_p50"] > 0
+    assert stats["dropped_samples"] == 0
+
+
+def test_probe_selection_and_exclusion(tmp_path):
+    only = _reveal("collect", "--duration", "0.5", "--out", str(tmp_path / "a"), "--quiet",
+                   "--probes", "cpu")
+    assert only.returncode == 0, only.stderr
+    tel = read_run(tmp_path / "a")
+    meta = tel.meta
+    assert meta["probes"]["cpu"]["status"] == "ok"
+    assert meta["probes"]["perf"]["status"] == "disabled"
+    assert tel.n_channels == meta["probes"]["cpu"]["channels"]
+    without = _reveal("collect", "--duration", "0.5", "--out", str(tmp_path / "b"),
+                      "--quiet", "--exclude", "perf")
+    assert without.returncode == 0, without.stderr
+    assert not any(c.startswith("perf.") for c in read_run(tmp_path / "b").channels)
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    unknown = _reveal("collect", "--duration", "0.5", "--out", str(tmp_path / "x"),
+                      "--probes", "cpu,nosuchprobe")
+    assert unknown.returncode == 2
+    assert "nosuchprobe" in unknown.stderr and "Traceback" not in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "meta.json").write_text("{}")
+    busy = _reveal("collect", "--duration", "0.5", "--out", str(tmp_path / "busy"))
+    assert busy.returncode == 2 and "already holds a run" in busy.stderr
+    bad = _reveal("collect", "--interval", "0", "--out", str(tmp_path / "y"))
+    assert bad.returncode == 2 and "interval" in bad.stderr
+
+
+def test_probes_lists_every_registered_probe():
+    done = _reveal("probes", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    assert "perf" in rows and "cpu" in rows
+    for row in rows.values():
+        assert row["status"] in ("ok", "degraded", "unavailable")
+        assert (row["status"] == "unavailable") == (row["channels"] == 0) or row["channels"] == 0
+        if row["status"] != "ok":
+            assert row["reason"]
+    if rows["perf"]["status"] == "degraded":
+        assert rows["perf"]["unsupported_events"]
+    table = _reveal("probes")
+    assert table.returncode == 0 and "perf" in table.stdout and "channels" in table.stdout
+
+
+def test_profile_records_the_command_and_returns_its_status(tmp_path):
+    run = tmp_path / "prof"
+    done = _reveal("profile", "--quiet", "--no-analyze", "--out", str(run), "--",
+                   sys.executable, "-c", "import time, sys; time.sleep(1.2); sys.exit(7)")
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(run)
+    tel = read_run(run)
+    assert tel.meta["command"][-1].endswith("sys.exit(7)")
+    assert tel.meta["source"] == "reveal profile" and tel.meta["closed"] is True
+    assert 1.0 <= (tel.timestamps_ns[-1] - tel.timestamps_ns[0]) / 1e9 <= 3.0
+    missing = _reveal("profile", "--quiet", "--out", str(tmp_path / "p2"), "--",
+                      "/nonexistent/command")
+    assert missing.returncode == 2 and "cannot run" in missing.stderr
+    nothing = _reveal("profile", "--quiet", "--out", str(tmp_path / "p3"))
+    assert nothing.returncode == 2 and "no command" in nothing.stderr
+
+
+def test_profile_analyses_the_run_or_says_why_not(tmp_path):
+    run = tmp_path / "prof"
+    done = _reveal("profile", "--quiet", "--out", str(run), "--", "sleep", "4", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(run)
+    analysed = len(done.stdout.strip().splitlines()) > 1
+    assert analysed or "analysis" in done.stderr
+
+
+_AS_NOBODY = """
+import os, sys
+from reveal.cli import build_parser
+parser = build_parser()  # imports every command module
+warm = parser.parse_args(["collect", "--duration", "0.3", "--quiet", "--out", sys.argv[1]])
+warm._module.run(warm)  # a short run as root: every lazily imported module is loaded now
+args = parser.parse_args(sys.argv[2:])
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)  # an ordinary user now: no capabilities left
+sys.exit(args._module.run(args))
+"""
+
+
+def test_non_root_records_what_it_can_and_names_degraded_probes():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become an unprivileged user")
+    # The interpreter lives under root's home here, so drop privileges inside the process
+    # after the imports; the output directory must be reachable by that user.
+    base = Path(tempfile.mkdtemp(prefix="reveal-nobody-", dir="/tmp"))
+    try:
+        base.chmod(0o777)
+        run = base / "run"
+        done = subprocess.run(
+            [sys.executable, "-c", _AS_NOBODY, str(base / "warm"),
+             "collect", "--duration", "1", "--out", str(run)],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert run.stat().st_uid == 65534
+        meta = json.loads((run / "meta.json").read_text())
+        paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+        if paranoid >= 1:
+            perf = meta["probes"]["perf"]
+            assert perf["status"] == "unavailable" and "perf_event_paranoid" in perf["reason"]
+            assert "probe perf" in done.stderr  # said on the terminal too
+        assert read_run(run).n_channels > 50  # the procfs probes still work
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
