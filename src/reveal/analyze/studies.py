@@ -205,8 +205,9 @@ def reproducibility_study(runs: Sequence[Any], step_s: float = 0.5, chunk_s: flo
     DTW distance (per step) to the median trace's chunk k and ``s_k`` its
     distance to a surrogate: the median's chunk π(k) for a fixed random derangement π
     (same values, temporal alignment broken). A two-sided Wilcoxon signed-rank test over
-    the (d, s) pairs of all runs and chunks gives p; a channel is **reproducible** when
-    p < ``alpha`` and median d < median s. Constant channels are skipped.
+    the (d, s) pairs of all runs and chunks (normal approximation, tie-corrected) gives
+    p; a channel is **reproducible** when p < ``alpha`` and median d < median s.
+    Constant channels are skipped.
     """
     from scipy.stats import wilcoxon
 
@@ -251,17 +252,24 @@ def reproducibility_study(runs: Sequence[Any], step_s: float = 0.5, chunk_s: flo
                  .reshape(n_runs, usable, n_ch))
     d = dtw_batch(xs, real).reshape(n_runs, n_chunks, n_ch) / per_chunk
     s = dtw_batch(xs, surr).reshape(n_runs, n_chunks, n_ch) / per_chunk
+    # One vectorised test over all channels: (runs*chunks, C) pairs, normal approximation
+    # with tie correction (the exact/permutation variants cost ~0.2 s per channel).
+    d_flat, s_flat = d.reshape(-1, n_ch), s.reshape(-1, n_ch)
+    with np.errstate(all="ignore"):
+        test = wilcoxon(d_flat, s_flat, alternative="two-sided", zero_method="wilcox",
+                        method="approx", axis=0, nan_policy="omit")
+    stats = np.atleast_1d(np.asarray(test.statistic, dtype=float))
+    pvals = np.atleast_1d(np.asarray(test.pvalue, dtype=float))
+    same = np.all(d_flat == s_flat, axis=0)
     results = []
     for c, name in enumerate(channels):
-        dc, sc = d[:, :, c].ravel(), s[:, :, c].ravel()
-        stat = p = None
-        if np.any(dc != sc):
-            test = wilcoxon(dc, sc, alternative="two-sided", zero_method="wilcox")
-            stat, p = float(test.statistic), float(test.pvalue)
+        ok = not same[c] and np.isfinite(pvals[c])
+        p = float(pvals[c]) if ok else None
+        dm, sm = float(np.median(d_flat[:, c])), float(np.median(s_flat[:, c]))
         results.append(ReproResult(
-            name, [round(float(v), 4) for v in d[:, :, c].mean(axis=1)], stat, p,
-            float(np.median(dc)), float(np.median(sc)),
-            bool(p is not None and p < alpha and np.median(dc) < np.median(sc))))
+            name, [round(float(v), 4) for v in d[:, :, c].mean(axis=1)],
+            float(stats[c]) if ok else None, p, dm, sm,
+            bool(p is not None and p < alpha and dm < sm)))
     share = (sum(r.reproducible for r in results) / len(results)) if results else None
     return {"runs": len(runs), "channels": len(results), "step_s": step_s, "chunk_s": chunk_s,
             "chunks": n_chunks, "alpha": alpha, "reproducible_share": share,
