@@ -89,6 +89,8 @@ MEMORY = _family("mem.", "memory", "gauge", "bytes (kernel kB × 1024)", _MEM_RO
                "dirty-page throttling threshold"),
     MetricInfo("vmstat.nr_dirty_background_threshold", "memory", "static", "pages", 5,
                "background writeback threshold"),
+    MetricInfo("vmstat.workingset_nodes", "memory", "gauge", "nodes", 20,
+               "radix-tree nodes tracking evicted pages"),
     MetricInfo("vmstat.pgfault", "memory", "counter", "faults", 70, "page faults"),
     MetricInfo("vmstat.pgmajfault", "memory", "event", "faults", 80,
                "major page faults (served from disk)"),
@@ -228,6 +230,8 @@ NETWORK = [MetricInfo(f"net.{name}", "network", kind, unit, priority, descriptio
     MetricInfo("netstat.*", "network", "counter", "count", 25, ""),
     MetricInfo("netstat.*Drop*", "network", "event", "packets", 50, ""),
     MetricInfo("netstat.TcpExt.TCPAbortOn*", "network", "event", "connections", 45, ""),
+    MetricInfo("netstat.MPTcpExt.MPCurrEstab", "network", "gauge", "connections", 30,
+               "established MPTCP connections"),
     MetricInfo("netstat.IpExt.InOctets", "network", "counter", "bytes", 70, "IP bytes received"),
     MetricInfo("netstat.IpExt.OutOctets", "network", "counter", "bytes", 70, "IP bytes sent"),
 ] + [MetricInfo(name, "network", "event", "count", priority, description)

@@ -382,6 +382,9 @@ class FileProbe(Probe):
     A part that cannot be opened is skipped and named in :attr:`skipped`.
     """
 
+    #: True for probes whose sources come and go (cgroups): an empty start is not an error.
+    empty_ok: bool = False
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.proc_root, self.sys_root = roots(options)
@@ -405,7 +408,7 @@ class FileProbe(Probe):
             if part is not None:
                 self._parts[key], self._specs[key] = part, item
         self._relayout()
-        if not self.channels:
+        if not self.channels and not self.empty_ok:
             self.close()
             detail = "; ".join(f"{k}: {v}" for k, v in list(self.skipped.items())[:3])
             reason = self.unavailable_reason() + (f" ({detail})" if detail else "")

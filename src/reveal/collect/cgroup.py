@@ -46,7 +46,7 @@ from reveal.collect._procfs import (
     read_bytes,
     single_value,
 )
-from reveal.collect.probe import register
+from reveal.collect.probe import ProbeUnavailable, register
 from reveal.frame import format_channel
 
 DEFAULT_PATTERNS = (
@@ -236,6 +236,7 @@ class CgroupProbe(FileProbe):
                 chosen.append(path)
                 taken.add(path)
         self.info["cgroups_dropped"] = max(0, len(chosen) - self.max_cgroups)
+        self.info["cgroup_count"] = min(len(chosen), self.max_cgroups)
         return chosen[: self.max_cgroups]
 
     def _walk(self, root: str, rel: str, depth: int, seen: set[str]) -> None:
@@ -340,10 +341,15 @@ class CgroupProbe(FileProbe):
             if os.path.exists(path):
                 counts.append(Source(path, single_value(format_channel(metric, tags)), tag=tag))
 
-    def unavailable_reason(self) -> str:
-        where = self.options.get("cgroup_root") or f"{self.proc_root}/self/mountinfo"
-        return f"no cgroup matching {list(self.patterns)[:3]}... found via {where}"
-
     def open(self) -> None:
+        hierarchies = self.hierarchies()
+        if not hierarchies:
+            where = self.options.get("cgroup_root") or f"{self.proc_root}/self/mountinfo"
+            self.status = "unavailable"
+            self.reason = f"cgroup: no cgroup hierarchy found via {where}"
+            raise ProbeUnavailable(self.reason)
+        self.empty_ok = True  # containers may start later: refresh() picks them up
         super().open()
-        self.info["cgroup_count"] = len(self.info.get("cgroups", {}))
+        if not self.channels:
+            self.reason = (f"no cgroup matches {list(self.patterns)[:4]} yet "
+                           f"(hierarchies: {', '.join(k for k, _ in hierarchies)})")
