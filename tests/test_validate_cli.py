@@ -1,0 +1,70 @@
+"""``reveal validate``: cleanup of leftovers, option errors, and the --quick suite end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reveal.cli import main
+from reveal.inject.naming import PREFIX, pid_alive, temp_root
+
+
+def _dead_pid() -> int:
+    pid = 4_000_000
+    while pid_alive(pid):
+        pid -= 1
+    return pid
+
+
+def test_cleanup_removes_a_dead_owners_leftovers_only(capsys) -> None:  # type: ignore[no-untyped-def]
+    dead = temp_root() / f"{PREFIX}-{_dead_pid()}-test-leftover"
+    live = temp_root() / f"{PREFIX}-1-test-live"  # pid 1 is always alive
+    dead.mkdir()
+    live.mkdir()
+    try:
+        assert main(["validate", "--cleanup"]) == 0
+        out = capsys.readouterr().out
+        assert str(dead) in out and not dead.exists()
+        assert live.exists()
+    finally:
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
+
+
+def test_unknown_fault_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["validate", "--faults", "cpu_contention,meteor_strike", "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "meteor_strike" in err and "\n" not in err
+    assert not (tmp_path / "validate.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_quick_suite_end_to_end_detects_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the collector's perf/eBPF probes, fault cleanup)")
+    if shutil.which("stress-ng") is None:
+        pytest.skip("stress-ng not installed")
+    assert main(["validate", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "validate.json").read_text())
+    assert result["schema"] == "reveal-validate" and result["quick"] is True
+    assert set(result["summary"]["total"]) >= {"episodes", "detected", "recall", "median_ttd_s",
+                                               "attribution_accuracy", "clean_flag_share"}
+    assert set(result["met"]) == {"recall", "median_ttd_s", "attribution_accuracy",
+                                  "clean_flag_share"}
+    kinds = {e["kind"]: e for e in result["episodes"]}
+    assert set(kinds) == {"cpu_contention", "disk_burst"}
+    cpu = kinds["cpu_contention"]
+    assert cpu["detected"], cpu
+    assert cpu["ttd_s"] is not None and cpu["ttd_s"] >= 0
+    for run in result["runs"]:
+        assert Path(run["path"], "events.jsonl").is_file()
+        assert Path(run["path"] + ".report.json").is_file()
+        assert run["windows"] > 0 and run["clean_windows"] > 0
+    assert (tmp_path / "validate.md").read_text().startswith("# Reveal validation")
+    assert "cpu_contention" in capsys.readouterr().out
