@@ -206,6 +206,27 @@ def test_memory_probe_numa_and_hugepages() -> None:
         assert "skipped" in auto.info["numa"]
 
 
+def test_memory_probe_buddyinfo_against_independent_read() -> None:
+    def plain() -> dict[str, float]:
+        result = {}
+        for line in Path("/proc/buddyinfo").read_text().splitlines():
+            toks = line.split()
+            for order, count in enumerate(toks[4:]):
+                labels = {"node": toks[1].rstrip(","), "zone": toks[3], "order": str(order)}
+                result[format_channel("buddy.free_blocks", labels)] = float(count)
+        return result
+
+    probe = opened(MemoryProbe())
+    before, values, after = bracket(plain, probe)
+    buddy = {c: v for c, v in values.items() if c.startswith("buddy.")}
+    assert set(buddy) == set(before) and buddy
+    for channel, value in buddy.items():  # a level: it may move between the reads
+        low = min(before[channel], after[channel])
+        high = max(before[channel], after[channel])
+        assert value == int(value) >= 0
+        assert low * 0.9 - 64 <= value <= high * 1.1 + 64, channel
+
+
 @pytest.mark.skipif(not IS_ROOT, reason="needs root to size the huge-page pool")
 def test_memory_probe_sees_hugepage_pool_change() -> None:
     pool = Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
@@ -343,6 +364,31 @@ def test_network_probe_against_independent_reads() -> None:
     assert any(c.startswith("netstat.TcpExt.") for c in probe.channels)
     assert any(c.startswith("netstat.IpExt.") for c in probe.channels)
     assert "sockstat.sockets.used" in values
+
+
+def test_network_probe_softnet_against_independent_read() -> None:
+    def plain() -> dict[str, float]:
+        result = {}
+        names = {0: "processed", 1: "dropped", 2: "time_squeeze", 9: "received_rps",
+                 10: "flow_limit_count", 11: "backlog_len"}
+        for i, line in enumerate(Path("/proc/net/softnet_stat").read_text().splitlines()):
+            fields = [int(f, 16) for f in line.split()]
+            cpu = str(fields[12]) if len(fields) > 12 else str(i)
+            for col, name in names.items():
+                result[format_channel(f"softnet.{name}", {"cpu": cpu})] = float(fields[col])
+        return result
+
+    probe = opened(NetworkProbe())
+    before, values, after = bracket(plain, probe)
+    softnet = {c for c in values if c.startswith("softnet.")}
+    assert softnet == set(before)
+    for channel in softnet:
+        if "backlog_len" not in channel:  # counters: bracketed
+            assert before[channel] <= values[channel] <= after[channel], channel
+    with_v6 = opened(NetworkProbe(snmp6=True, softnet=False))
+    assert not any(c.startswith("softnet.") for c in with_v6.channels)
+    if Path("/proc/net/snmp6").exists():
+        assert "snmp6.Ip6InReceives" in with_v6.channels
 
 
 def test_network_probe_counts_loopback_traffic() -> None:

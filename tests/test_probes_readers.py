@@ -48,7 +48,23 @@ def test_signed_and_decimal_modes() -> None:
     assert parser.fast and out.tolist() == [1.0, 200.0, -1.0, 16.0]
     parser, out = _parse(data, [6, 7, 8], mode="float")
     assert parser.fast and out.tolist() == [0.25, 12.5, 3.0]
+    parser, out = _parse(data, [6, 7, 8], mode="fixed")  # integer parse, then 10^-places
+    assert parser.fast and out.tolist() == [0.25, 12.5, 3.0]
     assert tokens[3] == b"-1"
+
+
+def test_fixed_mode_on_real_pressure_and_loadavg() -> None:
+    for path in ("/proc/loadavg", "/proc/pressure/cpu"):
+        try:
+            data = Path(path).read_bytes().replace(b"=", b" ").replace(b"/", b" ")
+        except OSError:
+            continue
+        tokens = data.split()
+        positions = [i for i, t in enumerate(tokens) if t[:1].isdigit() and (
+            b"." in t or tokens[i - 1] == b"total")]
+        parser, out = _parse(data, positions, mode="fixed")
+        assert parser.fast
+        assert np.allclose(out, [float(tokens[i]) for i in positions], rtol=1e-12)
 
 
 def test_slow_path_when_labels_break_the_fast_one() -> None:

@@ -52,9 +52,13 @@ _MODES: dict[str, tuple[bytes | None, bytes, type]] = {
     "uint": (None, _complement(_DIGITS + _SPACE), np.uint64),
     # signed integers (``-1`` in /proc/net/snmp)
     "int": (None, _complement(_DIGITS + _SPACE + b"-"), np.int64),
-    # decimals: every byte but digits, '.', '-' and blanks becomes a blank
+    # decimals: every byte but digits, '.', '-' and blanks becomes a blank (numpy's float
+    # text parser is slow: ~10x the integer one)
     "float": (bytes(c if c in _DIGITS + _SPACE + b".-" else 32 for c in range(256)), b"",
               np.float64),
+    # non-negative decimals printed with a fixed number of places ("%lu.%02lu": loadavg,
+    # PSI): parsed as integers with the point deleted, then scaled by 10^-places
+    "fixed": (None, _complement(_DIGITS + _SPACE), np.uint64),
 }
 
 
@@ -153,6 +157,11 @@ class NumberParser:
             self._nan = np.setdiff1d(np.arange(self.n), self._dst)
         factors = np.ones(len(keep)) if scale is None else np.asarray(scale, float)[keep]
         self._scale = None if np.all(factors == 1.0) else factors
+        self._places: np.ndarray | None = None  # fast path only: 10^-decimals per value
+        if mode == "fixed":
+            places = np.array([10.0 ** -(len(tokens[p]) - tokens[p].index(b".") - 1)
+                               if b"." in tokens[p] else 1.0 for p in wanted])
+            self._places = None if np.all(places == 1.0) else places
         self._wanted = wanted
         self._ntok = len(tokens)
         self._getter = _getter(wanted)
@@ -181,7 +190,10 @@ class NumberParser:
         if parsed.size != self._total:
             return False
         expected = np.array([float(tokens[p]) for p in wanted], dtype=np.float64)
-        return bool(np.array_equal(parsed[self._index].astype(np.float64), expected))
+        got = parsed[self._index].astype(np.float64)
+        if self._places is not None:
+            got = got * self._places
+        return bool(np.allclose(got, expected, rtol=1e-12, atol=0.0))
 
     def parse(self, data: bytes, out: np.ndarray) -> bool:
         """Fill ``out`` (length ``n``) from ``data``; False when the layout no longer fits."""
@@ -193,6 +205,8 @@ class NumberParser:
             if parsed.size != self._total:
                 return False
             values = parsed[self._index]
+            if self._places is not None:
+                values = values * self._places
         else:
             tokens = data.split()
             if len(tokens) != self._ntok:
@@ -278,10 +292,13 @@ def single_value(channel: str, scale: float = 1.0, positive: bool = False) -> Di
 class FileGroup:
     """Files read with one ``pread`` each, joined, and parsed together in one pass.
 
-    The channel list is fixed between ``refresh()`` calls. When the joined text stops
-    fitting the layout (a device appeared, a file vanished), ``read`` re-discovers at once,
-    fills what still exists (NaN for the rest) and sets ``changed``; ``refresh()`` then
-    adopts the new channel list. Files that cannot be opened are listed in ``missing``.
+    Only *live* files (those holding at least one channel at the last discovery) are read
+    each tick; the others (a sensor answering EIO, a link without speed) are looked at
+    again by ``refresh()``. The channel list is fixed between ``refresh()`` calls. When the
+    joined text stops fitting the layout (a device appeared, a file vanished), ``read``
+    re-discovers at once, fills what still exists (NaN for the rest) and sets ``changed``;
+    ``refresh()`` then adopts the new channel list. Files that cannot be opened are listed
+    in ``missing``.
     """
 
     def __init__(self, sources: Sequence[Source], mode: str = "uint") -> None:
@@ -299,14 +316,13 @@ class FileGroup:
             first = self.sources[0].path if self.sources else "?"
             raise OSError(errno.ENOENT, "no readable file", first)
         self._dynamic = any(src.dynamic for _, src in self._files)
-        texts = self._texts()
-        layout = self._discover(texts)
-        self.channels = list(layout)
-        self._parser = self._parser_for(b"\n".join(texts), layout)
+        self.channels: list[str] = []
+        self._adopt(self._texts(self._files))
 
-    def _texts(self) -> list[bytes]:
+    @staticmethod
+    def _texts(files: list[tuple[OpenFile, Source]]) -> list[bytes]:
         texts = []
-        for handle, source in self._files:
+        for handle, source in files:
             try:
                 text = handle.read()
             except OSError:
@@ -314,14 +330,29 @@ class FileGroup:
             texts.append(source.prepare(text) if source.prepare is not None else text)
         return texts
 
-    def _discover(self, texts: list[bytes]) -> Layout:
-        layout: Layout = {}
+    def _adopt(self, texts: list[bytes]) -> bool:
+        """Discover every file from ``texts`` (one per file); True if channels changed."""
+        layouts = [source.discover(text) for text, (_, source) in
+                   zip(texts, self._files, strict=True)]
+        self._live = [self._files[i] for i, lay in enumerate(layouts) if lay]
+        self._dead = [self._files[i] for i, lay in enumerate(layouts) if not lay]
+        live_texts = [texts[i] for i, lay in enumerate(layouts) if lay]
+        layout = self._join([lay for lay in layouts if lay], live_texts)
+        changed = list(layout) != self.channels
+        self.channels = list(layout)
+        self._parser = self._parser_for(b"\n".join(live_texts), layout)
+        return changed
+
+    @staticmethod
+    def _join(layouts: list[Layout], texts: list[bytes]) -> Layout:
+        """One layout over the joined texts (token indices shifted file by file)."""
+        joined: Layout = {}
         base = 0
-        for text, (_, source) in zip(texts, self._files, strict=True):
-            for channel, (pos, scale) in source.discover(text).items():
-                layout.setdefault(channel, (base + pos, scale))
+        for layout, text in zip(layouts, texts, strict=True):
+            for channel, (pos, scale) in layout.items():
+                joined.setdefault(channel, (base + pos, scale))
             base += len(text.split())
-        return layout
+        return joined
 
     def _parser_for(self, data: bytes, layout: Layout) -> NumberParser:
         spots = [layout.get(name) for name in self.channels]
@@ -329,11 +360,12 @@ class FileGroup:
                             [s[1] if s else 1.0 for s in spots], self.mode)
 
     def read(self, out: np.ndarray) -> None:
-        texts = self._texts()
+        texts = self._texts(self._live)
         data = b"\n".join(texts)
         if self._parser.parse(data, out):
             return
-        layout = self._discover(texts)
+        layout = self._join([source.discover(text) for text, (_, source) in
+                             zip(texts, self._live, strict=True)], texts)
         if list(layout) != self.channels:
             self.changed = True
         self._parser = self._parser_for(data, layout)
@@ -341,24 +373,20 @@ class FileGroup:
             out[:] = np.nan
 
     def refresh(self) -> bool:
-        """Re-discover (skipped when no label moved); True when the channel list changed."""
-        texts = self._texts()
-        data = b"\n".join(texts)
-        if not self._dynamic and not self.changed and self._parser.same_labels(data):
-            return False
-        layout = self._discover(texts)
+        """Re-discover (skipped when nothing moved); True when the channel list changed."""
+        if not self._dynamic and not self.changed:
+            dead_texts = self._texts(self._dead)
+            still_dead = not any(source.discover(text) for text, (_, source) in
+                                 zip(dead_texts, self._dead, strict=True))
+            if still_dead and self._parser.same_labels(b"\n".join(self._texts(self._live))):
+                return False
         self.changed = False
-        if list(layout) != self.channels:
-            self.channels = list(layout)
-            self._parser = self._parser_for(data, layout)
-            return True
-        self._parser = self._parser_for(data, layout)
-        return False
+        return self._adopt(self._texts(self._files))
 
     def close(self) -> None:
         for handle, _ in self._files:
             handle.close()
-        self._files = []
+        self._files, self._live, self._dead = [], [], []
 
 
 @dataclass(frozen=True)

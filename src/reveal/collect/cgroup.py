@@ -283,7 +283,7 @@ class CgroupProbe(FileProbe):
         if counts:
             plan["counts"] = GroupSpec(tuple(counts))
         if decimals:
-            plan["pressure_avgs"] = GroupSpec(tuple(decimals), "float")
+            plan["pressure_avgs"] = GroupSpec(tuple(decimals), "fixed")
         return plan
 
     def _stat_keys(self, default: tuple[str, ...]) -> tuple[str, ...] | None:

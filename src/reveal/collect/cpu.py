@@ -114,7 +114,7 @@ class CpuProbe(FileProbe):
             "counts": GroupSpec((Source(f"{proc}/stat", stat_layout, compact_stat),
                                  Source(f"{proc}/softirqs", softirq_layout))),
             "loadavg": GroupSpec((Source(f"{proc}/loadavg", loadavg_layout, split_slash),),
-                                 "float"),
+                                 "fixed"),  # "%lu.%02lu"
         }
 
     def open(self) -> None:

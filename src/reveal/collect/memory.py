@@ -8,8 +8,11 @@ Channels:
   the rest cumulative event counts).
 - ``numa.<Field>{node=N}``: per-node meminfo, bytes; ``numastat.<field>{node=N}``:
   per-node allocation counters (pages).
+- ``buddy.free_blocks{node=N,zone=Normal,order=K}``: free blocks of 2^K pages
+  (/proc/buddyinfo; few high-order blocks = fragmented memory).
 - ``hugepages.nr|free|resv|surplus{size=2048kB}`` system-wide and
-  ``hugepages.nr|free|surplus{node=N,size=2048kB}`` per node: page counts.
+  ``hugepages.nr|free|surplus{node=N,size=2048kB}`` per node: page counts
+  (``hugepages=False`` leaves them out).
 
 Option ``numa``: ``"auto"`` (default) reads the per-node files only on hosts with two or
 more NUMA nodes (on one node they repeat the system-wide numbers); ``True`` always,
@@ -71,6 +74,22 @@ def numastat_layout(node: str):
     return layout
 
 
+def buddyinfo_layout(data: bytes) -> Layout:
+    """``Node 0, zone Normal c0 c1 ...``: free blocks per order, per node and zone."""
+    result: Layout = {}
+    base = 0
+    for line in data.split(b"\n"):
+        toks = line.split()
+        if len(toks) > 4 and toks[0] == b"Node" and toks[2] == b"zone":
+            node = toks[1].rstrip(b",").decode("ascii", "replace")
+            zone = toks[3].decode("ascii", "replace")
+            for order in range(len(toks) - 4):
+                labels = {"node": node, "zone": zone, "order": str(order)}
+                result[format_channel("buddy.free_blocks", labels)] = (base + 4 + order, 1.0)
+        base += len(toks)
+    return result
+
+
 def hugepage_sources(directory: str, node: str | None) -> list[Source]:
     """One source per counter of every hugepages-<size> pool under ``directory``."""
     files: list[Source] = []
@@ -98,7 +117,8 @@ class MemoryProbe(FileProbe):
     def plan(self) -> dict[str, PlanItem]:
         proc, sys = self.proc_root, self.sys_root
         sources = [Source(f"{proc}/meminfo", meminfo_layout),
-                   Source(f"{proc}/vmstat", vmstat_layout)]
+                   Source(f"{proc}/vmstat", vmstat_layout),
+                   Source(f"{proc}/buddyinfo", buddyinfo_layout)]
         node_root = f"{sys}/devices/system/node"
         nodes = sorted_numeric(list_dir(node_root), "node")
         numa = self.options.get("numa", "auto")
@@ -109,9 +129,10 @@ class MemoryProbe(FileProbe):
             node, path = entry[4:], f"{node_root}/{entry}"
             sources.append(Source(f"{path}/meminfo", node_meminfo_layout(node)))
             sources.append(Source(f"{path}/numastat", numastat_layout(node)))
-        sources += hugepage_sources(f"{sys}/kernel/mm/hugepages", None)
-        for entry in nodes:
-            sources += hugepage_sources(f"{node_root}/{entry}/hugepages", entry[4:])
+        if self.options.get("hugepages", True):
+            sources += hugepage_sources(f"{sys}/kernel/mm/hugepages", None)
+            for entry in nodes:
+                sources += hugepage_sources(f"{node_root}/{entry}/hugepages", entry[4:])
         return {"memory": GroupSpec(tuple(sources))}
 
     def open(self) -> None:

@@ -8,6 +8,9 @@ Channels (counters as read; the network namespace is the collector's own):
 - ``snmp.<Proto>.<Field>`` from /proc/net/snmp (Ip, Icmp, IcmpMsg, Tcp, Udp, UdpLite) and
   ``netstat.<Proto>.<Field>`` from /proc/net/netstat (TcpExt, IpExt, MPTcpExt).
 - ``sockstat.<Proto>.<field>`` from /proc/net/sockstat (sockets in use; ``mem`` in pages).
+- ``softnet.<processed|dropped|time_squeeze|received_rps|flow_limit_count|backlog_len>
+  {cpu=N}``: per-CPU packet processing (/proc/net/softnet_stat; ``softnet=False`` drops it).
+- ``snmp6.<Field>``: IPv6/ICMPv6/UDPv6 counters from /proc/net/snmp6 (``snmp6=True``).
 - ``net.speed_mbps{iface=NAME}``: link speed (Mbit/s) of interfaces that report one
   (/sys/class/net/*/speed; virtual interfaces and links without carrier have none).
 - ``ib.<counter>{dev=mlx5_0,port=1}``: InfiniBand port counters
@@ -17,10 +20,13 @@ Channels (counters as read; the network namespace is the collector's own):
 
 from __future__ import annotations
 
+import numpy as np
+
 from reveal.collect._procfs import (
     FileProbe,
     GroupSpec,
     Layout,
+    OpenFile,
     PlanItem,
     Source,
     list_dir,
@@ -36,6 +42,84 @@ NET_DEV_FIELDS = (
     "rx_multicast", "tx_bytes", "tx_packets", "tx_errs", "tx_drop", "tx_fifo", "tx_colls",
     "tx_carrier", "tx_compressed",
 )
+
+
+# /proc/net/softnet_stat columns kept: (column, metric)
+SOFTNET_COLUMNS = ((0, "processed"), (1, "dropped"), (2, "time_squeeze"),
+                   (9, "received_rps"), (10, "flow_limit_count"), (11, "backlog_len"))
+_HEX = np.full(256, 255, dtype=np.uint64)
+_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10, dtype=np.uint64)
+_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16, dtype=np.uint64)
+_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16, dtype=np.uint64)
+_NIBBLES = np.uint64(16) ** np.arange(7, -1, -1, dtype=np.uint64)
+
+
+class SoftnetStat:
+    """Per-CPU packet-processing counters of /proc/net/softnet_stat, decoded vectorised.
+
+    Every field is printed ``%08x`` (one line per online CPU, fields one blank apart), so
+    the text is a fixed-width byte matrix: hex digits are decoded with one table lookup and
+    one dot product. Column 12 (kernels from 5.10) names the CPU; older kernels list CPUs
+    in order. A change of width or line count re-discovers.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._file = OpenFile(path)
+        self.changed = False
+        self.missing: list[str] = []
+        self.channels: list[str] = []
+        self._shape = (0, 0)
+        if not self._discover(self._file.read()):
+            self._file.close()
+            raise ValueError(f"{path}: not the fixed-width hex layout expected")
+
+    def _discover(self, data: bytes) -> bool:
+        lines = data.split(b"\n")[:-1] if data.endswith(b"\n") else []
+        if not lines or len({len(line) for line in lines}) != 1:
+            return False
+        width = len(lines[0]) + 1  # with its newline: 9 bytes per "%08x " field
+        fields = width // 9
+        if fields * 9 != width or fields <= max(c for c, _ in SOFTNET_COLUMNS):
+            return False
+        cpus = [str(int(line.split()[12], 16)) if fields > 12 else str(i)
+                for i, line in enumerate(lines)]
+        self._shape = (len(lines), width)
+        # byte offsets of the 8 hex digits of every kept field, row after row
+        self._where = np.array([row * width + col * 9 + k for row in range(len(lines))
+                                for col, _ in SOFTNET_COLUMNS for k in range(8)], np.intp)
+        if np.any(_HEX[np.frombuffer(data, np.uint8)[self._where]] > 15):
+            return False
+        self.channels = [format_channel(f"softnet.{name}", {"cpu": cpu})
+                         for cpu in cpus for _, name in SOFTNET_COLUMNS]
+        return True
+
+    def read(self, out: np.ndarray) -> None:
+        try:
+            data = self._file.read()
+        except OSError:
+            out[:] = np.nan
+            return
+        rows, width = self._shape
+        if len(data) != rows * width:
+            self.changed = True
+            out[:] = np.nan
+            return
+        digits = _HEX[np.frombuffer(data, np.uint8)[self._where]]  # fixed "%08x": all hex
+        out[:] = digits.reshape(-1, 8) @ _NIBBLES
+
+    def refresh(self) -> bool:
+        before = self.channels
+        try:
+            ok = self._discover(self._file.read())
+        except OSError:
+            ok = False
+        if not ok:
+            self.channels = []
+        self.changed = False
+        return self.channels != before
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def split_colon(data: bytes) -> bytes:
@@ -79,6 +163,13 @@ def header_value_layout(prefix: str):
     return layout
 
 
+def snmp6_layout(data: bytes) -> Layout:
+    """``Ip6InReceives 4`` lines → ``snmp6.Ip6InReceives``."""
+    from reveal.collect._procfs import key_value_layout
+
+    return key_value_layout(data, "snmp6.")
+
+
 def sockstat_layout(data: bytes) -> Layout:
     """``TCP: inuse 1 orphan 0 tw 0 alloc 1 mem 390`` → ``sockstat.TCP.inuse`` ..."""
     result: Layout = {}
@@ -118,8 +209,13 @@ class NetworkProbe(FileProbe):
             channel = format_channel("net.speed_mbps", {"iface": iface})
             signed.append(Source(f"{class_net}/{iface}/speed",
                                  single_value(channel, positive=True)))
-        return {"counters": GroupSpec(tuple(plain)),
-                "protocols": GroupSpec(tuple(signed), "int")}
+        if self.options.get("snmp6", False):
+            plain.append(Source(f"{net}/snmp6", snmp6_layout))
+        plan: dict[str, PlanItem] = {"counters": GroupSpec(tuple(plain)),
+                                     "protocols": GroupSpec(tuple(signed), "int")}
+        if self.options.get("softnet", True):
+            plan["softnet"] = lambda: SoftnetStat(f"{net}/softnet_stat")
+        return plan
 
     def open(self) -> None:
         super().open()

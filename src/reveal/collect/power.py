@@ -4,6 +4,8 @@ Channels, each family only where the host exposes it:
 
 - ``cpufreq.cur_mhz{cpu=N}``: current core frequency, MHz (cpufreq ``scaling_cur_freq``,
   else the ``cpu MHz`` lines of /proc/cpuinfo; ``info["cpufreq_source"]`` says which).
+  The /proc/cpuinfo fallback costs a large read each tick (and on VMs shows a constant):
+  ``cpuinfo=False`` turns it off.
 - ``cpuidle.time_us{cpu=N,state=NAME}`` (cumulative residency, µs) and
   ``cpuidle.usage{cpu=N,state=NAME}`` (cumulative entries).
 - ``rapl.energy_uj{zone=intel-rapl:0,domain=package-0}``: cumulative energy, µJ; it wraps
@@ -168,7 +170,8 @@ class PowerProbe(FileProbe):
     def plan(self) -> dict[str, PlanItem]:
         plan: dict[str, PlanItem] = {}
         freq = self._cpufreq_files()
-        if not freq and os.path.exists(f"{self.proc_root}/cpuinfo"):
+        if not freq and self.options.get("cpuinfo", True) and os.path.exists(
+                f"{self.proc_root}/cpuinfo"):
             plan["cpuinfo"] = lambda: CpuinfoFrequency(f"{self.proc_root}/cpuinfo")
         counters = freq + self._cpuidle_files() + self._rapl_files()
         if counters:

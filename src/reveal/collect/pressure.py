@@ -49,7 +49,7 @@ class PressureProbe(FileProbe):
         root = f"{self.proc_root}/pressure"
         sources = tuple(Source(f"{root}/{res}", psi_layout(f"psi.{res}"), split_equals)
                         for res in RESOURCES if os.path.exists(f"{root}/{res}"))
-        return {"psi": GroupSpec(sources, "float")} if sources else {}
+        return {"psi": GroupSpec(sources, "fixed")} if sources else {}
 
     def unavailable_reason(self) -> str:
         return (f"{self.proc_root}/pressure is absent or unreadable: the kernel lacks "
