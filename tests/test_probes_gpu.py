@@ -287,3 +287,20 @@ def test_real_pynvml_without_driver_is_unavailable() -> None:
     assert message.startswith("gpu: NVML could not start")
     assert "\n" not in message and "libnvidia-ml" in message
     assert probe.status == "unavailable" and probe.reason == message
+
+
+def test_recorder_encodes_nvml_structures() -> None:
+    """record_nvml.py (run on a GPU host to refresh the fixture) stores NVML's structures."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_nvml", FIXTURES / "record_nvml.py")
+    assert spec is not None and spec.loader is not None
+    recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recorder)
+    memory = pynvml.c_nvmlMemory_t()
+    memory.total, memory.free, memory.used = 85520809984, 21096300544, 64424509440
+    assert recorder.encode(memory) == {"total": 85520809984, "free": 21096300544,
+                                       "used": 64424509440}
+    assert recorder.encode((0, 1, 0, 0)) == [0, 1, 0, 0]
+    assert recorder.encode(b"NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
+    assert recorder._ERRORS[pynvml.NVML_ERROR_NOT_SUPPORTED] == "NVML_ERROR_NOT_SUPPORTED"

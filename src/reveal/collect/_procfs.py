@@ -227,6 +227,8 @@ class NumberParser:
 
 def _is_number(token: bytes) -> bool:
     """True for a decimal number token (``12``, ``-1``, ``0.25``); not ``nan``/``inf``."""
+    if token.isdigit():
+        return True
     head = token[1:2] if token[:1] == b"-" else token[:1]
     if not head.isdigit():
         return False

@@ -88,9 +88,11 @@ def per_cpu_table_layout(data: bytes, metric: str, label: str) -> Layout:
             while count < len(cpus) and count + 1 < len(toks) and toks[count + 1].isdigit():
                 count += 1
             if count == len(cpus):
+                # one format_channel per row (it sanitises the name); CPU ids are digits
+                head, _, tail = format_channel(metric, {"cpu": "\0", label: name}).partition(
+                    "\0")
                 for i, cpu in enumerate(cpus):
-                    layout[format_channel(metric, {"cpu": cpu, label: name})] = (base + 1 + i,
-                                                                                  1.0)
+                    layout[f"{head}{cpu}{tail}"] = (base + 1 + i, 1.0)
             elif count == 1 and len(toks) == 2:
                 layout[format_channel(metric, {label: name})] = (base + 1, 1.0)
         base += len(toks)
