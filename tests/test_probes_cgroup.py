@@ -21,6 +21,7 @@ import pytest
 from reveal.catalog import default_catalog
 from reveal.collect.cgroup import CgroupProbe, cgroup_label, cgroup_mounts, path_matches
 from reveal.collect.probe import ProbeUnavailable
+from reveal.errors import InputError
 from reveal.frame import channel_metric, format_channel, parse_channel
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -215,3 +216,19 @@ def test_unavailable_without_hierarchies(options: dict[str, str]) -> None:
     with pytest.raises(ProbeUnavailable, match="/nonexistent"):
         probe.open()
     assert probe.status == "unavailable"
+
+
+def test_basic_detail_reads_fewer_files(make_cgroup) -> None:
+    root = _needs(_mounted("memory") or _mounted("v2"))
+    name = f"reveal-t-{uuid.uuid4().hex[:8]}"
+    make_cgroup(root, name)
+    full = CgroupProbe(patterns=(name,))
+    basic = CgroupProbe(patterns=(name,), detail="basic")
+    full.open()
+    basic.open()
+    assert basic.channels and set(basic.channels) < set(full.channels)
+    assert not any(".stat." in c for c in basic.channels)
+    with pytest.raises(InputError, match="detail"):
+        CgroupProbe(detail="everything")
+    full.close()
+    basic.close()

@@ -25,7 +25,13 @@ Channels (``{cgroup=LABEL}``; counters as read):
   ``cgroup.blkio.bytes|ios{dev=MAJ:MIN,op=Read|Write}``.
 - both: ``cgroup.pids.current``.
 
-``memory_stat``: ``"default"`` (a dozen keys), ``"all"`` or ``"none"``.
+``memory_stat``: ``"default"`` (a dozen keys), ``"all"`` or ``"none"``. ``detail="basic"``
+keeps usage, throttling, memory in use, memory events/limit hits, I/O bytes and PSI totals
+(no memory.stat, swap, pids, cpuacct.stat, blkio I/O counts) for about half the cost.
+
+Cost: every file is one ``pread`` per tick (2–3 µs of kernel time each, memory.stat on v1
+about 10 µs): roughly 40 µs per v2 cgroup per tick in full detail, 25 µs basic, so the
+default cap of 16 cgroups bounds the probe near 0.6 ms per tick.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from reveal.collect._procfs import (
     single_value,
 )
 from reveal.collect.probe import ProbeUnavailable, register
+from reveal.errors import InputError
 from reveal.frame import format_channel
 
 DEFAULT_PATTERNS = (
@@ -209,7 +216,11 @@ class CgroupProbe(FileProbe):
         self.max_depth = int(options.get("max_depth", 4))
         self.max_cgroups = int(options.get("max_cgroups", 16))
         self.max_label = int(options.get("max_label", 64))
-        self.memory_stat = str(options.get("memory_stat", "default"))
+        self.detail = str(options.get("detail", "full"))
+        if self.detail not in ("full", "basic"):
+            raise InputError(f"cgroup: detail must be 'full' or 'basic', not {self.detail!r}")
+        self.memory_stat = str(options.get("memory_stat",
+                                           "default" if self.detail == "full" else "none"))
         self.psi_avgs = bool(options.get("psi_avgs", False))
 
     def hierarchies(self) -> list[tuple[str, str]]:
@@ -293,6 +304,7 @@ class CgroupProbe(FileProbe):
                   tags: dict[str, str]) -> None:
         """Append the sources of one cgroup directory of one hierarchy."""
         tag = tags["cgroup"]
+        full = self.detail == "full"
         tables: list[tuple[str, Callable[[bytes], Layout]]] = []
         values: list[tuple[str, str]] = []
         if kind == "v2":
@@ -302,9 +314,10 @@ class CgroupProbe(FileProbe):
                                                   self._stat_keys(MEMORY_STAT_V2))))
             tables.append(("memory.events", _kv("cgroup.memory.events.", tags, None)))
             tables.append(("io.stat", _io_layout(tags)))
-            values += [("memory.current", "cgroup.memory.current"),
-                       ("memory.swap.current", "cgroup.memory.swap_current"),
-                       ("pids.current", "cgroup.pids.current")]
+            values.append(("memory.current", "cgroup.memory.current"))
+            if full:
+                values += [("memory.swap.current", "cgroup.memory.swap_current"),
+                           ("pids.current", "cgroup.pids.current")]
             for res in ("cpu", "memory", "io"):
                 path = f"{d}/{res}.pressure"
                 if os.path.exists(path):
@@ -317,7 +330,8 @@ class CgroupProbe(FileProbe):
         elif kind == "cpu":
             tables.append(("cpu.stat", _kv("cgroup.cpu.", tags, None)))
         elif kind == "cpuacct":
-            tables.append(("cpuacct.stat", _kv("cgroup.cpuacct.", tags, None)))
+            if full:
+                tables.append(("cpuacct.stat", _kv("cgroup.cpuacct.", tags, None)))
             values.append(("cpuacct.usage", "cgroup.cpuacct.usage_ns"))
         elif kind == "memory":
             if self.memory_stat != "none":
@@ -328,8 +342,10 @@ class CgroupProbe(FileProbe):
         elif kind == "blkio":
             tables.append(("blkio.throttle.io_service_bytes",
                            _blkio_layout("cgroup.blkio.bytes", tags)))
-            tables.append(("blkio.throttle.io_serviced", _blkio_layout("cgroup.blkio.ios", tags)))
-        elif kind == "pids":
+            if full:
+                tables.append(("blkio.throttle.io_serviced",
+                               _blkio_layout("cgroup.blkio.ios", tags)))
+        elif kind == "pids" and full:
             values.append(("pids.current", "cgroup.pids.current"))
         for filename, layout in tables:
             path = f"{d}/{filename}"
