@@ -19,3 +19,5 @@ Modules, one job each:
 Nothing here imports bpftrace bindings: bpftrace is run as a program, so every module
 imports on hosts without it.
 """
+
+from reveal.collect.ebpf import probe as probe  # registers the ebpf probe

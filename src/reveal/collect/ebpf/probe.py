@@ -27,34 +27,22 @@ from typing import Any
 
 import numpy as np
 
-from reveal.collect.ebpf.elf import ElfError, ElfInfo, read_elf
 from reveal.collect.ebpf.environment import Environment, check_environment
-from reveal.collect.ebpf.functions import functions_of
 from reveal.collect.ebpf.parse import BatchAssembler, BatchConverter, Values
-from reveal.collect.ebpf.scripts import (
-    EVAL_FRAME_SYMBOL,
-    TRACEPOINT_GROUPS,
-    InterpreterPlan,
-    LibraryPlan,
-    ProgramPlan,
-    aggregation_program,
+from reveal.collect.ebpf.planning import (
+    ExportCache,
+    ProcessLabels,
+    describe_files,
+    interpreter_plans,
+    library_plans,
 )
+from reveal.collect.ebpf.scripts import TRACEPOINT_GROUPS, ProgramPlan, aggregation_program
 from reveal.collect.ebpf.session import BpftraceSession
-from reveal.collect.ebpf.targets import (
-    MappedFile,
-    ScanResult,
-    TargetSelector,
-    descendants,
-    process_labels,
-    read_comm,
-    safe_label,
-    scan,
-)
+from reveal.collect.ebpf.targets import ScanResult, TargetSelector, safe_label, scan
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 
 GROUPS = ("cuda", "nccl", "python", *TRACEPOINT_GROUPS)
 DEFAULT_GROUPS = ("cuda", "nccl", *TRACEPOINT_GROUPS)
-_GROUP_LIBRARIES = {"cuda": ("cudart", "cuda"), "nccl": ("nccl",)}
 _RETRY_S = 30.0
 
 
@@ -80,25 +68,6 @@ def parse_groups(value: Any) -> tuple[str, ...]:
     return groups
 
 
-def choose_python_source(info: ElfInfo, version: tuple[int, int] | None,
-                         wanted: str = "auto") -> str | None:
-    """How to count Python function entries in an interpreter file (None: cannot).
-
-    USDT ``function__entry`` when the interpreter has it and is older than 3.11 (CPython
-    3.11 fires it only while line tracing is on, and 3.12 dropped it); else a uprobe on
-    ``_PyEval_EvalFrameDefault`` (one hit per entry into the eval loop from C).
-    """
-    usdt = ("python", "function__entry") in info.usdt
-    frame = EVAL_FRAME_SYMBOL in info.functions
-    if wanted == "usdt":
-        return "usdt" if usdt else None
-    if wanted == "eval_frame":
-        return "eval_frame" if frame else None
-    if usdt and version is not None and version < (3, 11):
-        return "usdt"
-    return "eval_frame" if frame else ("usdt" if usdt else None)
-
-
 @dataclass(frozen=True)
 class _Signature:
     """What forces a restart when it grows: attached files and active groups."""
@@ -106,59 +75,6 @@ class _Signature:
     libraries: frozenset[tuple[tuple[int, int], int]]
     interpreters: frozenset[tuple[tuple[int, int], int]]
     groups: frozenset[str]
-
-
-class _Labels:
-    """Resolves pids, tasks and devices to labels for :class:`BatchConverter`."""
-
-    def __init__(self, selector: TargetSelector, proc_root: str) -> None:
-        self.selector = selector
-        self.proc_root = proc_root
-        self.admitted: dict[int, dict[str, str] | None] = {}
-        self.sources: dict[int, str] = {}
-        self._tasks: dict[int, dict[str, str]] = {}
-        self._devices: dict[int, str] = {}
-
-    def learn(self, result: ScanResult, sources: dict[tuple[tuple[int, int], int], str]) -> None:
-        for pid, proc in result.processes.items():
-            self.admitted.setdefault(pid, proc.labels)
-            if proc.interpreter is not None and proc.interpreter.key in sources:
-                self.sources[pid] = sources[proc.interpreter.key]
-
-    def process(self, pid: int) -> dict[str, str] | None:
-        if pid in self.admitted:
-            return self.admitted[pid]
-        labels = process_labels(pid, self.proc_root)
-        outside = bool(self.selector.pids) and \
-            pid not in descendants(self.selector.pids, self.proc_root)
-        chosen = None if outside or not self.selector.accepts(labels) else labels
-        self.admitted[pid] = chosen
-        return chosen
-
-    def python_source(self, pid: int) -> str:
-        return self.sources.get(pid, "?")
-
-    def task(self, pid: int) -> dict[str, str]:
-        found = self._tasks.get(pid)
-        if found is None:
-            comm = "swapper" if pid == 0 else read_comm(pid, self.proc_root)
-            found = self._tasks[pid] = {"pid": str(pid), "comm": comm}
-        return found
-
-    def device(self, dev: int) -> str:
-        name = self._devices.get(dev)
-        if name is None:
-            major, minor = dev >> 20, dev & 0xFFFFF
-            name = f"{major}:{minor}"
-            try:
-                with open(f"/sys/dev/block/{major}:{minor}/uevent") as handle:
-                    for line in handle:
-                        if line.startswith("DEVNAME="):
-                            name = safe_label(line.split("=", 1)[1], 64)
-            except OSError:
-                pass
-            self._devices[dev] = name
-        return name
 
 
 @register
@@ -189,8 +105,8 @@ class EbpfProbe(Probe):
         self.env: Environment | None = None
         self.tracepoints: frozenset[str] = frozenset()
         self.restarts = 0
-        self._labels = _Labels(self.selector, self.proc_root)
-        self._elf: dict[tuple[tuple[int, int], int], ElfInfo | None] = {}
+        self._labels = ProcessLabels(self.selector, self.proc_root)
+        self._exports = ExportCache()
         self._session: BpftraceSession | None = None
         self._stopping: BpftraceSession | None = None
         self._pending_plan: ProgramPlan | None = None
@@ -275,48 +191,29 @@ class EbpfProbe(Probe):
                 self._retire_run()
         self._session = self._stopping = None
 
-    # -- planning ------------------------------------------------------------------------------
-    def _exports(self, file: MappedFile) -> ElfInfo | None:
-        if file.key not in self._elf:
-            try:
-                self._elf[file.key] = read_elf(file.attach)
-            except (OSError, ElfError):
-                self._elf[file.key] = None
-        return self._elf[file.key]
+    def snapshot(self) -> dict[str, float]:
+        """The latest value of every channel seen so far, adopted by ``refresh()`` or not
+        (after ``close()``: the final cumulative counters)."""
+        out = {name: self._base.get(name, 0.0) + self._run.get(name, 0.0)
+               for name in (*self._base, *self._run)}
+        out.update(self._gauge)
+        return out
 
+    # -- planning ------------------------------------------------------------------------------
     def _plan(self) -> tuple[ProgramPlan, _Signature]:
         self._last_scan = time.monotonic()
         result = scan(self.selector, self.proc_root, exclude=(os.getpid(),)) \
             if self._uprobes else ScanResult()
         self._scan = result
-        kinds = {k for g in self.groups for k in _GROUP_LIBRARIES.get(g, ())}
-        libraries = []
-        for file in result.library_files():
-            if file.kind not in kinds:
-                continue
-            info = self._exports(file)
-            functions = tuple(fn for fn in functions_of(file.kind)
-                              if info is not None and fn.name in info.functions)
-            if functions:
-                libraries.append((file, LibraryPlan(file.attach, functions)))
-        interpreters = []
-        sources: dict[tuple[tuple[int, int], int], str] = {}
-        if "python" in self.groups and libraries:
-            for file in result.interpreter_files():
-                info = self._exports(file)
-                source = choose_python_source(info, file.version, self.python_wanted) \
-                    if info is not None else None
-                if source is not None:
-                    sources[file.key] = source
-                    interpreters.append((file, InterpreterPlan(file.attach, source)))
-        self._labels.learn(result, sources)
+        libraries = library_plans(result, self.groups, self._exports)
+        interpreters = interpreter_plans(result, self._exports, self.python_wanted) \
+            if "python" in self.groups and libraries else []
+        self._labels.learn(result, {f.key: p.source for f, p in interpreters})
         plan = ProgramPlan(tuple(p for _, p in libraries), tuple(p for _, p in interpreters),
                            self.tracepoints, self.interval_ms)
         signature = _Signature(frozenset(f.key for f, _ in libraries),
                                frozenset(f.key for f, _ in interpreters), self.tracepoints)
-        self.info["libraries"] = [
-            {"kind": f.kind, "path": safe_label(f.path, 200, keep_tail=True),
-             "functions": len(p.functions)} for f, p in libraries]
+        self.info["libraries"] = describe_files(libraries)
         self.info["interpreters"] = [
             {"path": safe_label(f.path, 200, keep_tail=True), "source": p.source}
             for f, p in interpreters]
@@ -443,7 +340,7 @@ class EbpfProbe(Probe):
     # -- status --------------------------------------------------------------------------------
     def _update_status(self) -> None:
         reasons = list(self._notes)
-        if self._uprobes and not self.info.get("libraries"):
+        if self._uprobes and not (self._signature and self._signature.libraries):
             reasons.append("no selected process maps a CUDA or NCCL library "
                            f"(selection: {self.selector.describe()}; rescanning every "
                            f"{self.rescan_s:g} s)")
