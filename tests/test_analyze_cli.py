@@ -1,0 +1,128 @@
+"""`reveal analyze` end to end on synthetic runs: verdicts, attribution and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from reveal.analyze.pipeline import analyze_run
+from reveal.cli import main
+from reveal.frame import Telemetry
+from reveal.store.run_writer import write_run
+
+CHANNELS = ["derived.cpu_busy_pct", "mem.Dirty", "disk.sectors_written{dev=vda}",
+            "net.rx_bytes{iface=eth0}"]
+
+
+def _synthetic(seconds: float, seed: int, fault: tuple[float, float] | None = None,
+               start_ns: int = 0) -> Telemetry:
+    """Stationary AR(1) gauges and steadily growing counters at 10 Hz; optional CPU fault."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * 10)
+    ts = start_ns + np.arange(n, dtype=np.int64) * 100_000_000
+    noise = rng.normal(size=(n, 4))
+    ar = np.empty_like(noise)
+    ar[0] = noise[0]
+    for t in range(1, n):
+        ar[t] = 0.6 * ar[t - 1] + noise[t]
+    cpu = 40 + 3 * ar[:, 0]
+    dirty = 5e6 + 2e5 * ar[:, 1]
+    sectors = np.cumsum(np.maximum(200 + 20 * ar[:, 2], 0))
+    rx = np.cumsum(np.maximum(1e5 + 1e4 * ar[:, 3], 0))
+    if fault is not None:
+        a, b = int(fault[0] * 10), int(fault[1] * 10)
+        cpu[a:b] += 45  # contention: busy jumps
+    return Telemetry("synthetic-host", ts, np.column_stack([cpu, dirty, sectors, rx]),
+                     list(CHANNELS), {"interval_s": 0.1})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    base = write_run(_synthetic(900, seed=1), root / "base")
+    clean = write_run(_synthetic(120, seed=2), root / "clean")
+    fault = write_run(_synthetic(120, seed=3, fault=(60, 80)), root / "fault")
+    return base, clean, fault
+
+
+def test_clean_run_against_baseline_reports_no_or_few_anomalies(runs, capsys):
+    base, clean, _ = runs
+    report = analyze_run(clean, base)
+    flagged = len(report.anomalies) / len(report.windows.start_ns)
+    assert flagged <= 0.05
+    assert not report.baseline["self_fitted"]
+
+
+def test_fault_is_flagged_and_attributed_to_cpu(runs, tmp_path, capsys):
+    base, _, fault = runs
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(fault), "--baseline", str(base), "--json", str(out),
+                 "--quiet"]) == 0
+    table = capsys.readouterr().out
+    payload = json.loads(out.read_text())
+    assert payload["schema"] == "reveal-report" and payload["version"] == 1
+    inside = [a for a in payload["anomalies"]
+              if a["end_ns"] > 60e9 and a["start_ns"] < 80e9]
+    outside = [a for a in payload["anomalies"] if a["end_ns"] <= 58e9 or a["start_ns"] >= 82e9]
+    assert len(inside) >= 10
+    assert len(outside) <= 6
+    assert all(a["subsystems"][0] == "cpu" for a in inside)
+    assert inside[0]["reasons"][0]["metric"] == "derived.cpu_busy_pct"
+    assert "CPU busy percentage" in table and "| Window" in table
+    assert len(payload["windows"]["flagged"]) == payload["summary"]["windows"]
+
+
+def test_self_fit_is_said(runs, capsys):
+    _, _, fault = runs
+    assert main(["analyze", str(fault), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "No baseline given" in out
+
+
+def test_mismatched_channels_and_nonfinite_values_are_reported(runs, tmp_path):
+    base, _, _ = runs
+    tel = _synthetic(120, seed=4)
+    tel.values[100:130, 1] = np.nan  # a channel vanishing for 3 s
+    tel.values[200, 0] = np.inf
+    extra = np.column_stack([tel.values, np.arange(tel.n_samples, dtype=float)])
+    tel = Telemetry(tel.host, tel.timestamps_ns, extra[:, [0, 1, 2, 4]],
+                    [CHANNELS[0], CHANNELS[1], CHANNELS[2], "net.tx_bytes{iface=eth9}"])
+    run = write_run(tel, tmp_path / "odd")
+    report = analyze_run(run, base)
+    text = " ".join(report.warnings)
+    assert "absent from the baseline" in text and "net.tx_bytes{iface=eth9}" in text
+    assert "baseline channels are absent from the run" in text
+    assert report.channels["analysed"] >= 2
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reveal.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_short_run_and_truncated_file_exit_2_with_one_line(runs, tmp_path):
+    base, _, _ = runs
+    short = write_run(_synthetic(2, seed=5), tmp_path / "short")
+    result = _cli("analyze", str(short), "--baseline", str(base), "--quiet")
+    assert result.returncode == 2
+    assert "shorter than one window" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    broken = write_run(_synthetic(30, seed=6), tmp_path / "broken")
+    seg = next((broken / "segments").glob("*.parquet"))
+    seg.write_bytes(seg.read_bytes()[:-300])
+    result = _cli("analyze", str(broken), "--quiet")
+    assert result.returncode == 2 and seg.name in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_constant_run_has_nothing_to_detect_on(tmp_path):
+    tel = _synthetic(60, seed=7)
+    tel.values[:] = 1.0
+    run = write_run(tel, tmp_path / "flat")
+    result = _cli("analyze", str(run), "--quiet")
+    assert result.returncode == 2
+    assert "nothing to detect" in result.stderr or "no channel usable" in result.stderr
