@@ -35,12 +35,17 @@ def _label(text: str, limit: int = 70) -> str:
     return plain(text, limit).replace("$", r"\$")
 
 
-def _shade_faults(ax: Any, faults: Sequence[Any], t0_ns: int, label: bool) -> None:
-    for i, ep in enumerate(faults):
+def _shade_faults(ax: Any, faults: Sequence[Any], t0_ns: int, label: bool,
+                  clamp: tuple[float, float] | None = None) -> None:
+    for i, ep in enumerate(sorted(faults, key=lambda f: f.start_ns)):
+        x_label = (ep.start_ns - t0_ns) / 1e9
+        if clamp is not None:
+            x_label = min(max(x_label, clamp[0]), clamp[1])
         ax.axvspan((ep.start_ns - t0_ns) / 1e9, (ep.end_ns - t0_ns) / 1e9, color=FAULT_COLOUR,
                    alpha=0.25, lw=0, label="injected fault" if (label and i == 0) else None)
-        if label:
-            ax.text((ep.start_ns - t0_ns) / 1e9, 1.0, f" {_label(ep.kind, 30)}",
+        if label:  # staggered so neighbouring names do not overlap
+            ax.text(x_label, 0.98 - 0.13 * (i % 2),
+                    f" {_label(ep.kind, 30)} ({_label(ep.intensity, 8)})",
                     transform=ax.get_xaxis_transform(), fontsize=7, va="top", ha="left",
                     color="#8a5a00")
 
@@ -105,6 +110,7 @@ def subsystem_counts(report: Any, path: Path) -> Path:
                color=[SUBSYSTEM_COLOURS.get(n, "#7f7f7f") for n in names])
         for i, n in enumerate(names):
             ax.text(i, counts[n], str(counts[n]), ha="center", va="bottom", fontsize=9)
+        ax.set_ylim(0, max(counts.values()) * 1.15)
     else:
         ax.text(0.5, 0.5, "no anomaly", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("flagged windows")
@@ -142,6 +148,9 @@ def channel_traces(report: Any, telemetry: Any, out_dir: Path, faults: Sequence[
         lo = (episode.start_ns - t0) / 1e9 - margin_s
         hi = (episode.end_ns - t0) / 1e9 + margin_s
         mask = (t_rel >= lo) & (t_rel <= hi)
+        if not mask.any():
+            continue
+        span = (max(lo, float(t_rel[mask][0])), min(hi, float(t_rel[mask][-1])))
         fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 1.9 * len(chosen) + 0.7),
                                  sharex=True, squeeze=False)
         for ax, channel in zip(axes[:, 0], chosen, strict=True):
@@ -153,11 +162,13 @@ def channel_traces(report: Any, telemetry: Any, out_dir: Path, faults: Sequence[
                     ax.axhline(float(np.nanmedian(ref)), color="#555555", lw=0.8, ls=":",
                                label="baseline median")
             ax.axvspan((episode.start_ns - t0) / 1e9, (episode.end_ns - t0) / 1e9,
-                       color="#d62728", alpha=0.12, lw=0, label="flagged")
+                       facecolor="none", edgecolor="#d62728", hatch="///", lw=0,
+                       label="flagged (Reveal)")
             _shade_faults(ax, [f for f in faults
                                if f.end_ns >= t0 + lo * 1e9 and f.start_ns <= t0 + hi * 1e9],
-                          t0, label=ax is axes[0, 0])
+                          t0, label=ax is axes[0, 0], clamp=span)
             ax.set_title(_label(channel, 90), fontsize=8, loc="left")
+            ax.set_xlim(*span)
             ax.tick_params(labelsize=8)
         axes[-1, 0].set_xlabel("time since run start (s)")
         handles, labels = axes[0, 0].get_legend_handles_labels()

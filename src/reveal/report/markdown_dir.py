@@ -67,9 +67,9 @@ def write_report_dir(report: Any, out_dir: Path, telemetry: Any = None, baseline
     summary = payload["summary"]
     lines = [f"# {markdown(title)}", "",
              f"Host {markdown(str(report.run.get('host')))}, run "
-             f"`{markdown(str(report.run.get('path')))}`, "
+             f"{markdown(str(report.run.get('path')))}, "
              f"{report.run.get('duration_s', 0):.0f} s at {report.run.get('interval_s', 0):g} s; "
-             f"baseline `{markdown(str(report.baseline.get('path', 'none')))}`.", "",
+             f"baseline {markdown(str(report.baseline.get('path') or 'none'))}.", "",
              f"**Verdict: {summary['verdict']}** — {summary['anomalous_windows']} of "
              f"{summary['windows']} windows flagged, {summary['episodes']} episodes; "
              f"{report.channels.get('analysed', '?')} channels analysed.", ""]
