@@ -101,7 +101,9 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
         warnings.simplefilter("ignore", RuntimeWarning)
         med = np.nanmedian(y, axis=0)
         mad = 1.4826 * np.nanmedian(np.abs(y - med), axis=0)
-        spread = np.where(mad > 0, mad, np.nanstd(y, axis=0))
+        # MAD alone makes a gauge that drifts slowly (VmallocUsed, load averages) look
+        # extreme; the baseline's std is the floor.
+        spread = np.fmax(mad, np.nanstd(y, axis=0))
         during = np.nanmedian(x, axis=0)
         z = (during - med) / np.where(spread > 0, spread, np.nan)
     order = np.argsort(-np.nan_to_num(np.abs(z), nan=-1.0))[:top]
