@@ -124,19 +124,31 @@ def maximum(X: np.ndarray) -> np.ndarray:
     return X.max(axis=0)
 
 
-def median(X: np.ndarray) -> np.ndarray:
-    """``np.median`` of each column: the middle value, or the mean of the middle two."""
-    n = X.shape[0]
-    half = n // 2
-    if n % 2:
-        part = np.partition(X, half, axis=0)
-        out = part[half].copy()
-    else:
-        part = np.partition(X, (half - 1, half), axis=0)
-        out = (part[half - 1] + part[half]) / 2.0
-    nan_cols = np.isnan(X).any(axis=0)
-    out[nan_cols] = np.nan
-    return out
+class Sorted:
+    """Each window's values in ascending order (NaN last), from ``S`` (N, n)."""
+
+    def __init__(self, S: np.ndarray) -> None:
+        self.values = np.sort(S, axis=1)
+        self.has_nan = np.isnan(self.values[:, -1])
+
+    def minimum(self) -> np.ndarray:
+        out = self.values[:, 0].copy()
+        out[self.has_nan] = np.nan
+        return out
+
+    def maximum(self) -> np.ndarray:
+        return self.values[:, -1].copy()
+
+    def median(self) -> np.ndarray:
+        """``np.median``: the middle value, or the mean of the middle two; NaN if any NaN."""
+        n = self.values.shape[1]
+        half = n // 2
+        if n % 2:
+            out = self.values[:, half].copy()
+        else:
+            out = (self.values[:, half - 1] + self.values[:, half]) / 2.0
+        out[self.has_nan] = np.nan
+        return out
 
 
 def slope_weights(n: int) -> np.ndarray:

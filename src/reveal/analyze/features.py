@@ -75,18 +75,26 @@ class FeatureMatrix:
         return [f"{c}|{f}" for c, f in zip(self.channels, self.features, strict=True)]
 
 
-def _dynamic_block(X: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """All requested dynamic features of the windows in ``X`` (n, N)."""
+def _dynamic_block(X: np.ndarray, S: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """All requested dynamic features of the windows in ``X`` (n, N), also given as
+    ``S`` = ``X.T`` (N, n) (one window per row; used for the order statistics)."""
     out: dict[str, np.ndarray] = {}
-    needs_centred = any(f in _CENTRED or f == "kurtosis" for f in names)
+    needs_centred = any(f in _CENTRED or f in ("kurtosis", "adf_stat") for f in names)
     c = fm.Centred(X) if needs_centred else None
+    ordered = fm.Sorted(S) if "median" in names else None
     for name in names:
         if name in _CENTRED:
             out[name] = _CENTRED[name](c)  # type: ignore[arg-type]
         elif name == "kurtosis":
             out[name] = fm.kurtosis(c, X)  # type: ignore[arg-type]
+        elif name == "adf_stat":
+            out[name] = adf_stat(X, c.dev, c.m2)  # type: ignore[union-attr]
+        elif ordered is not None:
+            out[name] = {"min": ordered.minimum, "max": ordered.maximum, "median": ordered.median}[
+                name
+            ]()
         else:
-            out[name] = _RAW[name](X)
+            out[name] = fm.minimum(X) if name == "min" else fm.maximum(X)
     return out
 
 
@@ -97,12 +105,6 @@ _CENTRED: dict[str, Callable[[fm.Centred], np.ndarray]] = {
     "skewness": fm.skewness,
     "slope": fm.slope,
     "autocorr_lag1": fm.autocorr_lag1,
-}
-_RAW: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "min": fm.minimum,
-    "max": fm.maximum,
-    "median": fm.median,
-    "adf_stat": adf_stat,
 }
 
 
@@ -142,15 +144,23 @@ def _check_inputs(
     return arr, feats
 
 
-def _gather(values: np.ndarray, rows: np.ndarray, chans: np.ndarray, n: int) -> np.ndarray:
-    """Window-major block: out[j, w*len(chans) + c] = values[rows[w] + j, chans[c]]."""
-    idx = rows[None, :] + np.arange(n)[:, None]
+def _gather(
+    values: np.ndarray, rows: np.ndarray, chans: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Block of windows × channels in two layouts, series numbered w * len(chans) + c.
+
+    Returns X (n, N) with X[j, s] the j-th value of series s (window-major, for the
+    vectorised moments) and S (N, n), the same values one series per row.
+    """
+    idx = rows[:, None] + np.arange(n)[None, :]
     lo, hi = int(chans[0]), int(chans[-1]) + 1
     if hi - lo == len(chans):
-        block = values[idx, lo:hi]
+        block = values[idx, lo:hi]  # (windows, n, channels)
     else:
         block = values[idx[:, :, None], chans[None, None, :]]
-    return block.reshape(n, -1)
+    X = np.ascontiguousarray(block.transpose(1, 0, 2)).reshape(n, -1)
+    S = np.ascontiguousarray(block.transpose(0, 2, 1)).reshape(-1, n)
+    return X, S
 
 
 def compute_features(
@@ -225,9 +235,9 @@ def compute_features(
 
     def run(task: tuple[int, int, np.ndarray, np.ndarray, bool]) -> None:
         w0, w1, chans, cols0, is_dyn = task
-        X = _gather(arr, starts[w0:w1], chans, n)
+        X, S = _gather(arr, starts[w0:w1], chans, n)
         if is_dyn:
-            res = _dynamic_block(X, feats)
+            res = _dynamic_block(X, S, feats)
             for name, v in res.items():
                 out[w0:w1, cols0 + feat_offset[name]] = v.reshape(w1 - w0, len(chans))
         else:
