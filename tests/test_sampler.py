@@ -98,20 +98,21 @@ def _opened(*probes: Probe) -> list[Probe]:
 
 def test_ticks_stay_on_the_grid_without_drift():
     interval = 0.02
-    sampler = Sampler(_opened(UptimeProbe()), interval_s=interval)
+    sampler = Sampler(_opened(UptimeProbe()), interval_s=interval, self_channels=True)
     sink = MemorySink(sampler.channels)
-    sampler.run(sink, duration_s=1.0)
+    sampler.run(sink, duration_s=1.2)
     ts = np.array(sink.parts[0][1])
-    offsets = (ts - sampler.start_ns) / 1e9
-    k = np.rint(offsets / interval)
-    assert sampler.stats.samples + sampler.stats.missed_ticks == 50
-    # every sample sits just after its own deadline: lateness does not accumulate
-    lateness = offsets - k * interval
-    assert (lateness >= 0).all()
-    assert np.median(lateness) < 0.002
-    assert lateness[-5:].max() < interval / 2
-    values = np.array(sink.parts[0][2])
-    assert np.all(np.diff(values[:, 0]) >= 0)  # uptime really read each tick
+    rows = np.array(sink.parts[0][2])
+    assert sampler.stats.samples + sampler.stats.missed_ticks == 60
+    # Every sample's deadline (its time minus its recorded lag) is start + k * interval
+    # exactly: lateness never carries over into the schedule, so there is no drift.
+    lag_ns = np.rint(rows[:, -2] * 1e9)
+    deadlines = ts - lag_ns
+    k = (deadlines - sampler.start_ns) / (interval * 1e9)
+    np.testing.assert_allclose(k, np.rint(k), atol=1e-5)
+    assert (lag_ns >= 0).all() and (np.diff(k) >= 1).all()
+    assert np.median(lag_ns) < 3e6  # taken within a few ms of the deadline
+    assert np.all(np.diff(rows[:, 0]) >= 0)  # uptime really read each tick
 
 
 def test_slow_reads_skip_ticks_and_never_burst():
@@ -166,17 +167,17 @@ def test_self_channels_record_latency_lag_and_missed_ticks():
     assert summary["samples"] == len(rows) and summary["latency_ms_p99"] > 0
 
 
-def test_channel_appearing_mid_run_starts_a_segment_nan_before(tmp_path):
+def test_channel_appearing_mid_run_starts_a_journal_nan_before(tmp_path):
     run = tmp_path / "run"
     probe = GrowingProbe(after_s=0.6)
     sampler = Sampler(_opened(UptimeProbe(), probe), interval_s=0.05, refresh_s=0.2)
     writer = SegmentWriter(run, sampler.channels, interval_s=0.05, background=False)
     write_json_atomic(run / META_FILE, base_meta("h", 0.05))
     sampler.run(writer, duration_s=1.5)
-    writer.close()
     assert sampler.stats.schema_changes == 1
-    segments = sorted((run / "segments").glob("*.parquet"))
-    assert len(segments) == 2
+    assert writer.journal_number == 2  # the new schema went to a new journal
+    assert "test.load1" in writer.channels
+    writer.close()
     tel = read_run(run)
     load = tel.column("test.load1")
     first_seen = int(np.argmax(np.isfinite(load)))

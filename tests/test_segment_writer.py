@@ -117,7 +117,7 @@ def test_journal_gets_a_batch_every_second_and_segments_roll(tmp_path):
     assert writer.stats.rows_journaled == 130 and writer.stats.dropped_samples == 0
 
 
-def test_schema_change_starts_a_segment_and_earlier_rows_are_nan(tmp_path):
+def test_schema_change_starts_a_journal_and_earlier_rows_are_nan(tmp_path):
     run = tmp_path / "run"
     ts, block = _rows(40, 4)
     writer = SegmentWriter(run, ["a", "b", "c"], interval_s=0.1, background=True)
@@ -125,11 +125,16 @@ def test_schema_change_starts_a_segment_and_earlier_rows_are_nan(tmp_path):
     for i in range(15):
         writer.append(int(ts[i]), block[i, :3])
     writer.set_channels(["a", "b", "c", "new{dev=x}"])
-    assert writer.segment_number == 2
+    assert writer.journal_number == 2
     for i in range(15, 40):
         writer.append(int(ts[i]), block[i])
+    assert journal_path(run, 1).exists() and journal_path(run, 2).exists()
+    live = read_run(run)  # both journals read back while recording
+    assert np.isnan(live.column("new{dev=x}")[:15]).all()
     writer.close()
-    assert segment_path(run, 1).exists() and segment_path(run, 2).exists()
+    # one segment for the whole span, under the first journal's number, union schema
+    assert [p.name for p in (run / "segments").iterdir()] == ["000001.parquet"]
+    assert not list((run / "journal").iterdir())
     back = read_run(run)
     assert back.channels == ["a", "b", "c", "new{dev=x}"]
     assert np.isnan(back.column("new{dev=x}")[:15]).all()
@@ -137,12 +142,35 @@ def test_schema_change_starts_a_segment_and_earlier_rows_are_nan(tmp_path):
     np.testing.assert_array_equal(back.values[:, :3], block[:, :3])
 
 
-def test_unchanged_channels_and_empty_segments_write_nothing(tmp_path):
+def test_channel_churn_inside_a_segment_makes_one_file(tmp_path):
+    run = tmp_path / "run"
+    ts, block = _rows(90, 4)
+    schemas = [["a", "b"], ["a", "b", "cg{cgroup=x}"], ["a", "b"], ["a", "b", "cg{cgroup=y}"]]
+    writer = SegmentWriter(run, schemas[0], interval_s=0.1, segment_seconds=6,
+                           background=False)
+    _meta(run)
+    for i in range(90):
+        channels = schemas[min(i // 15, 3)]
+        writer.set_channels(channels)
+        writer.append(int(ts[i]), block[i, :len(channels)])
+    writer.close()
+    segments = sorted(p.name for p in (run / "segments").iterdir())
+    assert len(segments) == 2  # 60 rows, then 30: one file per 6 s despite four schemas
+    tel = read_run(run)
+    assert tel.n_samples == 90
+    x = tel.column("cg{cgroup=x}")
+    assert np.isfinite(x[15:30]).all() and np.isnan(x[:15]).all() and np.isnan(x[30:]).all()
+    y = tel.column("cg{cgroup=y}")
+    assert np.isnan(y[:45]).all() and np.isfinite(y[45:]).all()
+    np.testing.assert_array_equal(tel.values[:, :2], block[:, :2])
+
+
+def test_unchanged_channels_and_empty_journals_write_nothing(tmp_path):
     run = tmp_path / "run"
     writer = SegmentWriter(run, ["a"], interval_s=0.1, background=False)
-    writer.set_channels(["a"])  # same schema: no new segment
-    writer.set_channels(["a", "b"])  # nothing recorded yet: reuse the number
-    assert writer.segment_number == 1
+    writer.set_channels(["a"])  # same schema: nothing happens
+    writer.set_channels(["a", "b"])  # nothing recorded yet: the number is reused
+    assert writer.journal_number == 1
     writer.close()
     assert not list((run / "segments").iterdir()) and not list((run / "journal").iterdir())
 
@@ -181,3 +209,12 @@ def test_compact_storage_for_counters(tmp_path):
     writer.close()
     size = segment_path(run, 1).stat().st_size
     assert size / block.size < 0.5
+
+
+def test_column_chunking_does_not_change_the_table():
+    ts, block = _rows(40, 9)
+    block[:, 2] = block[:, 2] / 4.0  # float32-exact
+    names = [f"k{i}" for i in range(9)]
+    whole, enc_whole = segment_table(ts, block, names)
+    pieces, enc_pieces = segment_table(ts, block, names, chunk=2)
+    assert whole.equals(pieces) and enc_whole == enc_pieces

@@ -116,35 +116,39 @@ class BatchEncoder:
 # Parquet segments
 # ---------------------------------------------------------------------------------------
 
-def segment_table(ts_ns: np.ndarray, block: np.ndarray,
-                  channels: list[str]) -> tuple[pa.Table, dict[str, str]]:
+def segment_table(ts_ns: np.ndarray, block: np.ndarray, channels: list[str],
+                  chunk: int = 128) -> tuple[pa.Table, dict[str, str]]:
     """The segment's Arrow table and a Parquet encoding per column.
 
     A column whose values are all integral is stored as int64 (null where NaN) with
     DELTA_BINARY_PACKED (counters and integral gauges: small deltas pack into few bits);
     other columns as float32 when that is exact, else float64, with BYTE_STREAM_SPLIT.
+    Columns are examined ``chunk`` at a time so temporaries stay small.
     """
-    nan = np.isnan(block)
-    finite_or_nan = np.isfinite(block) | nan
-    filled = np.where(nan, 0.0, block)
-    integral = (finite_or_nan.all(axis=0) & (filled == np.rint(filled)).all(axis=0)
-                & (np.abs(filled) <= _INT64_LIMIT).all(axis=0))
-    as32 = filled.astype(np.float32)
-    exact32 = (as32.astype(np.float64) == filled).all(axis=0) & finite_or_nan.all(axis=0)
-    any_nan = nan.any(axis=0)
     arrays = [pa.array(np.asarray(ts_ns, dtype=np.int64))]
     encodings = {TIME_COLUMN: "DELTA_BINARY_PACKED"}
-    for i, name in enumerate(channels):
-        mask = nan[:, i] if any_nan[i] else None
-        if integral[i]:
-            arrays.append(pa.array(filled[:, i].astype(np.int64), type=pa.int64(), mask=mask))
-            encodings[name] = "DELTA_BINARY_PACKED"
-        elif exact32[i]:
-            arrays.append(pa.array(as32[:, i], type=pa.float32(), mask=mask))
-            encodings[name] = "BYTE_STREAM_SPLIT"
-        else:
-            arrays.append(pa.array(block[:, i], type=pa.float64(), mask=mask))
-            encodings[name] = "BYTE_STREAM_SPLIT"
+    for lo in range(0, len(channels), chunk):
+        part = block[:, lo:lo + chunk]
+        nan = np.isnan(part)
+        finite_or_nan = (np.isfinite(part) | nan).all(axis=0)
+        filled = np.where(nan, 0.0, part)
+        integral = (finite_or_nan & (filled == np.rint(filled)).all(axis=0)
+                    & (np.abs(filled) <= _INT64_LIMIT).all(axis=0))
+        as32 = filled.astype(np.float32)
+        exact32 = finite_or_nan & (as32.astype(np.float64) == filled).all(axis=0)
+        any_nan = nan.any(axis=0)
+        for j, name in enumerate(channels[lo:lo + chunk]):
+            mask = nan[:, j] if any_nan[j] else None
+            if integral[j]:
+                arrays.append(pa.array(filled[:, j].astype(np.int64), type=pa.int64(),
+                                       mask=mask))
+                encodings[name] = "DELTA_BINARY_PACKED"
+            elif exact32[j]:
+                arrays.append(pa.array(as32[:, j], type=pa.float32(), mask=mask))
+                encodings[name] = "BYTE_STREAM_SPLIT"
+            else:
+                arrays.append(pa.array(part[:, j], type=pa.float64(), mask=mask))
+                encodings[name] = "BYTE_STREAM_SPLIT"
     return pa.Table.from_arrays(arrays, names=[TIME_COLUMN, *channels]), encodings
 
 
@@ -221,8 +225,47 @@ def _quiet(level: str, message: str) -> None:
     del level, message
 
 
+@dataclass
+class _Part:
+    """Rows of one journal file (one schema) waiting to become part of a segment."""
+
+    number: int
+    ts: np.ndarray
+    block: np.ndarray
+    channels: list[str]
+
+
+def merge_parts(parts: list[_Part]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Rows of consecutive parts under the union of their channels (NaN where absent)."""
+    if len(parts) == 1:
+        return parts[0].ts, parts[0].block, parts[0].channels
+    channels: list[str] = []
+    index: dict[str, int] = {}
+    for part in parts:
+        for name in part.channels:
+            if name not in index:
+                index[name] = len(channels)
+                channels.append(name)
+    rows = sum(len(p.ts) for p in parts)
+    ts = np.concatenate([p.ts for p in parts])
+    block = np.full((rows, len(channels)), np.nan)
+    row = 0
+    for part in parts:
+        cols = np.fromiter((index[c] for c in part.channels), dtype=np.intp,
+                           count=len(part.channels))
+        block[row:row + len(part.ts), cols] = part.block
+        row += len(part.ts)
+    return ts, block, channels
+
+
 class SegmentWriter:
     """Append rows to a run directory: journal every ``flush_seconds``, Parquet per segment.
+
+    A segment covers ``segment_seconds`` of samples. When the channels change inside it,
+    the open journal is closed and a new one (next number) starts with the new schema; at
+    the end of the segment every journal of it is written as **one** Parquet file under the
+    first journal's number, with the union of their channels (NaN where a channel was
+    absent), so channel churn (containers, cgroups) does not multiply small files.
 
     Parameters
     ----------
@@ -257,22 +300,23 @@ class SegmentWriter:
         self.zstd_level = zstd_level
         self.notify = notify
         self.stats = WriterStats()
-        self._lock = threading.Lock()  # guards stats touched by the worker
+        self._lock = threading.Lock()  # guards stats and pending, touched by the worker
         self._number = self._first_free_number()
-        self._pending: list[int] = []  # journals whose Parquet write failed
+        self._parts: list[_Part] = []  # closed journals of the open segment
+        self._segment_first_ts: int | None = None
+        self._pending: list[list[int]] = []  # journal numbers of segments not yet written
         self._disk_full = False
         self._dropped_in_episode = 0
         self._closed = False
         self._queue: queue.Queue[Callable[[], None] | None] | None = None
         self._worker: threading.Thread | None = None
-        self._worker_error: BaseException | None = None
         if background:
             self._queue = queue.Queue()
             self._worker = threading.Thread(target=self._work, name="segment-writer",
                                             daemon=True)
             self._worker.start()
         self._fd = -1
-        self._start_segment(list(channels))
+        self._start_journal(list(channels))
 
     # -- public ----------------------------------------------------------------------------
     @property
@@ -280,7 +324,8 @@ class SegmentWriter:
         return list(self._channels)
 
     @property
-    def segment_number(self) -> int:
+    def journal_number(self) -> int:
+        """Number of the open journal file."""
         return self._number
 
     def append(self, ts_ns: int, row: np.ndarray) -> None:
@@ -294,7 +339,13 @@ class SegmentWriter:
         # flush_seconds (10 rows at 100 ms), so a SIGKILL loses at most that much.
         if ts_ns - self._ts[self._flushed] + self.interval_ns >= self._flush_due_ns:
             self.flush()
-        if self._count and ts_ns - self._ts[0] + self.interval_ns >= self._roll_due_ns:
+        first = self._segment_first_ts
+        if first is None:
+            if self._count:
+                self._segment_first_ts = first = int(self._ts[0])
+            else:
+                return
+        if ts_ns - first + self.interval_ns >= self._roll_due_ns:
             self.roll()
 
     def flush(self) -> None:
@@ -312,50 +363,47 @@ class SegmentWriter:
             if self._disk_full:
                 self._disk_full = False
                 self.notify("notice", f"{self.run}: storage writable again; recording resumed "
-                                    f"after {self._dropped_in_episode} dropped samples")
+                                      f"after {self._dropped_in_episode} dropped samples")
         else:
             self._count = start  # rows that never reached the journal are dropped
             self.stats.dropped_samples += stop - start
             self._dropped_in_episode += stop - start
 
-    def roll(self) -> None:
-        """Close the open segment (journal → Parquet) and open the next, same channels."""
-        self.set_channels(self._channels, force=True)
-
-    def set_channels(self, channels: list[str], force: bool = False) -> None:
-        """Start a new segment with ``channels`` (when they differ, or ``force``)."""
-        if not force and list(channels) == self._channels:
+    def set_channels(self, channels: list[str]) -> None:
+        """Continue the segment in a new journal with ``channels`` (when they differ)."""
+        if list(channels) == self._channels:
             return
         self.flush()
-        if self._count == 0:
-            self._close_journal(remove=True)  # nothing recorded: reuse the number
-        else:
-            self._close_journal(remove=False)
-            self.submit(self._segment_job())
-        self._start_segment(list(channels))
+        self._end_journal()
+        self._start_journal(list(channels))
+
+    def roll(self) -> None:
+        """End the segment: its journals become one Parquet file; a new segment starts."""
+        self.flush()
+        self._end_journal()
+        self._submit_segment()
+        self._start_journal(list(self._channels))
 
     def close(self) -> None:
-        """Flush, write the last segment, wait for the worker, retry pending journals."""
+        """Flush, write the last segment, wait for the worker, retry pending segments."""
         if self._closed:
             return
         self.flush()
-        if self._count:
-            self._close_journal(remove=False)
-            self.submit(self._segment_job())
-        else:
-            self._close_journal(remove=True)
+        self._end_journal()
+        self._submit_segment()
         self._closed = True
         if self._queue is not None and self._worker is not None:
             self._queue.put(None)
             self._worker.join()
         self._retry_pending()
 
-    def _segment_job(self) -> Callable[[], None]:
-        """Hand the open segment's rows to a job writing its Parquet file; next number."""
-        number, channels = self._number, list(self._channels)
-        ts, block = self._ts[:self._count], self._block[:self._count]
-        self._number += 1
-        return lambda: self._finish_segment(number, ts, block, channels)
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the writer's worker thread, after the segments queued before it
+        (inline when there is no worker or the writer is closed)."""
+        if self._queue is not None and not self._closed:
+            self._queue.put(job)
+        else:
+            job()
 
     def update_journal_size(self) -> None:
         self.stats.journal_bytes = self._journal_size
@@ -370,7 +418,7 @@ class SegmentWriter:
                     numbers.append(int(head))
         return max(numbers) + 1
 
-    def _start_segment(self, channels: list[str]) -> None:
+    def _start_journal(self, channels: list[str]) -> None:
         if getattr(self, "_channels", None) != channels:
             self._encoder = BatchEncoder(channels)  # keeps its headers while channels stay
             per_flush = max(1, round(self.flush_ns / self.interval_ns))
@@ -388,6 +436,26 @@ class SegmentWriter:
         path = journal_path(self.run, self._number)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         self._write_schema()
+
+    def _end_journal(self) -> None:
+        """Close the open journal; keep its rows as a part of the segment (or drop it empty)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.stats.journal_bytes = 0
+        if self._count == 0:
+            with contextlib.suppress(OSError):
+                journal_path(self.run, self._number).unlink()
+            return  # nothing recorded: the next journal reuses the number
+        self._parts.append(_Part(self._number, self._ts[:self._count],
+                                 self._block[:self._count], list(self._channels)))
+        self._number += 1
+
+    def _submit_segment(self) -> None:
+        parts, self._parts = self._parts, []
+        self._segment_first_ts = None
+        if parts:
+            self.submit(lambda: self._finish_segment(parts))
 
     def _grow(self) -> None:
         """More rows than planned (a clock jump, a tiny interval): double the buffers."""
@@ -430,24 +498,7 @@ class SegmentWriter:
             self.notify("warning", f"{self.run}: cannot write ({exc.strerror}); dropping "
                                    f"samples until space returns")
 
-    def _close_journal(self, remove: bool) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if remove:
-            with contextlib.suppress(OSError):
-                journal_path(self.run, self._number).unlink()
-        self.stats.journal_bytes = 0
-
     # -- segments ----------------------------------------------------------------------------
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the writer's worker thread, after the segments queued before it
-        (inline when there is no worker or the writer is closed)."""
-        if self._queue is not None and not self._closed:
-            self._queue.put(job)
-        else:
-            job()
-
     def _work(self) -> None:
         assert self._queue is not None
         while True:
@@ -456,24 +507,24 @@ class SegmentWriter:
                 return
             try:
                 job()
-            except BaseException as exc:  # never kill the sampler; a journal stays readable
-                self._worker_error = exc
+            except Exception as exc:  # never kill the sampler; the journals stay readable
                 self.notify("warning", f"{self.run}: background write failed ({exc})")
 
-    def _finish_segment(self, number: int, ts_ns: np.ndarray, block: np.ndarray,
-                        channels: list[str]) -> None:
-        """Write segment ``number`` from its rows; keep the journal when the disk is full."""
-        if self._write_parquet(number, ts_ns, block, channels):
+    def _finish_segment(self, parts: list[_Part]) -> None:
+        """Write one segment from its parts; keep the journals when the disk is full."""
+        numbers = [p.number for p in parts]
+        if self._write_parquet(numbers, *merge_parts(parts)):
             self._retry_pending()
         else:
             with self._lock:
-                self._pending.append(number)
+                self._pending.append(numbers)
                 self.stats.pending_segments = len(self._pending)
 
-    def _write_parquet(self, number: int, ts_ns: np.ndarray, block: np.ndarray,
+    def _write_parquet(self, numbers: list[int], ts_ns: np.ndarray, block: np.ndarray,
                        channels: list[str]) -> bool:
+        """Segment ``numbers[0]`` from the rows of journals ``numbers``; then drop them."""
         table, encodings = segment_table(ts_ns, block, channels)
-        target = segment_path(self.run, number)
+        target = segment_path(self.run, numbers[0])
         try:
             size = write_segment_file(target, table, encodings, self.zstd_level)
         except OSError as exc:
@@ -481,29 +532,31 @@ class SegmentWriter:
                 raise
             self._storage_error(exc)
             return False
-        with contextlib.suppress(OSError):
-            journal_path(self.run, number).unlink()
+        for number in numbers:  # the first is skipped by readers already (same number)
+            with contextlib.suppress(OSError):
+                journal_path(self.run, number).unlink()
         with self._lock:
             self.stats.segments_written += 1
             self.stats.segment_bytes += size
         return True
 
     def _retry_pending(self) -> None:
-        """Convert journals left by an earlier full disk, oldest first."""
+        """Write segments left as journals by an earlier full disk, oldest first."""
         with self._lock:
-            pending = list(self._pending)
-        for number in pending:
-            path = journal_path(self.run, number)
-            if not path.exists():
-                done = True
-            else:
-                try:
-                    ts, block, channels = read_journal_rows(path)
-                except (OSError, pa.ArrowException):
-                    break
-                done = len(ts) == 0 or self._write_parquet(number, ts, block, channels)
-            if not done:
+            pending = [list(numbers) for numbers in self._pending]
+        for numbers in pending:
+            parts = []
+            try:
+                for number in numbers:
+                    path = journal_path(self.run, number)
+                    if path.exists():
+                        ts, block, channels = read_journal_rows(path)
+                        if len(ts):
+                            parts.append(_Part(number, ts, block, channels))
+            except (OSError, pa.ArrowException):
+                break
+            if parts and not self._write_parquet(numbers, *merge_parts(parts)):
                 break
             with self._lock:
-                self._pending.remove(number)
+                self._pending.remove(numbers)
                 self.stats.pending_segments = len(self._pending)
