@@ -1,0 +1,244 @@
+"""The detector ensemble: preprocessing, several detectors, one combined verdict.
+
+``Ensemble.fit`` scales the baseline features (:class:`RobustScaler`), fits every detector
+on them and keeps each detector's baseline score distribution. ``Ensemble.score`` gives,
+per window, every detector's score, threshold and flag, how many detectors agree, and a
+combined score: each detector's score normalised by its own baseline
+(``(s − median) / (threshold − median)``, so 0 is a typical baseline window and 1 is the
+detector's threshold), averaged over detectors — it rises with every detector that finds
+the window unusual, hence with agreement. The ensemble flags a window when the combined
+score exceeds a threshold set from the baseline's combined scores (see
+:class:`EnsembleOptions` for the drift-following variant).
+
+Without a baseline (``robust_self_fit=True``) the run itself is the baseline: detectors are
+fitted once, the windows whose combined score is an outlier (above median + 3 MAD) are set
+aside, and the detectors are refitted on the rest; ``Verdicts.self_fitted`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Self
+
+import numpy as np
+
+from reveal.analyze.detectors import DETECTORS, GMM, Detector, IsolationForest, PCAMahalanobis
+from reveal.analyze.preprocess import RobustScaler, check_matrix
+from reveal.analyze.threshold import pot_threshold, quantile_threshold
+from reveal.config import DetectConfig
+from reveal.errors import InputError
+
+MIN_BASELINE_WINDOWS = 10
+
+
+@dataclass(frozen=True)
+class EnsembleOptions:
+    """Settings of the ensemble beyond :class:`DetectConfig`.
+
+    clip : largest |robust z| a feature may take (baseline sigmas).
+    max_fit_rows : baseline windows each model is fitted on at most (seeded subsample).
+    dtype : "float32" or "float64" for the scaled matrix.
+    combined_threshold : "quantile" (the baseline's ``threshold_quantile``) or "pot"
+        (peaks-over-threshold extrapolation at ``pot_risk``).
+    pot_risk, pot_init_quantile : POT settings.
+    self_fit_trim_mads : in self-fit mode, windows above median + this many MADs of the
+        combined score are left out of the refit.
+    """
+
+    clip: float = 100.0
+    max_fit_rows: int | None = 50_000
+    dtype: str = "float64"
+    combined_threshold: str = "quantile"
+    pot_risk: float = 1e-3
+    pot_init_quantile: float = 0.98
+    self_fit_trim_mads: float = 3.0
+
+
+@dataclass
+class Verdicts:
+    """Per-window verdicts of the ensemble (``W`` windows, in time order)."""
+
+    scores: dict[str, np.ndarray]  # detector name -> (W,) raw score
+    thresholds: dict[str, float]  # detector name -> threshold (baseline quantile)
+    flags: dict[str, np.ndarray]  # detector name -> bool (W,)
+    agreement: np.ndarray  # int (W,): how many detectors flag the window
+    combined: np.ndarray  # (W,) mean normalised score (1 = at a detector's threshold)
+    flagged: np.ndarray  # bool (W,): the ensemble's verdict
+    self_fitted: bool  # True when fitted on the scored run itself
+    combined_threshold: float | np.ndarray = 1.0  # scalar, or (W,) when it follows drift
+    warnings: list[str] = field(default_factory=list)
+
+
+def _make_detectors(config: DetectConfig, options: EnsembleOptions) -> list[Detector]:
+    q = config.threshold_quantile
+    rs = config.random_state
+    out: list[Detector] = []
+    for name in config.detectors:
+        if name not in DETECTORS:
+            raise InputError(f"unknown detector {name!r}; known: {', '.join(DETECTORS)}")
+        cls = DETECTORS[name]
+        if cls is PCAMahalanobis:
+            det: Detector = PCAMahalanobis(variance=config.pca_variance, threshold_quantile=q,
+                                           max_fit_rows=options.max_fit_rows, random_state=rs)
+        elif cls is IsolationForest:
+            det = IsolationForest(n_estimators=config.iforest_trees, threshold_quantile=q,
+                                  max_fit_rows=options.max_fit_rows, random_state=rs)
+        elif cls is GMM:
+            det = GMM(max_components=config.gmm_max_components, variance=config.pca_variance,
+                      threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
+        else:
+            det = cls(threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
+        out.append(det)
+    if not out:
+        raise InputError("no detector selected")
+    return out
+
+
+class Ensemble:
+    """Robust scaling + detectors + combined verdict.
+
+    Parameters
+    ----------
+    config : DetectConfig
+        Which detectors, the baseline quantile, PCA variance share, forest size, ...
+    options : EnsembleOptions
+        Clipping, subsampling, dtype, combined-threshold method.
+
+    Attributes
+    ----------
+    scaler_ : RobustScaler
+    detectors_ : list of Detector (fitted)
+    columns_used_ : ndarray of int
+        Feature columns that survive preprocessing (others get zero contributions).
+    baseline_median_, baseline_threshold_ : dict name -> float
+        Each detector's baseline median score and threshold (for normalisation).
+    combined_threshold_ : float
+        Threshold on the combined score.
+    self_fitted_ : bool
+    """
+
+    def __init__(self, config: DetectConfig | None = None,
+                 options: EnsembleOptions | None = None) -> None:
+        self.config = config
+        self.options = options
+
+    # -- fitting -----------------------------------------------------------------------
+    def fit(self, baseline_features: np.ndarray, robust_self_fit: bool = False) -> Self:
+        """Fit on baseline windows (n, K); with ``robust_self_fit`` the run is its own baseline."""
+        config = self.config or DetectConfig()
+        options = self.options or EnsembleOptions()
+        X = check_matrix(baseline_features, "baseline features")
+        if X.shape[0] < MIN_BASELINE_WINDOWS:
+            raise InputError(f"{X.shape[0]} baseline windows; need at least "
+                             f"{MIN_BASELINE_WINDOWS} to fit the detectors")
+        self.scaler_ = RobustScaler(clip=options.clip, dtype=np.dtype(options.dtype)).fit(X)
+        self.columns_used_ = self.scaler_.columns_used_
+        self.n_features_in_ = X.shape[1]
+        if self.columns_used_.size == 0:
+            raise InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
+                             f"(all constant or undefined); nothing to detect on")
+        Z = self.scaler_.transform(X)
+        self.warnings_: list[str] = []
+        dropped = X.shape[1] - self.columns_used_.size
+        if dropped:
+            self.warnings_.append(f"{dropped} of {X.shape[1]} feature columns are constant or "
+                                  f"undefined on the baseline and were not scored")
+        self._fit_detectors(Z, config, options)
+        self.self_fitted_ = bool(robust_self_fit)
+        if robust_self_fit:
+            combined = self._combine(self._raw_scores(Z))
+            med = float(np.median(combined))
+            mad = float(np.median(np.abs(combined - med))) * 1.4826
+            inliers = combined <= med + options.self_fit_trim_mads * max(mad, 1e-12)
+            if MIN_BASELINE_WINDOWS <= inliers.sum() < len(inliers):
+                self._fit_detectors(Z[inliers], config, options)
+                self.warnings_.append(f"self-fit: {int((~inliers).sum())} outlying windows left "
+                                      f"out of the refit")
+        return self
+
+    def _fit_detectors(self, Z: np.ndarray, config: DetectConfig,
+                       options: EnsembleOptions) -> None:
+        self.detectors_ = [d.fit(Z) for d in _make_detectors(config, options)]
+        self.baseline_median_ = {d.name: float(np.median(d.decision_scores_))
+                                 for d in self.detectors_}
+        self.baseline_threshold_ = {d.name: float(d.threshold_) for d in self.detectors_}
+        base_combined = self._combine({d.name: d.decision_scores_ for d in self.detectors_})
+        self.baseline_combined_ = base_combined
+        if options.combined_threshold == "pot":
+            self.combined_threshold_ = pot_threshold(base_combined, options.pot_risk,
+                                                     options.pot_init_quantile)
+        elif options.combined_threshold == "quantile":
+            self.combined_threshold_ = quantile_threshold(base_combined,
+                                                          config.threshold_quantile)
+        else:
+            raise InputError(f"unknown combined threshold method "
+                             f"{options.combined_threshold!r} (quantile, pot)")
+
+    # -- scoring -----------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "detectors_"):
+            raise InputError("the ensemble is not fitted")
+
+    def _raw_scores(self, Z: np.ndarray) -> dict[str, np.ndarray]:
+        return {d.name: d.score_samples(Z) for d in self.detectors_}
+
+    def _normalised(self, name: str, s: np.ndarray) -> np.ndarray:
+        med, thr = self.baseline_median_[name], self.baseline_threshold_[name]
+        span = thr - med
+        if not span > 0:
+            span = max(abs(thr), 1e-12)
+        return (s - med) / span
+
+    def _combine(self, scores: dict[str, np.ndarray]) -> np.ndarray:
+        return np.mean([self._normalised(n, s) for n, s in scores.items()], axis=0)
+
+    def score(self, features: np.ndarray) -> Verdicts:
+        """Verdicts for every window of ``features`` (W, K), same columns as the baseline."""
+        self._check_fitted()
+        Z = self.scaler_.transform(features)
+        scores = self._raw_scores(Z)
+        flags = {n: s > self.baseline_threshold_[n] for n, s in scores.items()}
+        agreement = np.sum(list(flags.values()), axis=0).astype(np.int64)
+        combined = self._combine(scores)
+        warnings = list(self.warnings_)
+        if self.scaler_.n_nonfinite_:
+            warnings.append(f"{self.scaler_.n_nonfinite_} infinite feature values were "
+                            f"treated as extreme (|z| = {self.scaler_.clip:g})")
+        return Verdicts(
+            scores=scores,
+            thresholds=dict(self.baseline_threshold_),
+            flags=flags,
+            agreement=agreement,
+            combined=combined,
+            flagged=combined > self.combined_threshold_,
+            self_fitted=self.self_fitted_,
+            combined_threshold=float(self.combined_threshold_),
+            warnings=warnings,
+        )
+
+    def explain(self, features: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Per-column contributions (len(rows), K) for the windows ``rows`` of ``features``.
+
+        Each detector's contributions are turned into shares of its explanation and
+        weighted by how far above its typical baseline score the window is (its normalised
+        score, floored at 0); the weighted shares are summed over detectors. Columns not
+        used by the detectors get 0.
+        """
+        self._check_fitted()
+        X = check_matrix(features, "features")
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        out = np.zeros((rows.size, self.n_features_in_), dtype=np.float64)
+        if rows.size == 0:
+            return out
+        if rows.min() < 0 or rows.max() >= X.shape[0]:
+            raise InputError(f"rows to explain fall outside the {X.shape[0]} windows")
+        Z = self.scaler_.transform(X[rows])
+        used = np.zeros((rows.size, self.columns_used_.size), dtype=np.float64)
+        for det in self.detectors_:
+            contrib = np.clip(det.explain(Z).astype(np.float64), 0.0, None)
+            total = contrib.sum(axis=1, keepdims=True)
+            share = contrib / np.where(total > 0, total, 1.0)
+            weight = np.clip(self._normalised(det.name, det.score_samples(Z)), 1e-6, None)
+            used += share * weight[:, None]
+        out[:, self.columns_used_] = used
+        return out

@@ -1,0 +1,130 @@
+"""Detectors on synthetic data: planted shifts are scored high and explained by their column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reveal.analyze.detectors import GMM, IsolationForest, PCAMahalanobis, ZScore
+from reveal.analyze.preprocess import RobustScaler
+from reveal.errors import InputError
+
+ALL = [ZScore, PCAMahalanobis, IsolationForest, GMM]
+
+
+def _fast(cls):
+    if cls is IsolationForest:
+        return cls(n_estimators=50)
+    if cls is GMM:
+        return cls(max_components=3, bic_rows=1500)
+    return cls()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(1)
+    mix = rng.normal(size=(3, 8))
+
+    def draw(n):
+        return rng.normal(size=(n, 3)) @ mix + 0.3 * rng.normal(size=(n, 8))
+
+    base, run, clean = draw(2000), draw(400), draw(1000)
+    run[200:220, 5] += 10.0 * base[:, 5].std()  # planted level shift in column 5
+    return base, run, clean
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_planted_shift_is_scored_high_and_explained(cls, data):
+    base, run, _ = data
+    if cls is IsolationForest:
+        # a forest cannot isolate a point beyond the baseline range in one column better
+        # than the baseline's own extreme points; it needs the shift in several columns
+        run = run.copy()
+        run[200:220, [2, 6]] += 10.0 * base[:, [2, 6]].std(axis=0)
+    det = _fast(cls).fit(base)
+    scores = det.score_samples(run)
+    assert scores.shape == (400,)
+    shifted, clean = scores[200:220], np.r_[scores[:200], scores[220:]]
+    assert np.median(shifted) > np.quantile(clean, 0.95)
+    contrib = det.explain(run[200:220])
+    assert contrib.shape == (20, 8)
+    assert (contrib >= 0).all()
+    top = contrib.argmax(axis=1)
+    assert np.mean(np.isin(top, [2, 5, 6] if cls is IsolationForest else [5])) >= 0.8
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_threshold_from_baseline_and_clean_run(cls, data):
+    base, _, clean = data
+    det = _fast(cls).fit(base)
+    assert det.decision_scores_.shape == (2000,)
+    assert det.threshold_ == pytest.approx(np.quantile(det.decision_scores_, 0.99))
+    assert det.predict(base).mean() == pytest.approx(0.01, abs=0.003)
+    # a fresh clean draw from the baseline's law: about the baseline's 1 %, not more
+    assert det.predict(clean).mean() <= 0.03
+
+
+def test_mahalanobis_decomposition_sums_to_score(data):
+    base, run, _ = data
+    det = PCAMahalanobis().fit(base)
+    assert det.n_components_ < 8
+    np.testing.assert_allclose(det.explain(run).sum(axis=1), det.score_samples(run),
+                               rtol=1e-8)
+
+
+def test_zscore_contributions_sum_to_score(data):
+    base, run, _ = data
+    det = ZScore().fit(base)
+    np.testing.assert_allclose(det.explain(run).sum(axis=1), det.score_samples(run))
+
+
+def test_gmm_picks_mixture_size_by_bic():
+    rng = np.random.default_rng(3)
+    base = np.vstack([rng.normal(-4, 1, size=(800, 4)), rng.normal(4, 1, size=(800, 4))])
+    det = GMM(max_components=4, bic_rows=1600).fit(base)
+    assert det.n_mixture_components_ >= 2
+    # a point between the modes is unusual for a 2-mode mixture
+    assert det.score_samples(np.zeros((1, 4)))[0] > det.threshold_
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_bad_inputs(cls):
+    det = _fast(cls)
+    with pytest.raises(InputError, match="at least"):
+        det.fit(np.zeros((1, 3)))
+    with pytest.raises(InputError, match="NaN or inf"):
+        det.fit(np.full((50, 3), np.nan))
+    with pytest.raises(InputError, match="2-D"):
+        det.fit(np.zeros(10))
+    with pytest.raises(InputError, match="not fitted"):
+        _fast(cls).score_samples(np.zeros((5, 3)))
+    fitted = _fast(cls).fit(np.random.default_rng(0).normal(size=(300, 3)))
+    with pytest.raises(InputError, match="columns"):
+        fitted.score_samples(np.zeros((5, 4)))
+
+
+def test_subsampled_fit_keeps_threshold_over_all_rows(data):
+    base, _, _ = data
+    det = PCAMahalanobis(max_fit_rows=500).fit(base)
+    assert det.decision_scores_.shape == (2000,)
+
+
+def test_scaler_handles_nan_constant_and_inf():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(200, 4))
+    base[:, 1] = 3.0  # constant
+    base[:150, 2] = np.nan  # mostly undefined
+    base[5, 3] = np.nan  # one gap: imputed
+    sc = RobustScaler().fit(base)
+    assert sc.columns_used_.tolist() == [0, 3]
+    run = rng.normal(size=(3, 4))
+    run[0, 0] = np.inf
+    run[1, 3] = np.nan
+    z = sc.transform(run)
+    assert z.shape == (3, 2)
+    assert z[0, 0] == sc.clip and z[1, 1] == 0.0
+    assert sc.n_nonfinite_ == 1
+    with pytest.raises(InputError, match="inf"):
+        RobustScaler().fit(np.where(np.arange(4) == 0, np.inf, base))
+    with pytest.raises(InputError, match="columns"):
+        sc.transform(np.zeros((2, 5)))

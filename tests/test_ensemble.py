@@ -1,0 +1,109 @@
+"""The ensemble: baseline-fitted verdicts, explanations, self-fit and bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts
+from reveal.config import DetectConfig
+from reveal.errors import InputError
+
+FAST = DetectConfig(iforest_trees=50, gmm_max_components=3)
+
+
+def _law(rng, n, mix):
+    return rng.normal(size=(n, mix.shape[0])) @ mix + 0.3 * rng.normal(size=(n, mix.shape[1]))
+
+
+@pytest.fixture(scope="module")
+def setting():
+    rng = np.random.default_rng(5)
+    mix = rng.normal(size=(3, 10))
+    base = _law(rng, 3000, mix)
+    base[:, 9] = 1.0  # constant on the baseline: not scored
+    run = _law(rng, 600, mix)
+    run[:, 9] = 1.0
+    run[300:330, [3, 4]] += 8.0 * base[:, [3, 4]].std(axis=0)  # planted shift
+    clean = _law(rng, 2000, mix)
+    clean[:, 9] = 1.0
+    return base, run, clean
+
+
+def test_planted_shift_flagged_and_explained(setting):
+    base, run, _ = setting
+    ens = Ensemble(FAST).fit(base)
+    assert ens.columns_used_.tolist() == list(range(9))
+    v = ens.score(run)
+    assert isinstance(v, Verdicts) and not v.self_fitted
+    assert set(v.scores) == {"Z", "MAHA", "IF", "GMM"}
+    assert v.flagged[300:330].mean() >= 0.9
+    assert v.flagged[:300].mean() <= 0.03
+    assert (v.agreement[300:330] >= 3).mean() >= 0.8
+    # the combined score rises with agreement
+    assert np.median(v.combined[v.agreement == 4]) > np.median(v.combined[v.agreement <= 1])
+    rows = np.flatnonzero(v.flagged[300:330]) + 300
+    contrib = ens.explain(run, rows)
+    assert contrib.shape == (rows.size, 10)
+    assert (contrib >= 0).all() and (contrib[:, 9] == 0).all()
+    top2 = np.argsort(-contrib, axis=1)[:, :2]
+    assert np.mean(np.sort(top2, axis=1).tolist() == [[3, 4]] * rows.size) >= 0.8
+
+
+def test_clean_run_yields_almost_no_anomaly(setting):
+    base, _, clean = setting
+    v = Ensemble(FAST).fit(base).score(clean)
+    assert v.flagged.mean() <= 0.02
+    for name, flags in v.flags.items():
+        assert flags.mean() <= 0.03, name
+
+
+def test_self_fit_is_marked_and_robust(setting):
+    _, run, _ = setting
+    ens = Ensemble(FAST).fit(run, robust_self_fit=True)
+    v = ens.score(run)
+    assert v.self_fitted
+    assert v.flagged[300:330].mean() >= 0.8
+    assert any("self-fit" in w for w in v.warnings)
+
+
+def test_pot_threshold_option(setting):
+    base, run, _ = setting
+    v = Ensemble(FAST, EnsembleOptions(combined_threshold="pot", pot_risk=1e-3)).fit(base) \
+        .score(run)
+    assert v.flagged[300:330].mean() >= 0.9
+    assert v.flagged[:300].mean() <= 0.01
+
+
+def test_nan_and_inf_in_scored_features(setting):
+    base, run, _ = setting
+    ens = Ensemble(FAST).fit(base)
+    bad = run[:50].copy()
+    bad[10, 2] = np.nan  # imputed with the baseline median
+    bad[20, 2] = np.inf  # treated as extreme
+    v = ens.score(bad)
+    assert np.isfinite(v.combined).all()
+    assert v.flagged[20]
+    assert any("infinite" in w for w in v.warnings)
+
+
+def test_bad_inputs(setting):
+    base, _, _ = setting
+    with pytest.raises(InputError, match="baseline windows"):
+        Ensemble(FAST).fit(base[:5])
+    with pytest.raises(InputError, match="constant or undefined"):
+        Ensemble(FAST).fit(np.ones((100, 4)))
+    with pytest.raises(InputError, match="inf"):
+        Ensemble(FAST).fit(np.where(np.arange(10) == 2, np.inf, base))
+    with pytest.raises(InputError, match="2-D"):
+        Ensemble(FAST).fit(base[:, 0])
+    with pytest.raises(InputError, match="unknown detector"):
+        Ensemble(DetectConfig(detectors=("zscore", "nope"))).fit(base)
+    with pytest.raises(InputError, match="not fitted"):
+        Ensemble(FAST).score(base)
+    ens = Ensemble(DetectConfig(detectors=("zscore",))).fit(base)
+    with pytest.raises(InputError, match="columns"):
+        ens.score(base[:, :5])
+    with pytest.raises(InputError, match="outside"):
+        ens.explain(base[:10], np.array([10]))
+    assert ens.explain(base[:10], np.array([], dtype=int)).shape == (0, 10)
