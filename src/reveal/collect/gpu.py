@@ -359,7 +359,10 @@ class GpuProbe(Probe):
                     out[slot] = math.nan
                 continue
             for extract, slot in bound.slots:
-                out[slot] = extract(answer)
+                try:
+                    out[slot] = extract(answer)
+                except (TypeError, ValueError, AttributeError, IndexError):
+                    out[slot] = math.nan  # an answer of an unexpected shape
         success = getattr(self._nvml, "NVML_SUCCESS", 0)
         for handle, ids, slots in self._fields:
             try:
