@@ -525,3 +525,29 @@ def test_probe_unavailable_under_missing_root(cls: type[Probe]) -> None:
         probe.open()
     assert "/nonexistent" in str(info.value)
     assert probe.status == "unavailable" and probe.reason
+
+
+def test_network_probe_infiniband_counters(tmp_path: Path) -> None:
+    """InfiniBand port counters, laid out as /sys/class/infiniband lays them out (no HCA
+    exists on this VM, so the tree is written by the test and read by the real code)."""
+    counters = tmp_path / "class/infiniband/mlx5_0/ports/1/counters"
+    counters.mkdir(parents=True)
+    for name, value in (("port_xmit_data", "123456789012"), ("port_rcv_data", "987654321"),
+                        ("symbol_error", "0"), ("link_downed", "1")):
+        (counters / name).write_text(value + "\n")
+    probe = opened(NetworkProbe(proc_root="/proc", sys_root=str(tmp_path)))
+    labels = {"dev": "mlx5_0", "port": "1"}
+    values = read(probe)
+    assert values[format_channel("ib.port_xmit_data", labels)] == 123456789012.0
+    assert values[format_channel("ib.link_downed", labels)] == 1.0
+    assert probe.info["infiniband_ports"] == 1
+    catalog = default_catalog()
+    assert catalog.lookup("ib.port_xmit_data").unit == "4-byte words"
+    assert catalog.lookup("ib.symbol_error").kind == "event"
+    (counters / "port_xmit_data").write_text("123456789999\n")
+    assert read(probe)[format_channel("ib.port_xmit_data", labels)] == 123456789999.0
+    port2 = tmp_path / "class/infiniband/mlx5_0/ports/2/counters"
+    port2.mkdir(parents=True)
+    (port2 / "port_rcv_data").write_text("5\n")
+    assert probe.refresh()
+    assert format_channel("ib.port_rcv_data", {"dev": "mlx5_0", "port": "2"}) in probe.channels
