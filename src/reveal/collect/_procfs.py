@@ -20,6 +20,7 @@ Building blocks:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import operator
 import os
@@ -338,6 +339,10 @@ class FileGroup:
                    zip(texts, self._files, strict=True)]
         self._live = [self._files[i] for i, lay in enumerate(layouts) if lay]
         self._dead = [self._files[i] for i, lay in enumerate(layouts) if not lay]
+        # the hot path: bound read methods, and the few texts that need preparing
+        self._readers = [handle.read for handle, _ in self._live]
+        self._prepares = [(i, src.prepare) for i, (_, src) in enumerate(self._live)
+                          if src.prepare is not None]
         live_texts = [texts[i] for i, lay in enumerate(layouts) if lay]
         layout = self._join([lay for lay in layouts if lay], live_texts)
         changed = list(layout) != self.channels
@@ -362,7 +367,15 @@ class FileGroup:
                             [s[1] if s else 1.0 for s in spots], self.mode)
 
     def read(self, out: np.ndarray) -> None:
-        texts = self._texts(self._live)
+        try:
+            texts = [read() for read in self._readers]
+        except OSError:  # one file vanished or refused: read them one by one
+            texts = [b"" for _ in self._readers]
+            for i, read in enumerate(self._readers):
+                with contextlib.suppress(OSError):
+                    texts[i] = read()
+        for i, prepare in self._prepares:
+            texts[i] = prepare(texts[i])
         data = b"\n".join(texts)
         if self._parser.parse(data, out):
             return
@@ -388,7 +401,7 @@ class FileGroup:
     def close(self) -> None:
         for handle, _ in self._files:
             handle.close()
-        self._files, self._live, self._dead = [], [], []
+        self._files, self._live, self._dead, self._readers, self._prepares = [], [], [], [], []
 
 
 @dataclass(frozen=True)
