@@ -23,8 +23,10 @@ import sys, threading, time
 from reveal.inject.cleanup import install_signal_handlers
 from reveal.inject.faults import FaultContext, make_fault, run_episode
 from reveal.inject.cleanup import make_temp_dir
+from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.netns import NetnsPair
 install_signal_handlers()
+JobCgroup().create()
 workdir = make_temp_dir("kill")
 pair = NetnsPair(tag="kill").create()
 context = FaultContext(workdir, pair)

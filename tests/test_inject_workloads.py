@@ -38,7 +38,10 @@ def test_torch_workload_stops_on_sigterm(workdir) -> None:  # type: ignore[no-un
     if not torch_available():
         pytest.skip(unavailable_reason("torch_train") or "torch missing")
     run = WorkloadRun("torch_train", workdir, duration_s=120.0, samples=256).start()
-    time.sleep(6.0)
+    deadline = time.monotonic() + 90  # imports are slow on a busy machine
+    while not run.progress() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert run.progress(), "no progress line: the job never trained"
     started = time.monotonic()
     run.stop()
     assert time.monotonic() - started < 5.0
@@ -52,7 +55,7 @@ def test_ddp_workload_all_reduces_across_the_veth(workdir) -> None:  # type: ign
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
     with NetnsPair(tag="ddp") as pair:
-        with WorkloadRun("torch_ddp", workdir, duration_s=10.0, samples=256, netns=pair) as run:
+        with WorkloadRun("torch_ddp", workdir, duration_s=4.0, samples=256, netns=pair) as run:
             assert run.wait(60)
         text = Path(f"/proc/{os.getpid()}/net/dev").read_text()
         assert pair.ifnames[0] not in text  # the traffic never touched the host's namespace

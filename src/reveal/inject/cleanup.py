@@ -147,6 +147,12 @@ def temp_leftovers() -> list[Path]:
     return sorted(temp_root().glob(f"{PREFIX}-*"))
 
 
+def _leftover_cgroups() -> list[Path]:
+    from reveal.inject.jobcgroup import leftover_cgroups
+
+    return leftover_cgroups()
+
+
 def read_hugepages() -> int | None:
     try:
         return int(HUGEPAGES_FILE.read_text().strip())
@@ -169,6 +175,7 @@ def snapshot() -> dict[str, Any]:
         "nft": _cmd(["nft", "list", "tables"]).split(),
         "nr_hugepages": read_hugepages(),
         "temp": [p.name for p in temp_leftovers()],
+        "cgroups": [str(p) for p in _leftover_cgroups()],
         "processes": sorted(tagged_processes()),
     }
 
@@ -202,6 +209,11 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
                     os.kill(int(pid), signal.SIGKILL)
             _cmd(["ip", "netns", "delete", name])
             removed.append(f"network namespace {name}")
+    from reveal.inject.jobcgroup import remove_cgroup
+
+    for path in _leftover_cgroups():
+        if _dead_owner(path.name, include_live) and remove_cgroup(path):
+            removed.append(f"cgroup {path}")
     for path in temp_leftovers():
         if not _dead_owner(path.name, include_live):
             continue

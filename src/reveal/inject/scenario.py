@@ -25,6 +25,7 @@ from reveal.inject import processes
 from reveal.inject.cleanup import make_temp_dir
 from reveal.inject.faults import FAULTS, FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import Episode, EventLog
+from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.netns import NetnsPair
 from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
 
@@ -166,7 +167,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, say: Say,
              + 60.0)
     workdir = make_temp_dir(scenario.name)
     netns = NetnsPair(tag=scenario.name[:6]).create() if scenario.distributed else None
-    job = WorkloadRun(name, workdir, total, netns=netns)
+    cgroup = JobCgroup().create()
+    job = WorkloadRun(name, workdir, total, netns=netns, cgroup=cgroup)
     try:
         say(f"scenario {scenario.name}: starting workload {name}")
         job.start()
@@ -190,6 +192,7 @@ def run_scenario(scenario: Scenario, out_dir: Path, say: Say,
         return RecordedScenario(scenario, name, baseline, runs, job.progress())
     finally:
         job.stop()
+        cgroup.close()
         if netns is not None:
             netns.close()
         _remove_tree(workdir)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from reveal.errors import RevealError
 from reveal.inject import processes
+from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.netns import NetnsPair
 
 WORKLOADS = ("torch_train", "torch_ddp", "numpy_train")
@@ -53,6 +54,7 @@ class WorkloadRun:
     duration_s: float
     netns: NetnsPair | None = None
     samples: int = 1024
+    cgroup: JobCgroup | None = None  # moved here right after start, like a container
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self) -> WorkloadRun:
@@ -76,6 +78,9 @@ class WorkloadRun:
             argv = [*base, "--data-dir", str(self.workdir / "data")]
             self.procs.append(processes.start(argv, env=_THREAD_ENV,
                                               stdout=self.log_path(0)))
+        if self.cgroup is not None:
+            for proc in self.procs:
+                self.cgroup.add(proc.pid)
         return self
 
     def log_path(self, rank: int) -> Path:

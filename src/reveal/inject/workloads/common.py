@@ -21,13 +21,19 @@ N_CLASSES = 10
 
 
 class StopFlag:
-    """Set by SIGTERM/SIGINT or when ``duration_s`` seconds have passed."""
+    """Set by SIGTERM/SIGINT or when ``duration_s`` seconds of training have passed
+    (counted from :meth:`arm`, so slow imports and setup do not eat the training time)."""
 
     def __init__(self, duration_s: float) -> None:
+        self.duration_s = duration_s
         self.deadline = time.monotonic() + duration_s
         self.stopped = False
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
+
+    def arm(self) -> None:
+        """Start the training clock now."""
+        self.deadline = time.monotonic() + self.duration_s
 
     def _stop(self, _signum: int, _frame: object) -> None:
         self.stopped = True
@@ -67,7 +73,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 class Progress:
     """Prints one JSON line per ``every_s`` seconds: steps, steps/s, last loss."""
 
-    def __init__(self, every_s: float = 5.0, **fields: object) -> None:
+    def __init__(self, every_s: float = 2.0, **fields: object) -> None:
         self.every_s = every_s
         self.fields = fields
         self.steps = 0

@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     model = DistributedDataParallel(build_model())
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     progress = Progress(workload="torch_ddp", rank=args.rank)
+    stop.arm()
     loss = torch.tensor(0.0)
     epoch = 0
     done = torch.zeros(1)

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model()
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     progress = Progress(workload="torch_train")
+    stop.arm()
     loss = torch.tensor(0.0)
     while not stop:
         for images, labels in loader:
