@@ -2,7 +2,9 @@
 
 Phase 1 (idle, ``--idle-duration``): ``reveal collect`` alone, with its own tick-lag channel,
 on an otherwise idle host (as idle as a shared machine gets): tick jitter and CPU.
-Phase 2 (loaded, ``--duration``): a bounded workload (stress-ng at a fixed CPU load plus a
+Phase 2 (``--breakdown-duration``): the collector in this process, with the thread CPU time
+of every probe's read and refresh and of the writer measured apart (where the cost goes).
+Phase 3 (loaded, ``--duration``): a bounded workload (stress-ng at a fixed CPU load plus a
 Python loop churning memory, disk and loopback network), ``reveal collect`` at the interval,
 and node_exporter (Debian ``prometheus-node-exporter``, default collectors, on a loopback
 port) scraped at the same interval by a minimal keep-alive HTTP scraper. CPU is
@@ -324,6 +326,47 @@ def loaded_phase(work: Path, seconds: float, interval: float, warmup_s: float,
     return out
 
 
+def breakdown_phase(work: Path, seconds: float, interval: float) -> dict[str, Any]:
+    """In-process: thread CPU time of each probe's read/refresh and of the writer, per tick
+    (µs) and as % of one core; the rest of the sampling thread is the loop and wake-ups."""
+    from reveal.collect.runner import CollectOptions, Collector
+
+    collector = Collector(CollectOptions(out=work / "breakdown", interval_s=interval,
+                                         duration_s=seconds))
+    collector.open()
+    assert collector.sampler is not None and collector.writer is not None
+    spent: dict[str, float] = {}
+
+    def timed(obj: Any, method: str, key: str) -> None:
+        inner = getattr(obj, method)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[key] = spent.get(key, 0.0) + time.thread_time() - t0
+        setattr(obj, method, wrapper)
+
+    for probe in collector.sampler.probes:
+        timed(probe, "read", f"read {probe.name}")
+        timed(probe, "refresh", f"refresh {probe.name}")
+    timed(collector.writer, "append", "writer append+flush")
+    t0 = time.thread_time()
+    collector.run()
+    total = time.thread_time() - t0
+    ticks = max(collector.sampler.stats.samples, 1)
+    parts = dict(sorted(spent.items(), key=lambda kv: -kv[1]))
+    parts["loop, sleep/wake-up, meta"] = total - sum(spent.values())
+    return {
+        "duration_s": seconds, "ticks": ticks,
+        "channels": len(collector.sampler.channels),
+        "sampling_thread_pct_core": 100 * total / seconds,
+        "parts": {k: {"us_per_tick": round(1e6 * v / ticks, 1),
+                      "pct_core": round(100 * v / seconds, 4)} for k, v in parts.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -332,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-duration", type=float, default=60.0,
                         help="seconds of the idle phase (0 to skip)")
     parser.add_argument("--interval", type=float, default=0.1, help="sampling interval, s")
+    parser.add_argument("--breakdown-duration", type=float, default=30.0,
+                        help="seconds of the in-process per-part CPU breakdown (0 to skip)")
     parser.add_argument("--warmup", type=float, default=10.0,
                         help="seconds ignored at the start of each phase")
     parser.add_argument("--cpu-load", type=int, default=30,
@@ -359,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.idle_duration > 0:
             print(f"bench_collector: idle phase, {args.idle_duration:.0f} s", file=sys.stderr)
             result["idle"] = idle_phase(work, args.idle_duration, args.interval, args.warmup)
+        if args.breakdown_duration > 0:
+            print(f"bench_collector: cost breakdown, {args.breakdown_duration:.0f} s",
+                  file=sys.stderr)
+            result["breakdown"] = breakdown_phase(work, args.breakdown_duration,
+                                                  args.interval)
         print(f"bench_collector: loaded phase, {args.duration:.0f} s", file=sys.stderr)
         loaded = loaded_phase(work, args.duration, args.interval, args.warmup, args.cpu_load)
         result["loaded"] = loaded
