@@ -54,6 +54,11 @@ class TracedFunction:
     dtype_arg: int | None = None
 
     @property
+    def is_launch(self) -> bool:
+        """A kernel launch: the highest-rate call, where a return probe costs most."""
+        return "LaunchKernel" in self.name
+
+    @property
     def family(self) -> str:
         """Metric family: ``cuda`` (runtime and driver) or ``nccl``."""
         return "nccl" if self.library == "nccl" else "cuda"

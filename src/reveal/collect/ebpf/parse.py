@@ -14,8 +14,9 @@ describe the interval since the previous batch (NaN when nothing happened in it)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 from reveal.collect.ebpf.functions import (
@@ -31,6 +32,7 @@ Key = tuple[int | str, ...]
 NAN = float("nan")
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_key(text: str) -> Key:
     """``"1234,7"`` → ``(1234, 7)``; non-numeric parts (addresses) stay text."""
     out: list[int | str] = []
@@ -114,19 +116,6 @@ class Labeller(Protocol):
         """Block device name of a kernel ``dev_t``."""
 
 
-def _hist_channels(metric: str, labels: dict[str, str], buckets: Any,
-                   out: dict[str, float]) -> None:
-    """Per-bucket counts, label ``le`` = the bucket's exclusive upper bound (ns)."""
-    if not isinstance(buckets, list):
-        return
-    for bucket in buckets:
-        count = bucket.get("count", 0)
-        if not count:
-            continue
-        upper = int(bucket.get("max", 0)) + 1
-        out[format_channel(metric, {**labels, "le": str(upper)})] = float(count)
-
-
 @dataclass
 class Values:
     """Channel values from one batch: cumulative counters and per-interval gauges."""
@@ -136,12 +125,15 @@ class Values:
 
 
 class BatchConverter:
-    """Turns batches of one bpftrace run into channel values (keeps the previous totals
-    to compute per-interval means)."""
+    """Turns batches of one bpftrace run into channel values. Keeps the previous totals (for
+    per-interval means) and every channel name it built: a key seen before costs a dict
+    lookup, not a formatting."""
 
-    def __init__(self, labeller: Labeller) -> None:
+    def __init__(self, labeller: Labeller, untimed: frozenset[int] = frozenset()) -> None:
         self.labeller = labeller
+        self.untimed = untimed  # function ids counted at entry only (no return probe)
         self._prev: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._names: dict[tuple[Any, ...], str | None] = {}
 
     def _mean(self, ident: tuple[Any, ...], count: float, total: float) -> float:
         before = self._prev.get(ident, (0.0, 0.0))
@@ -158,120 +150,156 @@ class BatchConverter:
         self._sched(batch, values)
         return values
 
-    # -- CUDA / NCCL -------------------------------------------------------------------------
-    def _fn_labels(self, key: Key) -> tuple[str, dict[str, str]] | None:
-        if len(key) < 2 or not isinstance(key[0], int) or not isinstance(key[1], int):
-            return None
-        if not 0 <= key[1] < len(FUNCTIONS):
-            return None
-        proc = self.labeller.process(key[0])
-        if proc is None:
-            return None
-        fn = FUNCTIONS[key[1]]
-        return fn.family, {**proc, "fn": fn.name}
+    # -- names -------------------------------------------------------------------------------
+    def _fn(self, leaf: str, key: Key, extra: tuple[str, str] | None = None) -> str | None:
+        """Channel ``ebpf.<family>.<leaf>`` of a (pid, function id, ...) key, or None when
+        the key is malformed or its process is not selected."""
+        ident = ("fn", leaf, key[:2], extra)
+        if ident in self._names:
+            return self._names[ident]
+        name = None
+        if len(key) >= 2 and isinstance(key[0], int) and isinstance(key[1], int) \
+                and 0 <= key[1] < len(FUNCTIONS):
+            proc = self.labeller.process(key[0])
+            if proc is not None:
+                fn = FUNCTIONS[key[1]]
+                labels = {**proc, "fn": fn.name}
+                if extra is not None:
+                    labels[extra[0]] = extra[1]
+                name = format_channel(f"ebpf.{fn.family}.{leaf}", labels)
+        self._names[ident] = name
+        return name
 
+    def _named(self, ident: tuple[Any, ...], metric: str,
+               labels: Callable[[], dict[str, str]]) -> str:
+        name = self._names.get(ident)
+        if name is None:
+            name = self._names[ident] = format_channel(metric, labels())
+        return name
+
+    def _hist(self, name_of: Callable[[str], str | None], buckets: Any,
+              out: dict[str, float]) -> None:
+        """Per-bucket counts; label ``le`` = the bucket's exclusive upper bound (ns)."""
+        if not isinstance(buckets, list):
+            return
+        for bucket in buckets:
+            count = bucket.get("count", 0)
+            if count:
+                name = name_of(str(int(bucket.get("max", 0)) + 1))
+                if name is not None:
+                    out[name] = float(count)
+
+    # -- CUDA / NCCL -------------------------------------------------------------------------
     def _functions(self, batch: Batch, values: Values) -> None:
         counters, gauges = values.counters, values.gauges
         returned = batch.get("ret")
         for key, value in batch.get("calls").items():
-            found = self._fn_labels(key)
-            if not found:
+            name = self._fn("calls", key)
+            if name is None:
                 continue
-            family, labels = found
-            counters[format_channel(f"ebpf.{family}.calls", labels)] = float(value)
+            counters[name] = float(value)
+            if key[1] in self.untimed:
+                continue
             stats = returned.get(key)
             done = float(stats["count"]) if _is_stats(stats) else 0.0
-            gauges[format_channel(f"ebpf.{family}.in_flight", labels)] = \
-                max(float(value) - done, 0.0)
+            in_flight = self._fn("in_flight", key)
+            if in_flight is not None:
+                gauges[in_flight] = max(float(value) - done, 0.0)
         for key, stats in returned.items():
-            found = self._fn_labels(key)
-            if not found or not _is_stats(stats):
+            name = self._fn("latency_ns_total", key)
+            if name is None or not _is_stats(stats):
                 continue
-            family, labels = found
             count, total = float(stats["count"]), float(stats["total"])
-            counters[format_channel(f"ebpf.{family}.latency_ns_total", labels)] = total
-            gauges[format_channel(f"ebpf.{family}.latency_ns_mean", labels)] = \
-                self._mean(("fn", *key), count, total)
+            counters[name] = total
+            mean = self._fn("latency_ns_mean", key)
+            if mean is not None:
+                gauges[mean] = self._mean(("fn", *key), count, total)
         for key, value in batch.get("maxlat").items():
-            found = self._fn_labels(key)
-            if found:
-                family, labels = found
-                gauges[format_channel(f"ebpf.{family}.latency_ns_max", labels)] = float(value)
+            name = self._fn("latency_ns_max", key)
+            if name is not None:
+                gauges[name] = float(value)
         for key, buckets in batch.get("lat").items():
-            found = self._fn_labels(key)
-            if found:
-                family, labels = found
-                _hist_channels(f"ebpf.{family}.lat_hist", labels, buckets, counters)
-        for key, value in batch.get("err").items():
-            found = self._fn_labels(key)
-            if found and len(key) > 2 and isinstance(key[2], int):
-                family, labels = found
-                counters[format_channel(f"ebpf.{family}.errors",
-                                        {**labels, "code": error_label(key[2])})] = float(value)
-        for name, metric in (("cpy", "ebpf.cuda.memcpy_bytes"), ("cpyn", "ebpf.cuda.memcpy_calls")):
-            for key, value in batch.get(name).items():
-                found = self._fn_labels(key)
-                if found and len(key) > 2 and isinstance(key[2], int):
-                    labels = {**found[1], "kind": copy_kind_label(key[2])}
-                    counters[format_channel(metric, labels)] = float(value)
-        for name, metric in (("alloc", "ebpf.cuda.alloc_bytes"), ("free", "ebpf.cuda.free_bytes")):
-            for key, value in batch.get(name).items():
-                found = self._fn_labels(key)
-                if found:
-                    counters[format_channel(metric, found[1])] = float(value)
+            self._hist(lambda le, key=key: self._fn("lat_hist", key, ("le", le)), buckets,
+                       counters)
+        self._coded(batch.get("err"), "errors", "code", error_label, counters)
+        self._coded(batch.get("cpy"), "memcpy_bytes", "kind", copy_kind_label, counters)
+        self._coded(batch.get("cpyn"), "memcpy_calls", "kind", copy_kind_label, counters)
+        for map_name, leaf in (("alloc", "alloc_bytes"), ("free", "free_bytes")):
+            for key, value in batch.get(map_name).items():
+                name = self._fn(leaf, key)
+                if name is not None:
+                    counters[name] = float(value)
         for key, value in batch.get("nccl").items():
-            found = self._fn_labels(key)
-            if not found or len(key) < 3 or not isinstance(key[2], int):
+            if len(key) < 3 or not isinstance(key[2], int):
                 continue
             dtype, size = nccl_dtype(key[2])
-            labels = {**found[1], "dtype": dtype}
-            if size is None:
-                counters[format_channel("ebpf.nccl.elements", labels)] = float(value)
-            else:
-                counters[format_channel("ebpf.nccl.bytes", labels)] = float(value) * size
+            name = self._fn("elements" if size is None else "bytes", key, ("dtype", dtype))
+            if name is not None:
+                counters[name] = float(value) * (size or 1)
+
+    def _coded(self, table: dict[Key, Any], leaf: str, label: str,
+               text: Callable[[int], str], out: dict[str, float]) -> None:
+        """A (pid, function, code) map: one channel per code, labelled ``label=text(code)``."""
+        for key, value in table.items():
+            if len(key) > 2 and isinstance(key[2], int):
+                name = self._fn(leaf, key, (label, text(key[2])))
+                if name is not None:
+                    out[name] = out.get(name, 0.0) + float(value)
 
     # -- Python ------------------------------------------------------------------------------
     def _python(self, batch: Batch, values: Values) -> None:
         for key, value in batch.get("py").items():
             if not key or not isinstance(key[0], int):
                 continue
-            proc = self.labeller.process(key[0])
-            if proc is None:
-                continue
-            labels = {**proc, "source": self.labeller.python_source(key[0])}
-            values.counters[format_channel("ebpf.python.calls", labels)] = float(value)
+            ident = ("py", key[0])
+            if ident not in self._names:
+                proc = self.labeller.process(key[0])
+                self._names[ident] = None if proc is None else format_channel(
+                    "ebpf.python.calls",
+                    {**proc, "source": self.labeller.python_source(key[0])})
+            name = self._names[ident]
+            if name is not None:
+                values.counters[name] = float(value)
 
     # -- kernel tracepoints --------------------------------------------------------------------
     def _tcp(self, batch: Batch, values: Values) -> None:
         for key, value in batch.get("tcp").items():
-            if len(key) != 4:
-                continue
-            labels = {"saddr": str(key[0])[:64], "sport": str(key[1]),
-                      "daddr": str(key[2])[:64], "dport": str(key[3])}
-            values.counters[format_channel("ebpf.tcp.retransmits", labels)] = float(value)
+            if len(key) == 4:
+                name = self._named(("tcp", key), "ebpf.tcp.retransmits", lambda key=key: {
+                    "saddr": str(key[0])[:64], "sport": str(key[1]),
+                    "daddr": str(key[2])[:64], "dport": str(key[3])})
+                values.counters[name] = float(value)
         for key, value in batch.get("tcptask").items():
             if key and isinstance(key[0], int):
-                values.counters[format_channel("ebpf.tcp.retransmits_by_task",
-                                               self.labeller.task(key[0]))] = float(value)
+                name = self._named(("tcptask", key), "ebpf.tcp.retransmits_by_task",
+                                   lambda key=key: self.labeller.task(int(key[0])))
+                values.counters[name] = float(value)
+
+    def _dev(self, leaf: str, dev: int, extra: tuple[str, str] | None = None) -> str:
+        def labels() -> dict[str, str]:
+            out = {"dev": self.labeller.device(dev)}
+            if extra is not None:
+                out[extra[0]] = extra[1]
+            return out
+        return self._named(("blk", leaf, dev, extra), f"ebpf.block.{leaf}", labels)
 
     def _block(self, batch: Batch, values: Values) -> None:
         for key, stats in batch.get("blk").items():
             if not key or not isinstance(key[0], int) or not _is_stats(stats):
                 continue
-            labels = {"dev": self.labeller.device(key[0])}
+            dev = key[0]
             count, total = float(stats["count"]), float(stats["total"])
-            values.counters[format_channel("ebpf.block.ios", labels)] = count
-            values.counters[format_channel("ebpf.block.latency_ns_total", labels)] = total
-            values.gauges[format_channel("ebpf.block.latency_ns_mean", labels)] = \
-                self._mean(("blk", key[0]), count, total)
+            values.counters[self._dev("ios", dev)] = count
+            values.counters[self._dev("latency_ns_total", dev)] = total
+            values.gauges[self._dev("latency_ns_mean", dev)] = \
+                self._mean(("blk", dev), count, total)
         for key, value in batch.get("blkmax").items():
             if key and isinstance(key[0], int):
-                values.gauges[format_channel("ebpf.block.latency_ns_max",
-                                             {"dev": self.labeller.device(key[0])})] = float(value)
+                values.gauges[self._dev("latency_ns_max", key[0])] = float(value)
         for key, buckets in batch.get("blkhist").items():
             if key and isinstance(key[0], int):
-                _hist_channels("ebpf.block.lat_hist", {"dev": self.labeller.device(key[0])},
-                               buckets, values.counters)
+                self._hist(lambda le, dev=key[0]: self._dev("lat_hist", dev, ("le", le)),
+                           buckets, values.counters)
 
     def _sched(self, batch: Batch, values: Values) -> None:
         stats = batch.get("rq").get(())
@@ -283,6 +311,6 @@ class BatchConverter:
         peak = batch.get("rqmax").get(())
         if peak is not None:
             values.gauges["ebpf.sched.runq_latency_ns_max"] = float(peak)
-        buckets = batch.get("rqhist").get(())
-        if buckets is not None:
-            _hist_channels("ebpf.sched.runq_lat_hist", {}, buckets, values.counters)
+        self._hist(lambda le: self._named(("rq", le), "ebpf.sched.runq_lat_hist",
+                                          lambda: {"le": le}),
+                   batch.get("rqhist").get(()), values.counters)

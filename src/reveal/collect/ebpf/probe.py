@@ -14,8 +14,10 @@ Counters stay cumulative across restarts (calls during the short restart gap are
 Options: ``pids`` (int list or ``"1,2"``; those processes and their descendants), ``cgroup``
 and ``comm`` (globs), ``groups`` (subset of :data:`GROUPS`, default
 :data:`DEFAULT_GROUPS`), ``interval_ms`` (kernel print interval, default 100),
-``rescan_s`` (5), ``python_source`` (``auto`` | ``usdt`` | ``eval_frame``), ``map_keys``
-(16384), ``bpftrace`` (executable), ``attach_timeout_s`` (60).
+``rescan_s`` (5), ``python_source`` (``auto`` | ``usdt`` | ``eval_frame``),
+``launch_latency`` (True; False counts kernel launches at entry only, without a return
+probe: about half the cost per launch, no launch latency), ``map_keys`` (16384),
+``bpftrace`` (executable), ``attach_timeout_s`` (60).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from reveal.collect.ebpf.environment import Environment, check_environment
+from reveal.collect.ebpf.functions import FUNCTIONS
 from reveal.collect.ebpf.parse import BatchAssembler, BatchConverter, Values
 from reveal.collect.ebpf.planning import (
     ExportCache,
@@ -38,7 +41,7 @@ from reveal.collect.ebpf.planning import (
 )
 from reveal.collect.ebpf.scripts import TRACEPOINT_GROUPS, ProgramPlan, aggregation_program
 from reveal.collect.ebpf.session import BpftraceSession
-from reveal.collect.ebpf.targets import ScanResult, TargetSelector, safe_label, scan
+from reveal.collect.ebpf.targets import Scanner, ScanResult, TargetSelector, safe_label
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 
 GROUPS = ("cuda", "nccl", "python", *TRACEPOINT_GROUPS)
@@ -55,6 +58,12 @@ def parse_pids(value: Any) -> frozenset[int]:
     if any(pid <= 0 for pid in pids):
         raise ValueError(f"pids must be positive: {sorted(pids)}")
     return pids
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("0", "false", "no", "off", "")
+    return bool(value)
 
 
 def parse_groups(value: Any) -> tuple[str, ...]:
@@ -98,6 +107,7 @@ class EbpfProbe(Probe):
         self.interval_ms = int(options.get("interval_ms", 100))
         self.rescan_s = float(options.get("rescan_s", 5.0))
         self.python_wanted = str(options.get("python_source", "auto"))
+        self.launch_latency = _flag(options.get("launch_latency", True))
         self.map_keys = int(options.get("map_keys", 16384))
         self.bpftrace = str(options.get("bpftrace", "bpftrace"))
         self.attach_timeout_s = float(options.get("attach_timeout_s", 60.0))
@@ -107,13 +117,14 @@ class EbpfProbe(Probe):
         self.restarts = 0
         self._labels = ProcessLabels(self.selector, self.proc_root)
         self._exports = ExportCache()
+        self._scanner = Scanner(self.proc_root)
         self._session: BpftraceSession | None = None
         self._stopping: BpftraceSession | None = None
         self._pending_plan: ProgramPlan | None = None
         self._signature: _Signature | None = None
         self._failed: tuple[_Signature, float, str] | None = None
         self._assembler = BatchAssembler()
-        self._converter = BatchConverter(self._labels)
+        self._converter = self._new_converter()
         self._last_scan = 0.0
         self._scan = ScanResult()
         self._notes: list[str] = []
@@ -202,7 +213,7 @@ class EbpfProbe(Probe):
     # -- planning ------------------------------------------------------------------------------
     def _plan(self) -> tuple[ProgramPlan, _Signature]:
         self._last_scan = time.monotonic()
-        result = scan(self.selector, self.proc_root, exclude=(os.getpid(),)) \
+        result = self._scanner.scan(self.selector, exclude=(os.getpid(),)) \
             if self._uprobes else ScanResult()
         self._scan = result
         libraries = library_plans(result, self.groups, self._exports)
@@ -210,7 +221,7 @@ class EbpfProbe(Probe):
             if "python" in self.groups and libraries else []
         self._labels.learn(result, {f.key: p.source for f, p in interpreters})
         plan = ProgramPlan(tuple(p for _, p in libraries), tuple(p for _, p in interpreters),
-                           self.tracepoints, self.interval_ms)
+                           self.tracepoints, self.interval_ms, self.launch_latency)
         signature = _Signature(frozenset(f.key for f, _ in libraries),
                                frozenset(f.key for f, _ in interpreters), self.tracepoints)
         self.info["libraries"] = describe_files(libraries)
@@ -242,11 +253,16 @@ class EbpfProbe(Probe):
         self._session = session
         self._signature = signature
         self._assembler = BatchAssembler()
-        self._converter = BatchConverter(self._labels)
+        self._converter = self._new_converter()
         self.info.update({"bpftrace_pid": session.pid, "interval_ms": self.interval_ms,
                           "map_keys": self.map_keys, "selector": self.selector.describe(),
                           "groups": sorted({*self.groups} - (set(TRACEPOINT_GROUPS)
                                                             - set(self.tracepoints)))})
+
+    def _new_converter(self) -> BatchConverter:
+        untimed = frozenset() if self.launch_latency else frozenset(
+            i for i, fn in enumerate(FUNCTIONS) if fn.is_launch)
+        return BatchConverter(self._labels, untimed)
 
     def _restart(self, plan: ProgramPlan, signature: _Signature) -> None:
         """Stop the running bpftrace (asynchronously) and start ``plan`` once it is gone."""

@@ -105,6 +105,7 @@ class ProgramPlan:
     interpreters: tuple[InterpreterPlan, ...] = ()
     tracepoints: frozenset[str] = frozenset()
     interval_ms: int = 100
+    launch_latency: bool = True  # False: launches are counted at entry only (no uretprobe)
 
     @property
     def empty(self) -> bool:
@@ -122,10 +123,13 @@ class _Program:
             self.printed.append(name)
 
 
-def _entry_body(fn: TracedFunction, fid: int, python: bool, prog: _Program) -> list[str]:
-    body = [f"@ts[tid, {fid}] = nsecs;", f"@calls[pid, {fid}] = count();"]
-    prog.helpers.add("ts")
+def _entry_body(fn: TracedFunction, fid: int, python: bool, timed: bool,
+                prog: _Program) -> list[str]:
+    body = [f"@calls[pid, {fid}] = count();"]
     prog.use("calls")
+    if timed:
+        body.insert(0, f"@ts[tid, {fid}] = nsecs;")
+        prog.helpers.add("ts")
     if python:
         body.append("@cudapid[pid] = 1;")
         prog.helpers.add("cudapid")
@@ -190,10 +194,12 @@ def _library_probes(plan: ProgramPlan, prog: _Program) -> None:
         for fn in library.functions:
             fid = FUNCTION_IDS[fn.name]
             name = _ident(fn.name)
+            timed = plan.launch_latency or not fn.is_launch
             prog.probes.append(_block(f'uprobe:"{path}":{name}',
-                                      _entry_body(fn, fid, python, prog)))
-            prog.probes.append(_block(f'uretprobe:"{path}":{name} /@ts[tid, {fid}]/',
-                                      _return_body(fn, fid, prog)))
+                                      _entry_body(fn, fid, python, timed, prog)))
+            if timed:
+                prog.probes.append(_block(f'uretprobe:"{path}":{name} /@ts[tid, {fid}]/',
+                                          _return_body(fn, fid, prog)))
 
 
 def _python_probes(plan: ProgramPlan, prog: _Program) -> None:

@@ -224,21 +224,30 @@ def _all_pids(proc_root: str) -> list[int]:
         return []
 
 
-def _parent(pid: int, proc_root: str) -> int | None:
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of ``/proc/PID/stat`` a scan needs."""
+
+    ppid: int
+    start: int  # start time, clock ticks after boot
+    vsize: int  # virtual memory size, bytes (0 for kernel threads)
+
+
+def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
     text = _read_text(f"{proc_root}/{pid}/stat", 4096)
     if not text:
         return None
     fields = text[text.rfind(")") + 2:].split()
-    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    try:
+        return ProcStat(int(fields[1]), int(fields[19]), int(fields[20]))
+    except (IndexError, ValueError):
+        return None
 
 
-def descendants(roots: Iterable[int], proc_root: str = "/proc") -> set[int]:
-    """``roots`` and every living process below them."""
+def _below(roots: Iterable[int], parents: dict[int, int]) -> set[int]:
     children: dict[int, list[int]] = {}
-    for pid in _all_pids(proc_root):
-        parent = _parent(pid, proc_root)
-        if parent is not None:
-            children.setdefault(parent, []).append(pid)
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     stack = list(roots)
     while stack:
@@ -248,6 +257,16 @@ def descendants(roots: Iterable[int], proc_root: str = "/proc") -> set[int]:
         found.add(pid)
         stack.extend(children.get(pid, ()))
     return found
+
+
+def descendants(roots: Iterable[int], proc_root: str = "/proc") -> set[int]:
+    """``roots`` and every living process below them."""
+    parents = {}
+    for pid in _all_pids(proc_root):
+        stat = read_stat(pid, proc_root)
+        if stat is not None:
+            parents[pid] = stat.ppid
+    return _below(roots, parents)
 
 
 def _same_mount_ns(pid: int, proc_root: str) -> bool:
@@ -293,26 +312,58 @@ def _interpreter(pid: int, maps: list[Mapping], same_ns: bool,
     return None
 
 
-def scan(selector: TargetSelector, proc_root: str = "/proc",
-         exclude: Iterable[int] = ()) -> ScanResult:
-    """Find the selected processes and the CUDA/NCCL/Python files each one maps."""
-    result = ScanResult()
-    if selector.pids:
-        candidates = sorted(descendants(selector.pids, proc_root))
-    else:
-        candidates = sorted(_all_pids(proc_root))
-    skip = set(exclude)
-    for pid in candidates:
-        if pid in skip:
-            continue
-        maps = read_maps(pid, proc_root, quick=not selector.pids)
-        libraries = [m for m in maps if library_kind(m.path)]
-        if not libraries and not selector.pids:
-            continue
-        labels = process_labels(pid, proc_root)
-        if labels["comm"] == "?" or not selector.accepts(labels):
-            continue
-        same_ns = _same_mount_ns(pid, proc_root)
+class Scanner:
+    """Repeated scans of ``/proc``. A process's maps are read again only when it is new or
+    its virtual size changed since the last scan (loading a library grows it), so a rescan
+    costs one small ``stat`` read per process."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self._seen: dict[int, tuple[int, int, list[Mapping]]] = {}  # pid → (start, vsize, maps)
+        self._labels: dict[int, tuple[int, dict[str, str]]] = {}  # pid → (start, labels)
+        self.maps_read = 0  # maps files read so far (a measure of the scan cost)
+
+    def _maps(self, pid: int, stat: ProcStat) -> list[Mapping]:
+        seen = self._seen.get(pid)
+        if seen is not None and seen[0] == stat.start and seen[1] == stat.vsize:
+            return seen[2]
+        maps = read_maps(pid, self.proc_root)
+        self.maps_read += 1
+        self._seen[pid] = (stat.start, stat.vsize, maps)
+        return maps
+
+    def scan(self, selector: TargetSelector, exclude: Iterable[int] = ()) -> ScanResult:
+        """Find the selected processes and the CUDA/NCCL/Python files each one maps."""
+        root = self.proc_root
+        stats = {pid: stat for pid in _all_pids(root)
+                 if (stat := read_stat(pid, root)) is not None}
+        for gone in set(self._seen) - set(stats):
+            del self._seen[gone]
+        for gone in set(self._labels) - set(stats):
+            del self._labels[gone]
+        candidates = set(stats)
+        if selector.pids:
+            candidates &= _below(selector.pids, {p: s.ppid for p, s in stats.items()})
+        candidates -= set(exclude)
+        result = ScanResult()
+        for pid in sorted(candidates):
+            stat = stats[pid]
+            maps = self._maps(pid, stat) if stat.vsize else []
+            libraries = [m for m in maps if library_kind(m.path)]
+            if not libraries and not selector.pids:
+                continue
+            cached = self._labels.get(pid)
+            if cached is None or cached[0] != stat.start:
+                cached = self._labels[pid] = (stat.start, process_labels(pid, root))
+            labels = cached[1]
+            if labels["comm"] == "?" or not selector.accepts(labels):
+                continue
+            result.processes[pid] = self._process(pid, labels, maps, libraries, result)
+        return result
+
+    def _process(self, pid: int, labels: dict[str, str], maps: list[Mapping],
+                 libraries: list[Mapping], result: ScanResult) -> TracedProcess:
+        same_ns = _same_mount_ns(pid, self.proc_root)
         process = TracedProcess(pid, labels)
         seen: set[tuple[tuple[int, int], int]] = set()
         for mapping in libraries:
@@ -323,11 +374,17 @@ def scan(selector: TargetSelector, proc_root: str = "/proc",
             kind = library_kind(mapping.path)
             assert kind is not None
             found = result.files.get(key) or MappedFile(
-                kind, key, mapping.path, attach_path(pid, mapping, same_ns, proc_root))
+                kind, key, mapping.path, attach_path(pid, mapping, same_ns, self.proc_root))
             result.files.setdefault(key, found)
             process.libraries.append(found)
-        process.interpreter = _interpreter(pid, maps, same_ns, proc_root) if maps else None
-        if process.interpreter is not None:
-            result.files.setdefault(process.interpreter.key, process.interpreter)
-        result.processes[pid] = process
-    return result
+        if libraries:
+            process.interpreter = _interpreter(pid, maps, same_ns, self.proc_root)
+            if process.interpreter is not None:
+                result.files.setdefault(process.interpreter.key, process.interpreter)
+        return process
+
+
+def scan(selector: TargetSelector, proc_root: str = "/proc",
+         exclude: Iterable[int] = ()) -> ScanResult:
+    """One scan (see :class:`Scanner` for repeated ones)."""
+    return Scanner(proc_root).scan(selector, exclude)
