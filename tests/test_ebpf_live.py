@@ -263,7 +263,7 @@ def test_exact_counts_bytes_and_latencies(libs: Path, tmp_path: Path, cgroup) ->
 def test_process_that_loads_the_library_later_is_followed(libs: Path, tmp_path: Path) -> None:
     script = ["cudaLaunchKernel", "ncclAllReduce 100 7"]
     work = workload.Workload(libs, tmp_path / "w", script, 7, late=True)
-    probe = EbpfProbe(pids=[work.pid], groups="cuda,nccl", rescan_s=0.0)
+    probe = EbpfProbe(pids=[work.pid], groups="cuda,nccl", rescan_s=0.0, launch_latency=False)
     try:
         probe.open()
         assert probe.status == "degraded"
@@ -287,6 +287,11 @@ def test_process_that_loads_the_library_later_is_followed(libs: Path, tmp_path: 
         assert table(snap, "ebpf.cuda.calls", work.pid) == {"cudaLaunchKernel": 7}
         assert table(snap, "ebpf.nccl.bytes", work.pid, ("fn", "dtype")) == {
             ("ncclAllReduce", "float32"): 7 * 100 * 4}
+        # launches were counted at entry only; other calls keep their latency
+        assert "cudaLaunchKernel" not in table(snap, "ebpf.cuda.latency_ns_total", work.pid)
+        assert "cudaLaunchKernel" not in table(snap, "ebpf.cuda.in_flight", work.pid)
+        assert table(snap, "ebpf.nccl.latency_ns_total", work.pid)["ncclAllReduce"] >= \
+            7 * workload.DELAYS_US["COLL_US"] * 1e3
     finally:
         probe.close()
         work.stop()

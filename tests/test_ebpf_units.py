@@ -171,6 +171,16 @@ def test_aggregation_program_prints_only_per_interval() -> None:
     assert "/@cudapid[pid]/" in text and "_PyEval_EvalFrameDefault" in text
 
 
+def test_launches_can_be_counted_without_a_return_probe() -> None:
+    lib = LibraryPlan("/opt/x/libcudart.so.12", functions_of("cudart"))
+    timed = aggregation_program(ProgramPlan((lib,)))
+    counted = aggregation_program(ProgramPlan((lib,), launch_latency=False))
+    assert "uretprobe:\"/opt/x/libcudart.so.12\":cudaLaunchKernel " in timed
+    assert "uretprobe:\"/opt/x/libcudart.so.12\":cudaLaunchKernel " not in counted
+    assert "uprobe:\"/opt/x/libcudart.so.12\":cudaLaunchKernel " in counted
+    assert "uretprobe:\"/opt/x/libcudart.so.12\":cudaMemcpy " in counted
+
+
 def test_capture_program_is_bounded() -> None:
     lib = LibraryPlan("/opt/x/libcudart.so.12", functions_of("cudart"))
     text = capture_program((lib,), frozenset({"block"}), 1500, 777)
