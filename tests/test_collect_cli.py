@@ -86,7 +86,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
     assert bad.returncode == 2 and "interval" in bad.stderr
 
 
-def test_probes_lists_every_registered_probe():
+def test_probes_lists_every_registered_probe(tmp_path):
     done = _reveal("probes", "--json")
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in json.loads(done.stdout)}
@@ -100,6 +100,12 @@ def test_probes_lists_every_registered_probe():
         assert rows["perf"]["unsupported_events"]
     table = _reveal("probes")
     assert table.returncode == 0 and "perf" in table.stdout and "channels" in table.stdout
+    unavailable = [name for name, row in rows.items() if row["status"] == "unavailable"]
+    if unavailable:  # recording only probes that cannot run here is refused, with reasons
+        done = _reveal("collect", "--duration", "0.5", "--probes", unavailable[0],
+                       "--out", str(tmp_path / "none"))
+        assert done.returncode == 2 and "anything to record" in done.stderr
+        assert rows[unavailable[0]]["reason"].split(":")[0] in done.stderr
 
 
 def test_profile_records_the_command_and_returns_its_status(tmp_path):

@@ -12,6 +12,7 @@ import json
 import pkgutil
 import resource
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -176,6 +177,9 @@ class Collector:
             raise InputError(f"--interval must be positive, got {opts.interval_s}")
         if opts.duration_s is not None and not opts.duration_s > 0:
             raise InputError(f"--duration must be positive, got {opts.duration_s}")
+        if not opts.segment_seconds >= max(1.0, opts.interval_s):
+            raise InputError(f"--segment-seconds must be at least 1 and at least the "
+                             f"interval, got {opts.segment_seconds}")
         classes, self.disabled = select_probes(opts.include, opts.exclude)
         prepare_run_dir(opts.out)
         self.states = [open_probe(cls) for cls in classes]
@@ -185,6 +189,10 @@ class Collector:
             elif state.status == "degraded":
                 self.notify("info", f"probe {state.name} degraded: {state.reason}")
         probes = [s.probe for s in self.states if s.probe is not None]
+        if not any(p.channels for p in probes):
+            self._close_probes()
+            why = "; ".join(f"{s.name}: {s.reason or 'no channels'}" for s in self.states)
+            raise InputError(f"no probe has anything to record here ({why or 'none chosen'})")
         self.sampler = Sampler(probes, opts.interval_s, opts.refresh_s, opts.self_channels,
                                self.notify)
         self.sampler.on_layout_change = self.write_meta
@@ -358,6 +366,9 @@ def stop_on_signals(handler: Callable[[int], None],
                     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
     """Route ``signals`` to ``handler(signum)`` for the duration (main thread only)."""
     previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
 
     def _handle(signum: int, frame: FrameType | None) -> None:
         del frame

@@ -96,7 +96,8 @@ class BatchEncoder:
     def _header(self, n: int) -> bytes | None:
         if n not in self._headers:
             ts = np.arange(1, n + 1, dtype=np.int64)
-            block = np.arange(n * self.n_channels, dtype=np.float64).reshape(n, -1) + 0.5
+            block = np.arange(n * self.n_channels, dtype=np.float64).reshape(n, self.n_channels)
+            block += 0.5
             message = batch_from_rows(self.schema, ts, block).serialize().to_pybytes()
             body = ts.tobytes() + block.T.tobytes()
             ok = len(message) > len(body) and message.endswith(body)
