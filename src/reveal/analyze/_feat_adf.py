@@ -42,6 +42,9 @@ PERFECT_FIT_TOL = 1e-13
 RECOMPUTE_RSS_BELOW = 1e-5
 # Refit groups with fewer series than this build their Gram matrix entry by entry.
 DIRECT_BELOW = 2048
+# The lag search runs on chunks of this many windows (its (K, K, N) arrays stay in cache);
+# the refits run on all windows of a call at once (fewer, larger groups).
+SEARCH_CHUNK = 8192
 
 
 def adf_maxlag(n: int) -> int:
@@ -76,7 +79,7 @@ def adf_stat(
     if cols.size == 0:
         return out
     if cols.size < N:
-        X, dev = X[:, cols], dev[:, cols]
+        X, dev = np.take(X, cols, axis=1), np.take(dev, cols, axis=1)
     out[cols] = _adf_fast(np.ascontiguousarray(X), np.ascontiguousarray(dev), p)
     return out
 
@@ -204,20 +207,11 @@ def _adf_fast(X: np.ndarray, dev: np.ndarray, p: int) -> np.ndarray:
     n, N = X.shape
     ds = X[1:] - X[:-1]
     ds -= (X[n - 1] - X[0]) / (n - 1)
-    G, sums, m = _lagged_gram(dev, ds, p, p)
-    K = p + 2
-    R, indep = _cholesky_stack(G, sums, m, [K - 1, *range(1, p + 1), 0])
-    yy = G[0, 0]
-    ry2 = R[:, K - 1] ** 2
-    rss = yy - ry2[0] - _prefix_rows(ry2[1:])[1:]  # row k: model with lags 1..k
-    rank = _prefix_rows(indep.astype(np.intp))[1:] + 1
-    # AIC = m log(RSS) + 2 rank + const is minimised where RSS * exp(2 rank / m) is;
-    # a perfect fit (AIC -inf) scores -1
-    penalty = np.exp(2.0 * np.arange(K + 1) / m)
-    score = rss * penalty[rank]
-    score[rss <= PERFECT_FIT_TOL * yy] = -1.0
-    lag = np.argmin(score, axis=0)
-    general = ~indep.all(axis=0)
+    lag = np.empty(N, dtype=np.intp)
+    general = np.empty(N, dtype=bool)
+    for c0 in range(0, N, SEARCH_CHUNK):
+        c1 = min(N, c0 + SEARCH_CHUNK)
+        lag[c0:c1], general[c0:c1] = _search_fast(dev[:, c0:c1], ds[:, c0:c1], p)
 
     # refit per chosen lag, on series sorted by lag so that each group is a slice
     perm = np.argsort(lag, kind="stable")
@@ -237,13 +231,30 @@ def _adf_fast(X: np.ndarray, dev: np.ndarray, p: int) -> np.ndarray:
     general[perm[dep_s]] = True
     cand = np.flatnonzero(general)
     if cand.size:
-        S = _Series(np.ascontiguousarray(X[:, cand]))
+        S = _Series(np.take(X, cand, axis=1))
         drop = S.no_intercept(p, p, slice(None))
         drop |= _refit_drops_intercept(S, lag[cand])
         redo = cand[drop]
         if redo.size:
-            out[redo] = _adf_general(np.ascontiguousarray(X[:, redo]), p)
+            out[redo] = _adf_general(np.take(X, redo, axis=1), p)
     return out
+
+
+def _search_fast(dev: np.ndarray, ds: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """AIC lag choice (intercept kept) and whether any regressor was dependent."""
+    G, sums, m = _lagged_gram(dev, ds, p, p)
+    K = p + 2
+    R, indep = _cholesky_stack(G, sums, m, [K - 1, *range(1, p + 1), 0])
+    yy = G[0, 0]
+    ry2 = R[:, K - 1] ** 2
+    rss = yy - ry2[0] - _prefix_rows(ry2[1:])[1:]  # row k: model with lags 1..k
+    rank = _prefix_rows(indep.astype(np.intp))[1:] + 1
+    # AIC = m log(RSS) + 2 rank + const is minimised where RSS * exp(2 rank / m) is;
+    # a perfect fit (AIC -inf) scores -1
+    penalty = np.exp(2.0 * np.arange(K + 1) / m)
+    score = rss * penalty[rank]
+    score[rss <= PERFECT_FIT_TOL * yy] = -1.0
+    return np.argmin(score, axis=0), ~indep.all(axis=0)
 
 
 def _refit_drops_intercept(S: _Series, lag: np.ndarray) -> np.ndarray:
