@@ -164,6 +164,7 @@ class Collector:
         self._started_wall = 0.0
         self._cpu_at_start = 0.0
         self._closed = False
+        self._meta_failing = False
 
     @property
     def run_dir(self) -> Path:
@@ -203,10 +204,15 @@ class Collector:
             self._close_probes()
             raise InputError(f"cannot write run metadata ({exc.strerror})",
                              str(self.run_dir / META_FILE)) from None
-        self.writer = SegmentWriter(self.run_dir, self.sampler.channels,
-                                    interval_s=opts.interval_s,
-                                    segment_seconds=opts.segment_seconds,
-                                    flush_seconds=opts.flush_seconds, notify=self.notify)
+        try:
+            self.writer = SegmentWriter(self.run_dir, self.sampler.channels,
+                                        interval_s=opts.interval_s,
+                                        segment_seconds=opts.segment_seconds,
+                                        flush_seconds=opts.flush_seconds, notify=self.notify)
+        except OSError as exc:
+            self._close_probes()
+            raise InputError(f"cannot start the run ({exc.strerror or exc})",
+                             str(self.run_dir)) from None
 
     def _base_meta(self) -> dict[str, Any]:
         opts = self.options
@@ -300,9 +306,14 @@ class Collector:
         try:
             write_json_atomic(self.run_dir / META_FILE, meta)
         except OSError as exc:
-            self.notify("warning", f"{self.run_dir / META_FILE}: not updated ({exc.strerror})")
+            if not self._meta_failing:  # once until it works again
+                self.notify("warning", f"{self.run_dir / META_FILE}: not updated "
+                                       f"({exc.strerror}); will retry")
+            self._meta_failing = True
             with contextlib.suppress(OSError):
                 (self.run_dir / (META_FILE + ".tmp")).unlink()
+        else:
+            self._meta_failing = False
 
     # -- run -------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] | None = None) -> CollectResult:
@@ -348,11 +359,13 @@ class Collector:
         if self._closed:
             return
         self._closed = True
-        if self.writer is not None:
-            self.writer.close()
-        self._close_probes()
-        if self.sampler is not None:
-            self.write_meta(closed=True)
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self._close_probes()
+            if self.sampler is not None:
+                self.write_meta(closed=True)
 
     def _close_probes(self) -> None:
         for state in self.states:

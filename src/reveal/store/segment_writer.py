@@ -434,8 +434,7 @@ class SegmentWriter:
         self._flushed = 0
         self._journal_size = 0
         self._journal_ready = False
-        path = journal_path(self.run, self._number)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self._fd = -1
         self._write_schema()
 
     def _end_journal(self) -> None:
@@ -464,7 +463,18 @@ class SegmentWriter:
         self._block = np.concatenate([self._block, np.empty_like(self._block)])
 
     def _write_schema(self) -> bool:
-        if self._journal_size:
+        """(Re)create the open journal with just its schema; False on a storage error."""
+        if self._fd < 0:
+            path = journal_path(self.run, self._number)
+            try:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                                   0o644)
+            except OSError as exc:
+                if exc.errno not in STORAGE_ERRNOS:
+                    raise
+                self._storage_error(exc)
+                return False
+        elif self._journal_size:
             os.ftruncate(self._fd, 0)
             self._journal_size = 0
         self._journal_ready = self._append_journal(self._encoder.schema_message())
