@@ -372,6 +372,85 @@ def test_python_function_entries_are_counted(libs: Path, tmp_path: Path) -> None
         proc.wait(10)
 
 
+REAL_WORKER = textwrap.dedent("""
+    import ctypes, json, os, sys, time
+    import nvidia.cuda_runtime
+    state = sys.argv[1]
+    libdir = os.path.join(list(nvidia.cuda_runtime.__path__)[0], "lib")
+    rt = ctypes.CDLL(os.path.join(libdir, "libcudart.so.12"))
+    class Dim3(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+    rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p,
+                                    ctypes.c_size_t, ctypes.c_void_p]
+    rt.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    open(os.path.join(state, "opened"), "w").close()
+    while not os.path.exists(os.path.join(state, "go")):
+        time.sleep(0.01)
+    seen = {}
+    def call(name, *args):
+        seen.setdefault(name, []).append(getattr(rt, name)(*args))
+    buf = ctypes.create_string_buffer(4096)
+    ptr = ctypes.c_void_p()
+    for _ in range(3):
+        call("cudaMalloc", ctypes.byref(ptr), 1 << 20)
+    for _ in range(4):
+        call("cudaMemcpy", buf, buf, 4096, 1)
+    for _ in range(5):
+        call("cudaLaunchKernel", None, Dim3(1, 1, 1), Dim3(32, 1, 1), None, 0, None)
+    for _ in range(2):
+        call("cudaDeviceSynchronize")
+    call("cudaStreamSynchronize", None)
+    with open(os.path.join(state, "seen.json"), "w") as out:
+        json.dump(seen, out)
+    open(os.path.join(state, "done"), "w").close()
+    while not os.path.exists(os.path.join(state, "exit")):
+        time.sleep(0.01)
+""")
+
+
+def test_the_real_cuda_runtime_of_a_pip_wheel(tmp_path: Path) -> None:
+    """The libcudart.so.12 PyTorch wheels depend on (nvidia-cuda-runtime-cu12), loaded from
+    site-packages as PyTorch loads it. With no driver every call fails; the probe must count
+    each call and each return code exactly as the program saw them."""
+    if importlib.util.find_spec("nvidia.cuda_runtime") is None:
+        pytest.skip("nvidia-cuda-runtime-cu12 is not installed (pip install -e .[test])")
+    state = tmp_path / "real"
+    state.mkdir()
+    script = tmp_path / "real_worker.py"
+    script.write_text(REAL_WORKER)
+    proc = subprocess.Popen([sys.executable, str(script), str(state)])
+    probe = EbpfProbe(pids=[proc.pid], groups="cuda")
+    try:
+        deadline = time.monotonic() + 30
+        while not (state / "opened").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        probe.open()
+        assert probe.status == "ok", probe.reason
+        (lib,) = probe.info["libraries"]
+        assert lib["kind"] == "cudart" and "nvidia/cuda_runtime/lib/libcudart.so.12" in lib["path"]
+        assert lib["functions"] >= 14
+        (state / "go").touch()
+        while not (state / "done").exists() and time.monotonic() < deadline + 30:
+            time.sleep(0.01)
+        seen = json.loads((state / "seen.json").read_text())
+        want_calls = {fn: len(codes) for fn, codes in seen.items()}
+        want_errors: dict[tuple[str, str], int] = {}
+        for fn, codes in seen.items():
+            for code in codes:
+                if code:
+                    want_errors[(fn, str(code))] = want_errors.get((fn, str(code)), 0) + 1
+        snap = wait_values(probe, lambda s: table(s, "ebpf.cuda.calls", proc.pid) == want_calls)
+        assert table(snap, "ebpf.cuda.calls", proc.pid) == want_calls
+        assert table(snap, "ebpf.cuda.errors", proc.pid, ("fn", "code")) == want_errors
+        assert table(snap, "ebpf.cuda.memcpy_bytes", proc.pid, ("fn", "kind")) == {
+            ("cudaMemcpy", "HtoD"): 4 * 4096}
+        assert "cudaMalloc" not in table(snap, "ebpf.cuda.alloc_bytes", proc.pid)  # all failed
+    finally:
+        probe.close()
+        (state / "exit").touch()
+        proc.wait(10)
+
+
 def _device_of(path: Path) -> str:
     st = os.stat(path)
     major, minor = os.major(st.st_dev), os.minor(st.st_dev)
