@@ -92,3 +92,12 @@ def test_rate_uses_actual_timestamps_with_gaps(step_s):
     tel = Telemetry("h", ts, np.array([[0.0], [10.0], [30.0]]), ["c.bytes"])
     rated, _ = to_rates(tel, CATALOG)
     np.testing.assert_allclose(rated.column("c.bytes"), [10 / step_s, 10 / step_s])
+
+
+def test_recorded_wrap_range_is_used_for_rapl_like_counters():
+    channel = "c.bytes"
+    tel = _tel({channel: [900.0, 990.0, 30.0]}, step_s=1.0)
+    tel.meta["probes"] = {"power": {"info": {"wrap": {channel: 1000.0}}}}
+    rated, report = to_rates(tel, CATALOG)
+    np.testing.assert_allclose(rated.column(channel), [90.0, 40.0])
+    assert report.wraps == {channel: 1} and not report.resets

@@ -37,10 +37,14 @@ class DeriveReport:
     derived: list[str] = field(default_factory=list)
 
 
-def counter_deltas(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def counter_deltas(
+    raw: np.ndarray, wrap_ranges: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Deltas of raw cumulative counters ``(T, C)`` → ``(T-1, C)``, with wraps and resets fixed.
 
-    Returns ``(deltas, wrap_mask, reset_mask)``; NaN in either neighbour gives NaN.
+    ``wrap_ranges`` (C,) gives a counter's own wrap value where the source recorded one
+    (RAPL's ``max_energy_range_uj``), NaN elsewhere. Returns ``(deltas, wrap_mask,
+    reset_mask)``; NaN in either neighbour gives NaN.
     """
     prev, cur = raw[:-1], raw[1:]
     delta = cur - prev
@@ -48,6 +52,11 @@ def counter_deltas(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     wrap_mask = np.zeros_like(negative)
     if negative.any():
         fixed = delta.copy()
+        if wrap_ranges is not None:
+            own = np.broadcast_to(wrap_ranges, prev.shape)
+            is_wrap = negative & np.isfinite(own) & (prev <= own)
+            fixed = np.where(is_wrap, cur + (own - prev), fixed)
+            wrap_mask |= is_wrap
         for size in _WRAPS:
             wrapped = cur + (size - prev)
             is_wrap = negative & ~wrap_mask & (prev >= size / 2) & (prev < size) \
@@ -59,6 +68,19 @@ def counter_deltas(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     else:
         reset_mask = negative
     return delta, wrap_mask, reset_mask
+
+
+def recorded_wrap_ranges(meta: dict) -> dict[str, float]:
+    """Per-channel wrap values that probes recorded in the run metadata (``info.wrap``)."""
+    out: dict[str, float] = {}
+    for probe in (meta.get("probes") or {}).values():
+        wraps = ((probe or {}).get("info") or {}).get("wrap") or {}
+        for channel, value in wraps.items():
+            try:
+                out[str(channel)] = float(value)
+            except (TypeError, ValueError):
+                continue
+    return out
 
 
 def to_rates(
@@ -74,7 +96,10 @@ def to_rates(
     values = telemetry.values[1:].copy()
     if counter_cols.any():
         dt_s = np.diff(telemetry.timestamps_ns).astype(np.float64) / 1e9
-        deltas, wraps, resets = counter_deltas(telemetry.values[:, counter_cols])
+        names = [c for c, ok in zip(telemetry.channels, counter_cols, strict=True) if ok]
+        known = recorded_wrap_ranges(telemetry.meta)
+        ranges = np.array([known.get(c, np.nan) for c in names]) if known else None
+        deltas, wraps, resets = counter_deltas(telemetry.values[:, counter_cols], ranges)
         values[:, counter_cols] = deltas / dt_s[:, None]
         names = np.asarray(telemetry.channels, dtype=object)[counter_cols]
         for name, n in zip(names, wraps.sum(axis=0), strict=True):
