@@ -28,8 +28,6 @@ noise; an exact AIC tie (a column dependent on earlier ones) goes to the smaller
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 # A regressor is dependent when its residual norm² after projection on the earlier ones is
@@ -74,14 +72,18 @@ def adf_stat(
         m2 = np.einsum("ij,ij->j", dev, dev)
     # NaN/inf anywhere -> m2 not finite; a constant window -> every deviation is 0
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(m2) & (m2 > 0)
-    cols = np.flatnonzero(ok)
-    if cols.size == 0:
+        valid = np.isfinite(m2) & (m2 > 0)
+    n_valid = int(valid.sum())
+    if n_valid == 0:
         return out
-    if cols.size < N:
+    if n_valid < N // 2:  # mostly invalid: compact; else compute all and mask
+        cols = np.flatnonzero(valid)
         X, dev = np.take(X, cols, axis=1), np.take(dev, cols, axis=1)
-    out[cols] = _adf_fast(np.ascontiguousarray(X), np.ascontiguousarray(dev), p)
-    return out
+        out[cols] = _adf_fast(X, dev, p, np.ones(cols.size, dtype=bool))
+        return out
+    X, dev = np.ascontiguousarray(X), np.ascontiguousarray(dev)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return _adf_fast(X, dev, p, valid)
 
 
 def _adf_general(X: np.ndarray, p: int) -> np.ndarray:
@@ -109,22 +111,32 @@ def _prefix_rows(a: np.ndarray) -> np.ndarray:
 
 
 def _lagged_gram(
-    dev: np.ndarray, ds: np.ndarray, a: int, kmax: int, direct: bool = False
+    dev: np.ndarray, ds: np.ndarray, a: int, kmax: int, level_first: bool, direct: bool = False
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Uncentred Gram matrix of [Δx_t, Δx_{t-1..t-kmax}, x_{t-1}] plus column sums.
+    """Uncentred Gram matrix of the ADF regressors and response, plus column sums.
 
     The sample is Δx rows a..n-2 (``m = n-1-a`` rows). ``dev`` is x minus its window mean
-    and ``ds`` Δx minus its window mean (shifts that an intercept absorbs). Column index
-    ``l`` is Δx_{t-l} (0 = the response), ``K-1 = kmax+1`` is x_{t-1}. Returns G
-    (K, K, N) with only its upper triangle (i <= j) filled, the column sums (K, N) and m.
+    and ``ds`` Δx minus its window mean (shifts that an intercept absorbs). Columns, in
+    factorisation order: [x_{t-1}, Δx_{t-1}, ..., Δx_{t-kmax}, Δx_t] when ``level_first``
+    (the lag search: each model is a prefix), else [Δx_{t-1..t-kmax}, x_{t-1}, Δx_t] (the
+    refit: x_{t-1} last among the regressors). Returns G (K, K, N) with only its upper
+    triangle filled (K = kmax + 2), the column sums (K, N) and m.
 
-    Entries along a diagonal share products: each is the previous one plus a row and
-    minus a row (two operations). ``direct`` computes each entry as one dot product
-    instead: fewer NumPy calls, which wins for few series.
+    Entries along a diagonal of the lag structure share products: each is the previous one
+    plus a row and minus a row. ``direct`` computes each entry as one dot product instead:
+    fewer NumPy calls, which wins for few windows.
     """
     n, N = dev.shape
     m = n - 1 - a
     K = kmax + 2
+    # column of Δx_{t-l}; l = 0 is the response
+    pos = [K - 1] + [lag if level_first else lag - 1 for lag in range(1, kmax + 1)]
+    level_pos = 0 if level_first else kmax
+
+    def entry(l1: int, l2: int) -> np.ndarray:
+        i, j = pos[l1], pos[l2]
+        return G[min(i, j), max(i, j)]
+
     G = np.empty((K, K, N))
     for d in range(kmax + 1):
         # entry (l, l+d), l = 0..kmax-d: Σ over rows i = a..n-2 of Δx_{i-l} Δx_{i-l-d}
@@ -134,72 +146,63 @@ def _lagged_gram(
                     "ij,ij->j",
                     ds[a - lo : n - 1 - lo],
                     ds[a - lo - d : n - 1 - lo - d],
-                    out=G[lo, lo + d],
+                    out=entry(lo, lo + d),
                 )
             continue
         prod = ds * ds if d == 0 else ds[d:] * ds[: n - 1 - d]  # prod[v] = Δ[v+d] Δ[v]
         # the sum for l is prod[r : r+m] with r = a-d-l; slide r upwards from l = kmax-d
         r = a - kmax
-        acc = G[kmax - d, kmax]
+        acc = entry(kmax - d, kmax)
         np.add.reduce(prod[r : r + m], axis=0, out=acc)
         for lo in range(kmax - d - 1, -1, -1):
-            nxt = G[lo, lo + d]
+            nxt = entry(lo, lo + d)
             np.add(acc, prod[r + m], out=nxt)
             nxt -= prod[r]
             acc = nxt
             r += 1
     level = dev[a : n - 1]
-    np.einsum("ij,ij->j", level, level, out=G[K - 1, K - 1])
+    np.einsum("ij,ij->j", level, level, out=G[level_pos, level_pos])
     for lag in range(kmax + 1):
-        np.einsum("ij,ij->j", level, ds[a - lag : n - 1 - lag], out=G[lag, K - 1])
+        i = pos[lag]
+        out = G[min(i, level_pos), max(i, level_pos)]
+        np.einsum("ij,ij->j", level, ds[a - lag : n - 1 - lag], out=out)
     sums = np.empty((K, N))
-    np.add.reduce(ds[a - kmax : n - 1 - kmax], axis=0, out=sums[kmax])
+    lag_sums = np.empty((kmax + 1, N))
+    np.add.reduce(ds[a - kmax : n - 1 - kmax], axis=0, out=lag_sums[kmax])
     for lag in range(kmax - 1, -1, -1):
-        np.add(sums[lag + 1], ds[n - 2 - lag], out=sums[lag])
-        sums[lag] -= ds[a - lag - 1]
-    np.add.reduce(level, axis=0, out=sums[K - 1])
+        np.add(lag_sums[lag + 1], ds[n - 2 - lag], out=lag_sums[lag])
+        lag_sums[lag] -= ds[a - lag - 1]
+    sums[pos] = lag_sums
+    np.add.reduce(level, axis=0, out=sums[level_pos])
     return G, sums, m
 
 
-@functools.cache
-def _upper_index(order: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per pivot j: (row, column) indices into the upper triangle for order[j] × order[j:]."""
-    out = []
-    for j in range(len(order) - 1):
-        rows = np.array([min(order[j], c) for c in order[j:]])
-        cols = np.array([max(order[j], c) for c in order[j:]])
-        out.append((rows, cols))
-    return out
+def _cholesky_stack(G: np.ndarray, sums: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cholesky factor of the Gram matrix of [1, columns of G], stacked over N.
 
-
-def _cholesky_stack(
-    G: np.ndarray, sums: np.ndarray, m: int, order: list[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Cholesky factor of the Gram matrix of [1, columns in ``order``], stacked over N.
-
-    ``G`` holds the upper triangle (i <= j) of the uncentred Gram matrix. The last
-    column of ``order`` is the response. Row 0 of the factor is the intercept
-    (sums / sqrt(m)); row j+1 belongs to regressor ``order[j]``. A regressor whose
-    residual norm² is below DEPENDENT_TOL of its own norm² is dependent: its row is zero.
-    Returns R (K, K, N) (entries left of the diagonal undefined) and independence (K-1, N).
+    ``G`` (K, K, N) holds the upper triangle of the uncentred Gram matrix; its last column
+    is the response. Row 0 of the factor is the intercept (sums / sqrt(m)); row j+1 belongs
+    to column j. A regressor whose residual norm² is below DEPENDENT_TOL of its own norm²
+    is dependent: its row is zero (the fit is as without it). Returns R (K, K, N) (entries
+    left of the diagonal undefined) and independence (K-1, N).
     """
-    K = len(order)
-    N = G.shape[2]
+    K, _, N = G.shape
     R = np.empty((K, K, N))
-    np.multiply(sums[order], 1.0 / np.sqrt(m), out=R[0])
+    np.multiply(sums, 1.0 / np.sqrt(m), out=R[0])
     indep = np.empty((K - 1, N), dtype=bool)
-    for j, (rows, cols) in enumerate(_upper_index(tuple(order))):
-        v = G[rows, cols]
-        v -= np.einsum("in,ikn->kn", R[: j + 1, j], R[: j + 1, j:])
-        ok = v[0] > DEPENDENT_TOL * G[order[j], order[j]]
-        r = np.where(ok, np.sqrt(np.where(ok, v[0], 1.0)), np.inf)
-        np.divide(v, r, out=R[j + 1, j:])
-        indep[j] = ok
+    with np.errstate(invalid="ignore"):
+        for j in range(K - 1):
+            v = G[j, j:] - np.einsum("in,ikn->kn", R[: j + 1, j], R[: j + 1, j:])
+            ok = np.greater(v[0], DEPENDENT_TOL * G[j, j], out=indep[j])
+            r = np.sqrt(v[0])
+            if not ok.all():
+                r[~ok] = np.inf
+            np.divide(v, r, out=R[j + 1, j:])
     return R, indep
 
 
-def _adf_fast(X: np.ndarray, dev: np.ndarray, p: int) -> np.ndarray:
-    """ADF for valid windows, assuming statsmodels keeps the intercept.
+def _adf_fast(X: np.ndarray, dev: np.ndarray, p: int, valid: np.ndarray) -> np.ndarray:
+    """ADF for the ``valid`` windows (NaN elsewhere), assuming statsmodels keeps the intercept.
 
     Windows with a dependent regressor may be ones where statsmodels drops the intercept
     (a constant non-zero regressor); those that are go through :func:`_adf_general`.
@@ -229,7 +232,8 @@ def _adf_fast(X: np.ndarray, dev: np.ndarray, p: int) -> np.ndarray:
     out = np.empty(N)
     out[perm] = t_s
     general[perm[dep_s]] = True
-    cand = np.flatnonzero(general)
+    out[~valid] = np.nan
+    cand = np.flatnonzero(general & valid)
     if cand.size:
         S = _Series(np.take(X, cand, axis=1))
         drop = S.no_intercept(p, p, slice(None))
@@ -242,10 +246,10 @@ def _adf_fast(X: np.ndarray, dev: np.ndarray, p: int) -> np.ndarray:
 
 def _search_fast(dev: np.ndarray, ds: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
     """AIC lag choice (intercept kept) and whether any regressor was dependent."""
-    G, sums, m = _lagged_gram(dev, ds, p, p)
+    G, sums, m = _lagged_gram(dev, ds, p, p, level_first=True)
     K = p + 2
-    R, indep = _cholesky_stack(G, sums, m, [K - 1, *range(1, p + 1), 0])
-    yy = G[0, 0]
+    R, indep = _cholesky_stack(G, sums, m)
+    yy = G[K - 1, K - 1]
     ry2 = R[:, K - 1] ** 2
     rss = yy - ry2[0] - _prefix_rows(ry2[1:])[1:]  # row k: model with lags 1..k
     rank = _prefix_rows(indep.astype(np.intp))[1:] + 1
@@ -274,11 +278,10 @@ def _refit_fast(
     fit is nearly perfect the Gram-based RSS loses digits; there the RSS is recomputed
     from the residuals themselves.
     """
-    G, sums, m = _lagged_gram(dev, ds, k, k, direct)
+    G, sums, m = _lagged_gram(dev, ds, k, k, level_first=False, direct=direct)
     K = k + 2
-    order = [*range(1, k + 1), K - 1, 0]  # [Δx lags 1..k, x_{t-1}, Δx_t]
-    R, indep = _cholesky_stack(G, sums, m, order)
-    yy = G[0, 0]
+    R, indep = _cholesky_stack(G, sums, m)
+    yy = G[K - 1, K - 1]
     rss = yy - np.einsum("in,in->n", R[:, K - 1], R[:, K - 1])
     df = m - 1 - indep.sum(axis=0)
     close = np.flatnonzero(rss < RECOMPUTE_RSS_BELOW * yy)
