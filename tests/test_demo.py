@@ -77,4 +77,4 @@ def test_demo_end_to_end(tmp_path: Path, capsys) -> None:  # type: ignore[no-unt
     payload = json.loads((out / "report.json").read_text())
     assert {e["kind"] for e in payload["injected"]} == {"cpu_contention", "disk_burst"}
     assert len(payload["windows"]["start_ns"]) > 20
-    assert (out / "runs" / "demo" / "baseline" / "meta.json").is_file()
+    assert (out / "runs" / "demo" / "baseline1" / "meta.json").is_file()

@@ -66,3 +66,23 @@ def test_ddp_workload_all_reduces_across_the_veth(workdir) -> None:  # type: ign
 
 def test_unknown_workload_is_refused() -> None:
     assert "unknown workload" in (unavailable_reason("nope") or "")
+
+
+def test_workload_runs_in_its_own_cpu_cgroup(workdir) -> None:  # type: ignore[no-untyped-def]
+    from reveal.inject.jobcgroup import JobCgroup
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroup directories)")
+    cgroup = JobCgroup().create()
+    if not cgroup.paths:
+        pytest.skip("no CPU cgroup hierarchy where this process sits at the root")
+    paths = list(cgroup.paths)
+    try:
+        run = WorkloadRun("numpy_train", workdir, duration_s=30.0, samples=64,
+                          cgroup=cgroup).start()
+        membership = Path(f"/proc/{run.procs[0].pid}/cgroup").read_text()
+        assert cgroup.name in membership
+        run.stop()
+    finally:
+        cgroup.close()
+    assert not any(path.exists() for path in paths)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -54,6 +53,10 @@ class Scenario:
     run_s: float
     plans: list[list[EpisodePlan]]  # one list of episodes per faulted run
     interval_s: float = 0.1
+    #: record a fresh baseline right before every faulted run (else one for all): memory
+    #: gauges (page cache, fragmentation) drift over minutes, and a baseline recorded
+    #: long before a run makes that drift look like an anomaly.
+    baseline_each_run: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +66,7 @@ class Scenario:
 class RecordedRun:
     path: Path
     episodes: list[Episode] = field(default_factory=list)
+    baseline: Path | None = None  # the clean run its detectors are fitted on
     skipped: list[str] = field(default_factory=list)  # faults that could not run, and why
 
 
@@ -108,9 +112,11 @@ def _wait_for_start(run_dir: Path, proc: subprocess.Popen[bytes], timeout_s: flo
         return (run_dir / "meta.json").is_file() or proc.poll() is not None
 
     processes.wait_until(started, timeout_s)
+    log = run_dir.parent / f"{run_dir.name}.collect.log"
     if proc.poll() is not None and proc.returncode != 0:
-        raise RevealError(f"the collector exited with code {proc.returncode} "
-                          f"(see {run_dir.parent / (run_dir.name + '.collect.log')})")
+        raise RevealError(f"the collector exited with code {proc.returncode} (see {log})")
+    if not (run_dir / "meta.json").is_file():
+        raise RevealError(f"the collector did not start within {timeout_s:g} s (see {log})")
 
 
 def record(run_dir: Path, duration_s: float, interval_s: float, netns: NetnsPair | None,
@@ -163,8 +169,9 @@ def run_scenario(scenario: Scenario, out_dir: Path, say: Say,
                           f"{'a distributed' if scenario.distributed else 'a single-process'} "
                           f"workload, not {name}")
     base_dir = out_dir / scenario.name
-    total = (WARMUP_S + scenario.baseline_s + len(scenario.plans) * (scenario.run_s + 15)
-             + 60.0)
+    per_run = scenario.run_s + 15 + (scenario.baseline_s + 5 if scenario.baseline_each_run
+                                      else 0)
+    total = WARMUP_S + scenario.baseline_s + len(scenario.plans) * per_run + 60.0
     workdir = make_temp_dir(scenario.name)
     netns = NetnsPair(tag=scenario.name[:6]).create() if scenario.distributed else None
     cgroup = JobCgroup().create()
@@ -177,18 +184,25 @@ def run_scenario(scenario: Scenario, out_dir: Path, say: Say,
             raise RevealError(f"workload {name} stopped during warm-up "
                               f"(see {job.log_path(0)})")
         context = FaultContext(workdir, netns)
-        say(f"scenario {scenario.name}: baseline, {scenario.baseline_s:g} s")
-        baseline = record(base_dir / "baseline", scenario.baseline_s, scenario.interval_s,
-                          netns, [], context, say).path
+        baseline: Path | None = None
         runs = []
         for i, plans in enumerate(scenario.plans, 1):
+            if baseline is None or scenario.baseline_each_run:
+                name_i = f"baseline{i}" if scenario.baseline_each_run else "baseline"
+                say(f"scenario {scenario.name}: clean baseline {name_i}, "
+                    f"{scenario.baseline_s:g} s")
+                baseline = record(base_dir / name_i, scenario.baseline_s, scenario.interval_s,
+                                  netns, [], context, say).path
             say(f"scenario {scenario.name}: faulted run {i}/{len(scenario.plans)}, "
                 f"{scenario.run_s:g} s")
-            runs.append(record(base_dir / f"run{i}", scenario.run_s, scenario.interval_s,
-                               netns, plans, context, say))
+            recorded = record(base_dir / f"run{i}", scenario.run_s, scenario.interval_s,
+                              netns, plans, context, say)
+            recorded.baseline = baseline
+            runs.append(recorded)
             if not job.alive():
                 raise RevealError(f"workload {name} stopped during run {i} "
                                   f"(see {job.log_path(0)})")
+        assert baseline is not None
         return RecordedScenario(scenario, name, baseline, runs, job.progress())
     finally:
         job.stop()
@@ -202,9 +216,3 @@ def _remove_tree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
-
-
-def _run_in_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread

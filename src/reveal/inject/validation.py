@@ -39,7 +39,7 @@ class SuiteOptions:
     faults: tuple[str, ...] = DEFAULT_FAULTS
     intensities: tuple[str, ...] = ("low", "high")
     repetitions: int = 3
-    baseline_s: float = 90.0
+    baseline_s: float = 60.0
     episode_s: float = 8.0
     gap_s: float = 14.0
     lead_s: float = 15.0
@@ -120,12 +120,16 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
 
-    baseline = read_run(recorded.baseline)
+    baselines: dict[Path, Any] = {}
     scores: list[EpisodeScore] = []
     runs: list[dict[str, Any]] = []
     for rec in recorded.runs:
         say(f"analysing {rec.path}")
         started = time.monotonic()
+        base_path = rec.baseline or recorded.baseline
+        if base_path not in baselines:
+            baselines = {base_path: read_run(base_path)}
+        baseline = baselines[base_path]
         tel = read_run(rec.path)
         report = analyze_run(tel, baseline)
         write_json_atomic(rec.path.parent / f"{rec.path.name}.report.json", report.to_dict())
@@ -136,6 +140,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
                     score.max_ratio["moved"] = moved_channels(tel, baseline, episode)  # type: ignore[assignment]
         scores += scored
         runs.append({"scenario": recorded.scenario.name, "path": str(rec.path),
+                     "baseline": str(base_path),
                      "workload": recorded.workload, "windows": len(report.windows.start_ns),
                      "flagged": int(np.asarray(report.windows.flagged).sum()),
                      "episodes": len(rec.episodes), "skipped": rec.skipped,
