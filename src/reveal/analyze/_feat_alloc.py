@@ -1,0 +1,58 @@
+"""Keep freed memory for reuse while features are computed (glibc only).
+
+Feature blocks create many short-lived arrays of a few MB. With glibc's defaults such
+arrays are mapped fresh from the kernel and returned on free, so every block pays page
+faults for every temporary; on virtual machines that cost more than the arithmetic (5x
+measured here). Raising the mmap and trim thresholds lets freed blocks be reused.
+``malloc_trim`` hands the memory back once the computation is over. Elsewhere (no glibc)
+both functions do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 32 * 2**20  # glibc's maximum for this setting on 64-bit
+TRIM_THRESHOLD_BYTES = 1024 * 2**20
+
+_lock = threading.Lock()
+_libc: ctypes.CDLL | None = None
+_configured = False
+
+
+def _load() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt  # noqa: B018 - only glibc has it
+        libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def reuse_freed_memory() -> bool:
+    """Ask malloc to keep freed blocks (once per process). True where it took effect."""
+    global _libc, _configured
+    with _lock:
+        if _configured:
+            return _libc is not None
+        _configured = True
+        _libc = _load()
+        if _libc is None:
+            return False
+        ok = _libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+        ok &= _libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+        return ok
+
+
+def release_freed_memory() -> None:
+    """Return free heap memory to the kernel (after a computation)."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
