@@ -16,6 +16,13 @@ Building blocks:
 - :class:`Source`: one file and its ``discover`` (text → ``{channel: (token, scale)}``).
 - :class:`FileGroup`: several sources read and parsed together.
 - :class:`FileProbe`: a probe made of groups; handles open/read/refresh/close.
+
+Where the optional C extension ``reveal.collect._procread`` is built, a group whose parser
+takes the fast path also gets a native plan: one C call per tick preads its files (without
+the GIL) and parses the integers straight into the output row, with the same layout and
+the same arithmetic. Whenever the plan does not fit (a file unreadable, a count changed)
+the Python path above runs for that tick and re-discovers. ``USE_NATIVE = False`` (or the
+environment variable ``REVEAL_NATIVE=0``) keeps new groups on the Python path.
 """
 
 from __future__ import annotations
@@ -32,6 +39,36 @@ from typing import Any, Protocol
 import numpy as np
 
 from reveal.collect.probe import Probe, ProbeUnavailable
+
+try:
+    from reveal.collect import _procread  # type: ignore[attr-defined]
+except ImportError:  # not built here: the pure-Python readers are used
+    _procread = None
+
+#: Build native (C) plans for new file groups when the extension is present.
+USE_NATIVE: bool = _procread is not None and os.environ.get("REVEAL_NATIVE", "1") != "0"
+
+# prepare function → (C prepare code, byte read as a blank): what the C reader does
+# instead of calling it (see :func:`native_prepare`)
+_NATIVE_PREPARE: dict[Callable[[bytes], bytes], tuple[int, int]] = {}
+_NATIVE_MODES = {"uint": 0, "int": 1, "fixed": 0}
+
+
+def native_available() -> bool:
+    """True when the C reader is built and enabled."""
+    return _procread is not None and USE_NATIVE
+
+
+def native_prepare(code: int = 0, split: bytes = b"") -> Callable[[Prepare], Prepare]:
+    """Declare what the C reader does in place of a prepare function: ``code`` 1 cuts the
+    ``intr`` line of /proc/stat to its total; ``split`` is a byte the function turns into
+    a blank (or into ``byte + blank``), which the C reader then reads as a blank."""
+
+    def mark(func: Prepare) -> Prepare:
+        _NATIVE_PREPARE[func] = (code, split[0] if split else 0)
+        return func
+
+    return mark
 
 Layout = dict[str, tuple[int, float]]
 """Channel name → (index of its token in ``text.split()``, scale applied to the value)."""
@@ -143,6 +180,7 @@ class NumberParser:
                  scale: Sequence[float] | None = None, mode: str = "uint") -> None:
         table, delete, dtype = _MODES[mode]
         self._table, self._delete, self._dtype = table, delete, dtype
+        self.mode = mode
         tokens = data.split()
         self.n = len(positions)
         wanted: list[int] = []
@@ -169,6 +207,18 @@ class NumberParser:
         self._label_getter = _getter([i for i, t in enumerate(tokens) if not _is_number(t)])
         self._labels = self._label_getter(tokens)
         self.fast = self._build_fast(data, tokens, wanted)
+
+    def native_plan(self, files: Sequence[tuple[int, int, int, int]]) -> Any:
+        """A C plan reading ``files`` (fd, buffer size, prepare code, split byte) with this
+        layout, or None where the C reader cannot reproduce the fast path."""
+        if not self.fast or self.mode not in _NATIVE_MODES or _procread is None:
+            return None
+        dst = range(self.n) if self._dst is None else self._dst.tolist()
+        nan = [] if self._nan is None else self._nan.tolist()
+        return _procread.Plan(files, _NATIVE_MODES[self.mode], self._total, self.n,
+                              self._index.tolist(), list(dst),
+                              None if self._places is None else self._places.tolist(),
+                              None if self._scale is None else self._scale.tolist(), nan)
 
     def same_labels(self, data: bytes) -> bool:
         """True when ``data`` has the same tokens count and the same non-number tokens."""
@@ -348,7 +398,26 @@ class FileGroup:
         changed = list(layout) != self.channels
         self.channels = list(layout)
         self._parser = self._parser_for(b"\n".join(live_texts), layout)
+        self._native = self._native_plan()
         return changed
+
+    def _native_plan(self) -> Any:
+        """The C plan of the live files, or None (extension absent or off, a prepare
+        function it does not know, a layout off the fast path)."""
+        if not native_available():
+            return None
+        files = []
+        for handle, source in self._live:
+            prep = (0, 0) if source.prepare is None else _NATIVE_PREPARE.get(source.prepare)
+            if prep is None:
+                return None
+            files.append((handle.fd, handle.size, prep[0], prep[1]))
+        return self._parser.native_plan(files)
+
+    @property
+    def native(self) -> bool:
+        """True when this group is read by the C reader."""
+        return self._native is not None
 
     @staticmethod
     def _join(layouts: list[Layout], texts: list[bytes]) -> Layout:
@@ -367,6 +436,9 @@ class FileGroup:
                             [s[1] if s else 1.0 for s in spots], self.mode)
 
     def read(self, out: np.ndarray) -> None:
+        native = self._native
+        if native is not None and native.read(out):
+            return
         try:
             texts = [read() for read in self._readers]
         except OSError:  # one file vanished or refused: read them one by one
@@ -384,6 +456,7 @@ class FileGroup:
         if list(layout) != self.channels:
             self.changed = True
         self._parser = self._parser_for(data, layout)
+        self._native = self._native_plan()
         if not self._parser.parse(data, out):
             out[:] = np.nan
 
@@ -399,6 +472,7 @@ class FileGroup:
         return self._adopt(self._texts(self._files))
 
     def close(self) -> None:
+        self._native = None
         for handle, _ in self._files:
             handle.close()
         self._files, self._live, self._dead, self._readers, self._prepares = [], [], [], [], []

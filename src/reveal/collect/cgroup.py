@@ -49,6 +49,7 @@ from reveal.collect._procfs import (
     Source,
     key_value_layout,
     metric_name,
+    native_prepare,
     read_bytes,
     single_value,
 )
@@ -199,6 +200,7 @@ def _psi_layout(resource: str, labels: dict[str, str], avgs: bool,
     return layout
 
 
+@native_prepare(split=b"=")
 def _split_equals(data: bytes) -> bytes:
     return data.replace(b"=", b" ")
 

@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import os
 
-from reveal.collect._procfs import FileProbe, GroupSpec, Layout, PlanItem, Source
+from reveal.collect._procfs import (
+    FileProbe,
+    GroupSpec,
+    Layout,
+    PlanItem,
+    Source,
+    native_prepare,
+)
 from reveal.collect.probe import register
 from reveal.frame import format_channel
 
@@ -25,6 +32,7 @@ CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "ste
 _SCALARS = (b"intr", b"ctxt", b"processes", b"procs_running", b"procs_blocked")
 
 
+@native_prepare(code=1)
 def compact_stat(data: bytes) -> bytes:
     """/proc/stat with the ``intr`` line cut to its total (it lists every IRQ number)."""
     start = data.find(b"\nintr ")
@@ -65,6 +73,7 @@ def loadavg_layout(data: bytes) -> Layout:
     return {f"loadavg.{names[i]}": (i, 1.0) for i in range(count)}
 
 
+@native_prepare(split=b"/")
 def split_slash(data: bytes) -> bytes:
     return data.replace(b"/", b" ")
 

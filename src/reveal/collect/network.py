@@ -31,6 +31,7 @@ from reveal.collect._procfs import (
     Source,
     list_dir,
     metric_name,
+    native_prepare,
     single_value,
     sorted_numeric,
 )
@@ -122,6 +123,7 @@ class SoftnetStat:
         self._file.close()
 
 
+@native_prepare(split=b":")
 def split_colon(data: bytes) -> bytes:
     """Make sure ``eth0:123`` (old kernels glue name and first value) splits in two."""
     return data.replace(b":", b": ")

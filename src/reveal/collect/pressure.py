@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import os
 
-from reveal.collect._procfs import FileProbe, GroupSpec, Layout, PlanItem, Source
+from reveal.collect._procfs import (
+    FileProbe,
+    GroupSpec,
+    Layout,
+    PlanItem,
+    Source,
+    native_prepare,
+)
 from reveal.collect.probe import register
 
 RESOURCES = ("cpu", "io", "memory", "irq")
 
 
+@native_prepare(split=b"=")
 def split_equals(data: bytes) -> bytes:
     return data.replace(b"=", b" ")
 

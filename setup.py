@@ -1,0 +1,19 @@
+"""Build hook for the optional C extension ``reveal.collect._procread``.
+
+Everything else is declared in pyproject.toml. The extension is ``optional``: where it
+cannot be compiled (no C compiler or Python headers) the install goes on and the collector
+uses its pure-Python readers (``reveal probes`` says which path is in use).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "reveal.collect._procread",
+            sources=["src/reveal/collect/_native/procread.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
+            optional=True,
+        )
+    ]
+)
