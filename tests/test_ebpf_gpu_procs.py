@@ -8,6 +8,7 @@ starts (one in a cgroup it creates), so the cgroup and comm attribution is real.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +27,12 @@ from reveal.collect.probe import ProbeUnavailable
 from reveal.frame import parse_channel
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nvml_procs" / "h100_mig_x2.json"
+
+_spec = importlib.util.spec_from_file_location(
+    "ebpf_workload", Path(__file__).parent / "fixtures" / "ebpf" / "workload.py")
+assert _spec is not None and _spec.loader is not None
+workload = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(workload)
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 
 
@@ -100,22 +107,13 @@ class ProcReplay:
         return samples
 
 
-def _cgroup2_root() -> Path | None:
-    with open("/proc/self/mounts") as handle:
-        for line in handle:
-            parts = line.split()
-            if len(parts) > 2 and parts[2] == "cgroup2":
-                return Path(parts[1])
-    return None
-
-
 @pytest.fixture
 def workers() -> Iterator[tuple[dict[str, int], str | None]]:
     """Live processes for the fixture's pids; ``train`` in a fresh cgroup when possible."""
     procs = {name: subprocess.Popen(["sleep", "60"]) for name in
              ("train", "infer", "unaccounted", "late")}
     cgroup_dir: Path | None = None
-    root = _cgroup2_root()
+    root = workload.cgroup2_root()
     if root is not None and os.geteuid() == 0:
         cgroup_dir = root / f"reveal-test-{uuid.uuid4().hex[:8]}"
         try:

@@ -125,19 +125,10 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workload.build(tmp_path_factory.mktemp("fakecuda"))
 
 
-def _cgroup2_root() -> Path | None:
-    with open("/proc/self/mounts") as handle:
-        for line in handle:
-            parts = line.split()
-            if len(parts) > 2 and parts[2] == "cgroup2":
-                return Path(parts[1])
-    return None
-
-
 @pytest.fixture
 def cgroup() -> Iterator[tuple[Path, str] | None]:
     """A fresh cgroup v2 directory and its path as /proc/PID/cgroup shows it."""
-    root = _cgroup2_root()
+    root = workload.cgroup2_root()
     if root is None:
         yield None
         return

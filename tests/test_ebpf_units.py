@@ -340,9 +340,7 @@ def test_pid_selection_includes_descendants() -> None:
 
 
 def test_cgroup_glob_selects_processes(tmp_path: Path) -> None:
-    mounts = Path("/proc/self/mounts").read_text().splitlines()
-    root = next((Path(line.split()[1]) for line in mounts if line.split()[2] == "cgroup2"),
-                None)
+    root = workload.cgroup2_root()
     if root is None or os.geteuid() != 0:
         pytest.skip("needs root and a cgroup v2 hierarchy to create a cgroup")
     group = root / f"reveal-test-{uuid.uuid4().hex[:8]}"

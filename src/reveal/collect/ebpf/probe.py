@@ -126,7 +126,6 @@ class EbpfProbe(Probe):
         self._assembler = BatchAssembler()
         self._converter = self._new_converter()
         self._last_scan = 0.0
-        self._scan = ScanResult()
         self._notes: list[str] = []
         # channel state: cumulative counters of finished runs + the current run's values
         self._base: dict[str, float] = {}
@@ -215,7 +214,6 @@ class EbpfProbe(Probe):
         self._last_scan = time.monotonic()
         result = self._scanner.scan(self.selector, exclude=(os.getpid(),)) \
             if self._uprobes else ScanResult()
-        self._scan = result
         libraries = library_plans(result, self.groups, self._exports)
         interpreters = interpreter_plans(result, self._exports, self.python_wanted) \
             if "python" in self.groups and libraries else []

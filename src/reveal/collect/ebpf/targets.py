@@ -104,15 +104,15 @@ class Mapping:
     deleted: bool
 
 
-def read_maps(pid: int, proc_root: str = "/proc", quick: bool = True) -> list[Mapping]:
-    """File-backed mappings of ``pid`` (empty when gone or unreadable). With ``quick``,
-    a process that maps no CUDA/NCCL library returns ``[]`` without parsing."""
+def read_maps(pid: int, proc_root: str = "/proc") -> list[Mapping]:
+    """File-backed mappings of ``pid`` that maps a CUDA/NCCL library (``[]`` for any other
+    process, without parsing, and when it is gone or unreadable)."""
     try:
         with open(f"{proc_root}/{pid}/maps", "rb") as handle:
             data = handle.read()
     except OSError:
         return []
-    if quick and not any(token in data for token in _QUICK):
+    if not any(token in data for token in _QUICK):
         return []
     out = []
     for line in data.splitlines():
