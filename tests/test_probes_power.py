@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from reveal.catalog import default_catalog
-from reveal.collect.power import PowerProbe
+from reveal.collect.power import CpuinfoFrequency, PowerProbe, cpuinfo_mhz_is_constant
 from reveal.collect.probe import ProbeUnavailable
 from reveal.frame import channel_metric, format_channel
 
@@ -154,3 +154,49 @@ def test_unavailable_under_missing_root() -> None:
     with pytest.raises(ProbeUnavailable, match="/nonexistent"):
         probe.open()
     assert probe.status == "unavailable"
+
+
+def _cpuinfo(mhz: tuple[str, str], flags: str) -> bytes:
+    return "".join(f"processor\t: {i}\ncpu MHz\t\t: {m}\nflags\t\t: {flags}\n\n"
+                   for i, m in enumerate(mhz)).encode()
+
+
+def test_cpuinfo_frequency_constant_only_without_aperfmperf(tmp_path: Path) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_bytes(_cpuinfo(("2445.434", "2445.434"), "fpu tsc hypervisor"))
+    freq = CpuinfoFrequency(str(path))
+    assert freq.constant and cpuinfo_mhz_is_constant(path.read_bytes())
+    out = np.empty(2)
+    freq.read(out)
+    assert out.tolist() == [2445.434, 2445.434]
+    path.write_bytes(_cpuinfo(("1200.000", "2445.434"), "fpu tsc hypervisor"))
+    freq.read(out)  # not read between refreshes
+    assert out.tolist() == [2445.434, 2445.434]
+    assert freq.refresh() is False  # same channels; the value moved: read every tick now
+    assert not freq.constant
+    path.write_bytes(_cpuinfo(("1300.000", "2445.434"), "fpu tsc hypervisor"))
+    freq.read(out)
+    assert out.tolist() == [1300.0, 2445.434]
+    path.write_bytes(_cpuinfo(("1000.000", "900.5"), "fpu tsc aperfmperf"))
+    measured = CpuinfoFrequency(str(path))
+    assert not measured.constant
+    path.write_bytes(_cpuinfo(("1100.000", "900.5"), "fpu tsc aperfmperf"))
+    measured.read(out)
+    assert out.tolist() == [1100.0, 900.5]
+    measured.close()
+    freq.close()
+
+
+def test_cpuinfo_constant_on_this_host_matches_reads() -> None:
+    data = Path("/proc/cpuinfo").read_bytes()
+    if b"cpu MHz" not in data:
+        pytest.skip("no 'cpu MHz' in /proc/cpuinfo on this architecture")
+    freq = CpuinfoFrequency("/proc/cpuinfo")
+    out = np.empty(len(freq.channels))
+    freq.read(out)
+    expected = [float(m) for m in re.findall(rb"cpu MHz\s*:\s*([0-9.]+)", data)]
+    if freq.constant:  # the kernel prints cpu_khz: every read gives the same text
+        assert out.tolist() == expected
+    else:
+        assert out.tolist() == pytest.approx(expected, rel=0.5)
+    freq.close()

@@ -4,8 +4,9 @@ Channels, each family only where the host exposes it:
 
 - ``cpufreq.cur_mhz{cpu=N}``: current core frequency, MHz (cpufreq ``scaling_cur_freq``,
   else the ``cpu MHz`` lines of /proc/cpuinfo; ``info["cpufreq_source"]`` says which).
-  The /proc/cpuinfo fallback costs a large read each tick (and on VMs shows a constant):
-  ``cpuinfo=False`` turns it off.
+  The /proc/cpuinfo fallback costs a large read each tick; where its value cannot move
+  (x86 without ``aperfmperf``, as on most VMs) it is read at open and every refresh only
+  and the probe's reason says so. ``cpuinfo=False`` turns it off.
 - ``cpuidle.time_us{cpu=N,state=NAME}`` (cumulative residency, µs) and
   ``cpuidle.usage{cpu=N,state=NAME}`` (cumulative entries).
 - ``rapl.energy_uj{zone=intel-rapl:0,domain=package-0}``: cumulative energy, µJ; it wraps
@@ -38,6 +39,7 @@ from reveal.frame import format_channel
 
 _PROCESSOR = re.compile(rb"^processor\s*:\s*(\d+)", re.MULTILINE)
 _MHZ = re.compile(rb"cpu MHz\s*:\s*([0-9.]+)")  # no ^ anchor: the literal prefix scans fast
+_FLAGS = re.compile(rb"^flags\s*:([^\n]*)", re.MULTILINE)
 _HWMON = re.compile(r"^(temp|fan|power)(\d+)_(input|average)$")
 _HWMON_METRIC = {"temp": ("hwmon.temp_c", 0.001), "fan": ("hwmon.fan_rpm", 1.0),
                  "power": ("hwmon.power_w", 1e-6)}
@@ -48,8 +50,22 @@ def tidy(text: str, limit: int = 48) -> str:
     return "".join(ch if ch.isprintable() and not ch.isspace() else "_" for ch in text)[:limit]
 
 
+def cpuinfo_mhz_is_constant(data: bytes) -> bool:
+    """True when /proc/cpuinfo's ``cpu MHz`` cannot move: x86 (a ``flags`` line) without
+    the ``aperfmperf`` flag, read when no cpufreq driver is loaded. The kernel then prints
+    its calibrated ``cpu_khz`` (a VM's usual case) instead of a measured frequency."""
+    match = _FLAGS.search(data)
+    return match is not None and b"aperfmperf" not in match.group(1).split()
+
+
 class CpuinfoFrequency:
-    """``cpu MHz`` per processor from /proc/cpuinfo: one regex scan and one parse a tick."""
+    """``cpu MHz`` per processor from /proc/cpuinfo: one regex scan and one parse a tick.
+
+    Where the value cannot change (:func:`cpuinfo_mhz_is_constant`) the file is parsed at
+    open and at every ``refresh()`` only (``constant`` is True) and each tick copies those
+    values: /proc/cpuinfo costs ~25 µs of kernel time a read. A refresh that finds another
+    value goes back to reading every tick.
+    """
 
     def __init__(self, path: str) -> None:
         self._file = OpenFile(path, 1 << 16)
@@ -61,8 +77,21 @@ class CpuinfoFrequency:
         self.channels = [format_channel("cpufreq.cur_mhz", {"cpu": c}) for c in cpus]
         self.changed = False
         self.missing: list[str] = []
+        self.constant = cpuinfo_mhz_is_constant(data)
+        self._values = self._parse(data)
+
+    def _parse(self, data: bytes) -> np.ndarray:
+        try:
+            values = np.fromstring(b" ".join(_MHZ.findall(data)), sep=" ")
+        except ValueError:
+            values = np.empty(0)
+        return values if values.size == len(self.channels) else np.full(len(self.channels),
+                                                                       np.nan)
 
     def read(self, out: np.ndarray) -> None:
+        if self.constant:
+            out[:] = self._values
+            return
         try:
             values = np.fromstring(b" ".join(_MHZ.findall(self._file.read())), sep=" ")
         except (OSError, ValueError):
@@ -74,6 +103,14 @@ class CpuinfoFrequency:
             self.changed = True
 
     def refresh(self) -> bool:
+        if self.constant:
+            try:
+                values = self._parse(self._file.read())
+            except OSError:
+                values = np.full(len(self.channels), np.nan)
+            if not np.array_equal(values, self._values):
+                self.constant = False  # it moved after all: read it every tick from now
+            self._values = values
         return False
 
     def close(self) -> None:
@@ -193,8 +230,11 @@ class PowerProbe(FileProbe):
             else "cpufreq scaling_cur_freq" if "cpufreq" in present else "none")
         unreadable = [path for part in self._parts.values() for path in part.missing]
         absent = []
-        if "cpuinfo" in self._parts:
-            absent.append("cpufreq (frequency from /proc/cpuinfo)")
+        cpuinfo = self._parts.get("cpuinfo")
+        if isinstance(cpuinfo, CpuinfoFrequency):
+            absent.append("cpufreq (frequency from /proc/cpuinfo" + (
+                ", constant here without cpufreq or aperfmperf: read at open and every "
+                "refresh, not every tick)" if cpuinfo.constant else ")"))
         elif "cpufreq" not in present:
             absent.append("cpufreq and /proc/cpuinfo MHz")
         for family, text in (("cpuidle", "cpuidle"), ("rapl", "RAPL powercap energy"),
