@@ -196,12 +196,14 @@ def main() -> None:
     dtype = np.float32 if args.dtype == "float32" else np.float64
 
     rss_before = psutil.Process().memory_info().rss
+    load_start = os.getloadavg()[0]
     with PeakRss() as peak:
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         fm = compute_features(values, names, kinds, windows, dtype=dtype, n_jobs=args.n_jobs)
         wall = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
+    load_after = os.getloadavg()[0]
     print(
         f"{len(windows)} windows x {fm.values.shape[1]} columns in {wall:.1f} s "
         f"(cpu {cpu:.1f} s), peak RSS {peak.peak / 2**30:.2f} GiB"
@@ -259,9 +261,11 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "load_avg_1m_at_end": os.getloadavg()[0],
+            "load_avg_1m_at_start": load_start,
+            "load_avg_1m_after_features": load_after,
         },
-        "note": "2 cores shared with other work: timings are noisy",
+        "note": "2 cores shared with other work (see load averages): wall time depends on "
+        "the load, cpu_s much less so",
         "rows": args.rows,
         "channels": args.channels,
         "windows": len(windows),
@@ -273,6 +277,7 @@ def main() -> None:
         "data_generation_s": round(gen_s, 2),
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
+        "cores_used": round(cpu / wall, 2),
         "peak_rss_gib": round(peak.peak / 2**30, 3),
         "rss_before_gib": round(rss_before / 2**30, 3),
         "max_rss_gib_getrusage": round(

@@ -58,8 +58,8 @@ def adf_stat(
 ) -> np.ndarray:
     """ADF t-statistic (constant, AIC lag choice) of each column of ``X`` (n, N).
 
-    ``dev`` (X minus each column's mean) and ``m2`` (column sums of dev²) may be passed
-    when already computed.
+    ``dev`` (X minus each column's mean, computed so that a constant column gives exact
+    zeros) and ``m2`` (column sums of dev²) may be passed when already computed.
     """
     n, N = X.shape
     out = np.full(N, np.nan)
@@ -67,8 +67,8 @@ def adf_stat(
     if p < 0 or N == 0:
         return out
     if dev is None or m2 is None:
-        mean = X.mean(axis=0)
-        dev = X - mean
+        dev = X - X[0]  # exact zeros for a constant window
+        dev -= dev.mean(axis=0)
         m2 = np.einsum("ij,ij->j", dev, dev)
     # NaN/inf anywhere -> m2 not finite; a constant window -> every deviation is 0
     with np.errstate(invalid="ignore"):
