@@ -115,6 +115,7 @@ class EbpfProbe(Probe):
         self.env: Environment | None = None
         self.tracepoints: frozenset[str] = frozenset()
         self.restarts = 0
+        self.batches = 0  # print rounds received from bpftrace
         self._labels = ProcessLabels(self.selector, self.proc_root)
         self._exports = ExportCache()
         self._scanner = Scanner(self.proc_root)
@@ -171,7 +172,17 @@ class EbpfProbe(Probe):
                 self._session.stop(2.0)
                 self._session = None
                 raise ProbeUnavailable(f"bpftrace failed: {error}")
+            self._first_batch()
         self._update_status()
+        self._adopt_channels()
+
+    def _first_batch(self) -> None:
+        """Wait (at most two print intervals) for the first batch, so that the channels
+        present from the start are known at open."""
+        deadline = time.monotonic() + 2 * self.interval_ms / 1e3 + 0.5
+        while self.batches == 0 and time.monotonic() < deadline:
+            assert self._session is not None
+            self._apply(self._session.wait(0.05))
 
     def read(self, out: np.ndarray) -> None:
         self._pump()
@@ -306,6 +317,7 @@ class EbpfProbe(Probe):
             self._store(self._converter.convert(batch))
 
     def _store(self, values: Values) -> None:
+        self.batches += 1
         self._run.update(values.counters)
         self._gauge = values.gauges
         self._gauge_names.update(values.gauges)
