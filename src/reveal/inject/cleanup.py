@@ -161,18 +161,20 @@ def read_hugepages() -> int | None:
 
 
 def snapshot() -> dict[str, Any]:
-    """Suite-relevant machine state: namespaces, root-ns links and qdiscs, HugePages, files.
-
-    Two snapshots taken before and after a suite run must be equal.
+    """The machine state the suite could change: its own namespaces, veth ends, nftables
+    tables, temp files, cgroups and processes (found by name or tag, so other users'
+    namespaces or interfaces do not disturb a comparison), plus the root namespace's qdiscs
+    and ``vm.nr_hugepages``, which it must restore. Equal before and after a suite run.
     """
-    links = sorted(line.split(":")[1].strip().split("@")[0]
-                   for line in _cmd(["ip", "-o", "link", "show"]).splitlines()
-                   if line.count(":") >= 2)
+    links = sorted(name for line in _cmd(["ip", "-o", "link", "show"]).splitlines()
+                   if line.count(":") >= 2
+                   and (name := line.split(":")[1].strip().split("@")[0]).startswith("rvi"))
     return {
-        "netns": netns_names(),
+        "netns": [n for n in netns_names() if n.startswith(PREFIX)],
         "links": links,
-        "qdiscs": sorted(line.strip() for line in _cmd(["tc", "qdisc", "show"]).splitlines()),
-        "nft": _cmd(["nft", "list", "tables"]).split(),
+        "qdiscs": sorted(line.strip() for line in _cmd(["tc", "qdisc", "show"]).splitlines()
+                         if "rvi" in line or " root " in line),
+        "nft": [t for t in _cmd(["nft", "list", "tables"]).split() if t.startswith(PREFIX)],
         "nr_hugepages": read_hugepages(),
         "temp": [p.name for p in temp_leftovers()],
         "cgroups": [str(p) for p in _leftover_cgroups()],
