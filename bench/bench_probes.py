@@ -6,8 +6,12 @@ read alternately, in short interleaved blocks, so both see the same load on a sh
 machine. Thread CPU time (``time.thread_time``) counts user and kernel time of this thread
 only: the kernel's cost of generating /proc text is included, other processes are not.
 
-    python bench/bench_probes.py                 # 3000 reads per probe and path
-    python bench/bench_probes.py --reads 500 --out /tmp/probes.json
+    python bench/bench_probes.py                 # 3000 reads per probe and path, then 60 s
+    python bench/bench_probes.py --reads 500 --paced-seconds 20 --out /tmp/probes.json
+
+Back-to-back reads keep caches warm; the paced part reads every probe once per interval
+(100 ms), alternating the two paths tick by tick, as the sampler does: caches are then
+cold at each tick, which is what the collector really pays.
 
 Writes JSON to ``bench/results/probes.json`` (``--out``).
 """
@@ -61,6 +65,38 @@ def time_reads(probe: Probe, out: np.ndarray, reads: int) -> float:
     return time.thread_time() - t0
 
 
+def paced(classes: dict[str, type[Probe]], ticks: int, interval: float) -> dict[str, Any]:
+    """Every probe read once per ``interval`` as the sampler does (caches go cold between
+    ticks), alternating the Python and C paths tick by tick; thread CPU µs per read."""
+    paths = {"python": False, "native": True} if _procfs._procread is not None else {
+        "python": False}
+    opened = {key: {n: open_probe(c, native) for n, c in classes.items()}
+              for key, native in paths.items()}
+    opened = {key: {n: p for n, p in probes.items() if p is not None}
+              for key, probes in opened.items()}
+    outs = {key: {n: np.empty(len(p.channels)) for n, p in probes.items()}
+            for key, probes in opened.items()}
+    spent = {key: dict.fromkeys(probes, 0.0) for key, probes in opened.items()}
+    clock = time.thread_time
+    next_tick = time.monotonic()
+    for tick in range(ticks * len(paths)):
+        key = list(paths)[tick % len(paths)]
+        next_tick += interval / len(paths)
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+        for name, probe in opened[key].items():
+            t0 = clock()
+            probe.read(outs[key][name])
+            spent[key][name] += clock() - t0
+    for probes in opened.values():
+        for probe in probes.values():
+            probe.close()
+    per = {name: {key: round(1e6 * spent[key].get(name, 0.0) / ticks, 1) for key in paths}
+           for name in opened["python"]}
+    totals = {key: round(sum(v[key] for v in per.values()), 1) for key in paths}
+    return {"ticks": ticks, "interval_s": interval, "us_per_read": per,
+            "us_per_tick_all_probes": totals}
+
+
 def measure(cls: type[Probe], reads: int, block: int) -> dict[str, Any] | None:
     paths = {"python": open_probe(cls, False)}
     if _procfs._procread is not None:
@@ -98,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", type=int, default=3000, help="reads per probe and path")
     parser.add_argument("--block", type=int, default=100, help="reads per interleaved block")
     parser.add_argument("--probes", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--paced-seconds", type=float, default=60.0,
+                        help="seconds of reads at the sampling interval (0 to skip)")
+    parser.add_argument("--interval", type=float, default=0.1, help="paced interval, s")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/probes.json")
     args = parser.parse_args(argv)
     wanted = {p for p in args.probes.split(",") if p}
@@ -126,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         "us_per_tick_all_probes": totals,
         "probes": probes,
     }
+    if args.paced_seconds > 0:
+        chosen = {n: c for n, c in classes.items() if n in probes}
+        report["paced"] = paced(chosen, int(args.paced_seconds / args.interval / 2),
+                                args.interval)
+        print("paced:", json.dumps(report["paced"]["us_per_tick_all_probes"]),
+              file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({"channels": report["channels"], "us_per_tick": totals}))
