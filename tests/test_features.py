@@ -261,6 +261,10 @@ def test_adf_degenerate_windows() -> None:
         "two_levels": np.r_[np.zeros(15), np.ones(15)],
         "integer_walk": np.cumsum(np.random.default_rng(2).integers(-1, 2, n)).astype(float),
         "ramp_with_noise": np.arange(n) * 2.0 + np.random.default_rng(0).normal(0, 0.1, n),
+        # a lag column constant on the search sample: statsmodels drops the intercept
+        "ramp_head": np.r_[np.arange(21) * 3.0, 60.0 + np.random.default_rng(1).normal(0, 1, 9)],
+        # x_{t-1} constant and non-zero on the search sample
+        "step_early": np.r_[0.0, 1.0, np.full(n - 2, 5.0)],
     }
     values = np.column_stack(list(cases.values()))
     fmx = _features_of(values, n, 1, features=["adf_stat"])
