@@ -194,3 +194,32 @@ def test_native_switch_off_keeps_python_path() -> None:
         assert not np.isnan(out).any()
     finally:
         probe.close()
+
+
+def test_softnet_hex_identical_and_falls_back(tmp_path: Path) -> None:
+    from reveal.collect.network import SoftnetStat
+
+    data = Path("/proc/net/softnet_stat").read_bytes()
+    path = tmp_path / "softnet_stat"
+    path.write_bytes(data)
+    _procfs.USE_NATIVE = False
+    py = SoftnetStat(str(path))
+    _procfs.USE_NATIVE = True
+    c = SoftnetStat(str(path))
+    assert c.native and not py.native and c.channels == py.channels
+    out_py, out_c = np.full(len(py.channels), -1.0), np.full(len(c.channels), -2.0)
+    py.read(out_py)
+    assert c._native.read(out_c)
+    assert out_py.tobytes() == out_c.tobytes()
+    line = b"ffffffff 00000001 0000000a" + b" 0000000b" * (len(data.split(b"\n")[0].split()) - 3)
+    path.write_bytes(line + b"\n")
+    assert not c._native.read(out_c)  # one row instead of the host's rows: no fit
+    c.read(out_c)
+    assert np.isnan(out_c).all() or c.changed
+    assert c.refresh() or len(c.channels) == len(py.channels)
+    if c.channels:
+        out = np.empty(len(c.channels))
+        c.read(out)
+        assert out[0] == float(0xffffffff) and out[1] == 1.0
+    py.close()
+    c.close()

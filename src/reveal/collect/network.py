@@ -20,8 +20,11 @@ Channels (counters as read; the network namespace is the collector's own):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from reveal.collect import _procfs
 from reveal.collect._procfs import (
     FileProbe,
     GroupSpec,
@@ -31,6 +34,7 @@ from reveal.collect._procfs import (
     Source,
     list_dir,
     metric_name,
+    native_available,
     native_prepare,
     single_value,
     sorted_numeric,
@@ -66,6 +70,7 @@ class SoftnetStat:
 
     def __init__(self, path: str) -> None:
         self._file = OpenFile(path)
+        self._native: Any = None
         self.changed = False
         self.missing: list[str] = []
         self.channels: list[str] = []
@@ -75,6 +80,7 @@ class SoftnetStat:
             raise ValueError(f"{path}: not the fixed-width hex layout expected")
 
     def _discover(self, data: bytes) -> bool:
+        self._native = None
         lines = data.split(b"\n")[:-1] if data.endswith(b"\n") else []
         if not lines or len({len(line) for line in lines}) != 1:
             return False
@@ -92,9 +98,25 @@ class SoftnetStat:
             return False
         self.channels = [format_channel(f"softnet.{name}", {"cpu": cpu})
                          for cpu in cpus for _, name in SOFTNET_COLUMNS]
+        self._native = None
+        if native_available():
+            # the same numbers through the C reader: every blank-separated token is hex
+            picks = [row * fields + col for row in range(len(lines))
+                     for col, _ in SOFTNET_COLUMNS]
+            self._native = _procfs._procread.Plan(  # type: ignore[union-attr]
+                [(self._file.fd, max(4096, len(data) * 2), 0, 0)], 2, len(lines) * fields,
+                len(picks), picks, list(range(len(picks))), None, None, [])
         return True
 
+    @property
+    def native(self) -> bool:
+        """True when read by the C reader."""
+        return self._native is not None
+
     def read(self, out: np.ndarray) -> None:
+        native = self._native
+        if native is not None and native.read(out):
+            return
         try:
             data = self._file.read()
         except OSError:

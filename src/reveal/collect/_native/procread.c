@@ -8,7 +8,7 @@
  * neither digits nor blanks are deleted; a per-file "split" byte counts as a blank; the
  * "intr" line of /proc/stat is cut to its total), checks that the count of numbers is the
  * expected one, and writes the picked values (times their decimal places and scale) into
- * the float64 output. It returns False, writing nothing, when a file cannot be read, a
+ * the float64 output (mode 2: every token a hex number, /proc/net/softnet_stat). It returns False, writing nothing, when a file cannot be read, a
  * number does not parse, or the count differs: the caller then takes the Python path, which
  * re-discovers the layout.
  */
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MODE_UINT = 0, MODE_INT = 1 };
+enum { MODE_UINT = 0, MODE_INT = 1, MODE_HEX = 2 };
 enum { PREP_NONE = 0, PREP_COMPACT_STAT = 1 };
 
 typedef struct {
@@ -85,16 +85,28 @@ static ssize_t read_file(File *f) {
 /* Append the numbers of one text to plan->numbers from *count; 0 ok, -1 no fit. */
 static int tokenize(Plan *p, const File *f, const char *text, size_t len, Py_ssize_t *count) {
     const int signed_ok = p->mode == MODE_INT;
+    const int hex = p->mode == MODE_HEX;
     Py_ssize_t n = *count;
     int in_token = 0, negative = 0, has_digit = 0;
     uint64_t value = 0;
     for (size_t i = 0; i <= len; i++) {
         unsigned char c = i < len ? (unsigned char)text[i] : ' ';
-        if (c >= '0' && c <= '9') {
-            if (value > (UINT64_MAX - 9) / 10) return -1; /* overflow: leave it to Python */
-            value = value * 10 + (uint64_t)(c - '0');
+        int digit = -1;
+        if (c >= '0' && c <= '9') digit = c - '0';
+        else if (hex && c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+        else if (hex && c >= 'A' && c <= 'F') digit = c - 'A' + 10;
+        if (digit >= 0) {
+            if (hex) {
+                if (value > (UINT64_MAX >> 4)) return -1;
+                value = (value << 4) | (uint64_t)digit;
+            } else {
+                if (value > (UINT64_MAX - 9) / 10) return -1; /* overflow: leave it to Python */
+                value = value * 10 + (uint64_t)digit;
+            }
             in_token = 1;
             has_digit = 1;
+        } else if (hex && !is_blank(c)) {
+            return -1;  /* hex text holds nothing but hex numbers and blanks */
         } else if (is_blank(c) || (f->split && c == f->split)) {
             if (in_token) {
                 if (!has_digit || n >= p->total) return -1;
@@ -129,7 +141,7 @@ static int plan_fill(Plan *p, double *out) {
         if (tokenize(p, f, f->buf, len, &count) < 0) return -1;
     }
     if (count != p->total) return -1;
-    const int is_unsigned = p->mode == MODE_UINT;
+    const int is_unsigned = p->mode != MODE_INT;
     for (Py_ssize_t i = 0; i < p->npick; i++) {
         int64_t raw = p->numbers[p->index[i]];
         double v = is_unsigned ? (double)(uint64_t)raw : (double)raw;
@@ -224,8 +236,8 @@ static int Plan_init(Plan *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "Plan already initialised");
         return -1;
     }
-    if (mode != MODE_UINT && mode != MODE_INT) {
-        PyErr_SetString(PyExc_ValueError, "mode must be 0 (uint) or 1 (int)");
+    if (mode != MODE_UINT && mode != MODE_INT && mode != MODE_HEX) {
+        PyErr_SetString(PyExc_ValueError, "mode must be 0 (uint), 1 (int) or 2 (hex)");
         return -1;
     }
     self->mode = mode;
