@@ -138,6 +138,7 @@ def _lagged_gram(
         return G[min(i, j), max(i, j)]
 
     G = np.empty((K, K, N))
+    tmp = np.empty(N)
     for d in range(kmax + 1):
         # entry (l, l+d), l = 0..kmax-d: Σ over rows i = a..n-2 of Δx_{i-l} Δx_{i-l-d}
         if direct or kmax <= 2:
@@ -149,15 +150,17 @@ def _lagged_gram(
                     out=entry(lo, lo + d),
                 )
             continue
-        prod = ds * ds if d == 0 else ds[d:] * ds[: n - 1 - d]  # prod[v] = Δ[v+d] Δ[v]
-        # the sum for l is prod[r : r+m] with r = a-d-l; slide r upwards from l = kmax-d
+        # the sum for l is Σ_v Δ[v+d] Δ[v] over v = r..r+m-1 with r = a-d-l; slide r
+        # upwards from l = kmax-d: add the product entering, subtract the one leaving
         r = a - kmax
         acc = entry(kmax - d, kmax)
-        np.add.reduce(prod[r : r + m], axis=0, out=acc)
+        np.einsum("ij,ij->j", ds[r + d : r + d + m], ds[r : r + m], out=acc)
         for lo in range(kmax - d - 1, -1, -1):
             nxt = entry(lo, lo + d)
-            np.add(acc, prod[r + m], out=nxt)
-            nxt -= prod[r]
+            np.multiply(ds[r + m + d], ds[r + m], out=tmp)
+            np.add(acc, tmp, out=nxt)
+            np.multiply(ds[r + d], ds[r], out=tmp)
+            nxt -= tmp
             acc = nxt
             r += 1
     level = dev[a : n - 1]
