@@ -98,7 +98,6 @@ def _kurtosis_skipna(X: np.ndarray) -> np.ndarray:
     """Kurtosis of the non-NaN values of each column (pandas skipna=True)."""
     valid = ~np.isnan(X)
     count = valid.sum(axis=0).astype(np.float64)
-    first = np.where(valid, X, 0.0)
     # shift by the first non-NaN value of each column, then centre on the NaN-free mean
     first_idx = np.argmax(valid, axis=0)
     shift = X[first_idx, np.arange(X.shape[1])]
@@ -110,7 +109,6 @@ def _kurtosis_skipna(X: np.ndarray) -> np.ndarray:
     dev2 = dev * dev
     m2 = dev2.sum(axis=0)
     m4 = (dev2 * dev2).sum(axis=0)
-    del first
     out = _kurt_from_moments(count, m2, m4)
     out[count < 4] = np.nan
     return out

@@ -93,14 +93,13 @@ def _dynamic_block(X: np.ndarray, S: np.ndarray, names: Sequence[str]) -> dict[s
         elif name == "adf_stat":
             out[name] = adf_stat(X, c.dev, c.m2)  # type: ignore[union-attr]
         elif ordered is not None:
-            out[name] = {"min": ordered.minimum, "max": ordered.maximum, "median": ordered.median}[
-                name
-            ]()
+            out[name] = getattr(ordered, _ORDERED[name])()
         else:
             out[name] = fm.minimum(X) if name == "min" else fm.maximum(X)
     return out
 
 
+_ORDERED = {"min": "minimum", "max": "maximum", "median": "median"}
 _CENTRED: dict[str, Callable[[fm.Centred], np.ndarray]] = {
     "mean": fm.mean,
     "variance": fm.variance,
