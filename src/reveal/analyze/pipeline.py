@@ -8,6 +8,7 @@ data, dropped empty channels) is written into the report's ``warnings``, never s
 from __future__ import annotations
 
 import dataclasses
+import warnings as pywarnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -184,7 +185,8 @@ def analyze_run(
     verdicts = ensemble.score(fm_run.values)
     rows = np.flatnonzero(verdicts.flagged)
     say(f"attributing {len(rows)} flagged windows")
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN
         med = np.nanmedian(fm_base.values, axis=0)
         mad = np.nanmedian(np.abs(fm_base.values - med), axis=0)
     anomalies: list[Anomaly] = []
