@@ -23,6 +23,14 @@ from reveal.errors import InputError
 fc = pytest.importorskip("tsfresh.feature_extraction.feature_calculators")
 stattools = pytest.importorskip("statsmodels.tsa.stattools")
 
+# the oracles' own warnings (statsmodels' tuple-return deprecation, rank-deficient designs,
+# log(0) of a perfect fit); warnings from our code still show
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning:tsfresh"),
+    pytest.mark.filterwarnings("ignore::UserWarning:statsmodels"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning:statsmodels"),
+]
+
 RTOL = 1e-9
 OFFSET = 1e9
 
