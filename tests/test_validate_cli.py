@@ -68,3 +68,39 @@ def test_quick_suite_end_to_end_detects_the_cpu_fault(tmp_path: Path, capsys) ->
         assert run["windows"] > 0 and run["clean_windows"] > 0
     assert (tmp_path / "validate.md").read_text().startswith("# Reveal validation")
     assert "cpu_contention" in capsys.readouterr().out
+
+
+def test_reanalyse_scores_recorded_runs_again(tmp_path: Path) -> None:
+    import numpy as np
+
+    from reveal.frame import Telemetry
+    from reveal.inject.groundtruth import Episode, EventLog
+    from reveal.store.run_writer import write_run
+
+    s = 1_000_000_000
+
+    def tel(seed: int, spike: bool) -> Telemetry:
+        rng = np.random.default_rng(seed)
+        n = 900
+        busy = 40 + rng.normal(0, 2, n)
+        if spike:
+            busy[400:500] += 50  # 40..50 s after the start
+        ts = (np.arange(n) * 0.1 * s).astype(np.int64) + 1000 * s
+        return Telemetry("h", ts, np.column_stack([busy, rng.normal(0, 1, n)]),
+                         ["cpu.user{cpu=0}", "mem.MemFree"], {"interval_s": 0.1})
+
+    scenario = tmp_path / "runs" / "single"
+    write_run(tel(1, False), scenario / "baseline1")
+    run = write_run(tel(2, True), scenario / "run1")
+    EventLog(run).append(Episode(1040 * s, 1050 * s, "cpu_contention", "cpu", "high"))
+    assert main(["validate", "--reanalyse", str(tmp_path), "--quiet"]) == 0
+    result = json.loads((tmp_path / "validate.json").read_text())
+    [episode] = result["episodes"]
+    assert episode["detected"] and episode["attributed"] == "cpu"
+    assert episode["auc"]["combined"] > 0.9
+    assert result["runs"][0]["baseline"].endswith("baseline1")
+
+
+def test_reanalyse_without_runs_is_an_input_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["validate", "--reanalyse", str(tmp_path)]) == 2
+    assert "no recorded runs" in capsys.readouterr().err

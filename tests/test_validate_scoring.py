@@ -71,3 +71,11 @@ def test_bad_ground_truth_names_the_file(tmp_path) -> None:  # type: ignore[no-u
                                            '"subsystem": "cpu"}\n')
     with pytest.raises(InputError, match=r"events\.jsonl"):
         load_episodes(tmp_path)
+
+
+def test_separation_auc_is_threshold_free_ranking() -> None:
+    from reveal.inject.scoring import separation_auc
+
+    assert separation_auc(np.array([5.0, 6.0]), np.array([1.0, 2.0, 3.0])) == 1.0
+    assert separation_auc(np.array([1.0]), np.array([1.0, 2.0])) == pytest.approx(0.25)
+    assert separation_auc(np.array([np.nan]), np.array([1.0])) is None

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cleanup", action="store_true",
                         help="only remove what killed runs left (namespaces, temp files, "
                              "HugePages setting, processes) and exit")
+    parser.add_argument("--reanalyse", type=Path, default=None, metavar="DIR",
+                        help="record nothing: analyse and score again the runs an earlier "
+                             "suite recorded in DIR (e.g. after changing the detectors)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -51,7 +54,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import dataclasses
 
-    from reveal.inject.validation import SuiteOptions, run_suite, write_result
+    from reveal.inject.validation import (
+        SuiteOptions,
+        load_recorded,
+        run_suite,
+        score_recorded,
+        write_result,
+    )
 
     options = SuiteOptions.quick_suite() if args.quick else SuiteOptions()
     changes = {"repetitions": args.repetitions, "faults": args.faults,
@@ -66,8 +75,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
-    result = run_suite(options, args.out, say)
-    json_path, md_path = write_result(result, args.out)
+    if args.reanalyse is not None:
+        result = score_recorded(load_recorded(args.reanalyse), options, say)
+        out = args.reanalyse if args.out == Path("validate-out") else args.out
+    else:
+        result = run_suite(options, args.out, say)
+        out = args.out
+    json_path, md_path = write_result(result, out)
     print(md_path.read_text(encoding="utf-8"))
     print(f"written: {json_path}, {md_path}")
     return 0

@@ -12,6 +12,9 @@ Definitions (also in docs/validation.md); windows are ``[start_ns, end_ns)``:
 - A **clean window** overlaps no episode widened by ``settle_s`` seconds after its end (the
   machine needs a moment to settle: freed memory, flushed caches). The **clean flag share**
   is flagged clean windows / clean windows.
+- **Separation AUC** per detector (threshold-free): the probability that a window
+  overlapping the episode scores above a clean window of the same run (ties count half).
+  1.0: every episode window outranks every clean window; 0.5: no better than chance.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class EpisodeScore:
     flagged_windows: int
     max_ratio: dict[str, float] = field(default_factory=dict)  # detector: max score/threshold
     run: str = ""
+    auc: dict[str, float] = field(default_factory=dict)  # detector: separation AUC
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,6 +117,18 @@ def score_episodes(episodes: Sequence[Episode], w_start: np.ndarray, w_end: np.n
     return out
 
 
+def separation_auc(inside: np.ndarray, clean: np.ndarray) -> float | None:
+    """P(score of an episode window > score of a clean window), ties counting half."""
+    a = np.asarray(inside, dtype=float)
+    b = np.asarray(clean, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if not len(a) or not len(b):
+        return None
+    greater = (a[:, None] > b[None, :]).mean()
+    ties = (a[:, None] == b[None, :]).mean()
+    return float(greater + 0.5 * ties)
+
+
 def score_report(report: Any, episodes: Sequence[Episode], settle_s: float = DEFAULT_SETTLE_S,
                  run: str = "") -> tuple[list[EpisodeScore], dict[str, int]]:
     """Score a :class:`reveal.report.model.Report`: episode verdicts and clean-window counts."""
@@ -125,6 +141,17 @@ def score_report(report: Any, episodes: Sequence[Episode], settle_s: float = DEF
     scored = score_episodes(episodes, table.start_ns, table.end_ns, table.flagged, shares,
                             table.scores, thresholds, run)
     clean = clean_mask(np.asarray(table.start_ns), np.asarray(table.end_ns), episodes, settle_s)
+    if episodes:
+        over = overlap_matrix(np.asarray(table.start_ns), np.asarray(table.end_ns),
+                              np.array([e.start_ns for e in episodes], dtype=np.int64),
+                              np.array([e.end_ns for e in episodes], dtype=np.int64))
+        columns = {**{k: np.asarray(v, dtype=float) for k, v in table.scores.items()},
+                   "combined": np.asarray(table.combined, dtype=float)}
+        for i, score in enumerate(scored):
+            for name, values in columns.items():
+                auc = separation_auc(values[over[i]], values[clean])
+                if auc is not None:
+                    score.auc[name] = round(auc, 3)
     flagged = np.asarray(table.flagged, dtype=bool)
     return scored, {"clean_windows": int(clean.sum()),
                     "clean_flagged": int((clean & flagged).sum())}
@@ -138,7 +165,10 @@ def summarise(scores: Sequence[EpisodeScore], clean_windows: int,
         detected = [s for s in group if s.detected]
         ttd = [s.ttd_s for s in detected if s.ttd_s is not None]
         ttd0 = [s.ttd_start_s for s in detected if s.ttd_start_s is not None]
+        names = sorted({n for s in group for n in s.auc})
         return {
+            "auc": {n: round(float(np.mean([s.auc[n] for s in group if n in s.auc])), 3)
+                    for n in names},
             "episodes": len(group),
             "detected": len(detected),
             "recall": len(detected) / len(group) if group else None,

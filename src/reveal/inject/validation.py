@@ -154,8 +154,6 @@ def run_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     scenarios = build_scenarios(options)
-    all_scores: list[EpisodeScore] = []
-    runs: list[dict[str, Any]] = []
     skipped: list[str] = []
     recorded_list = []
     for scenario in scenarios:
@@ -168,6 +166,59 @@ def run_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
                 raise
             skipped.append(f"scenario {scenario.name}: {exc}")
             say(f"skipping scenario {scenario.name}: {exc}")
+    return score_recorded(recorded_list, options, say, started, wall, skipped)
+
+
+def load_recorded(out_dir: Path) -> list[RecordedScenario]:
+    """The scenarios a suite recorded under ``out_dir/runs`` (to analyse them again).
+
+    Each ``runs/<scenario>/runN`` is paired with ``baselineN`` when it exists, else with
+    ``baseline``; its episodes come from its ``events.jsonl``.
+    """
+    from reveal.inject.groundtruth import load_episodes
+    from reveal.inject.scenario import RecordedRun
+
+    root = out_dir / "runs"
+    if not root.is_dir():
+        raise RevealError("no recorded runs here (expected DIR/runs/<scenario>/runN)",
+                          str(out_dir))
+    found = []
+    for scenario_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        runs = []
+        for run in sorted(scenario_dir.glob("run[0-9]*"), key=lambda p: int(p.name[3:])
+                          if p.name[3:].isdigit() else 0):
+            if not run.is_dir():
+                continue
+            own = scenario_dir / f"baseline{run.name[3:]}"
+            baseline = own if own.is_dir() else scenario_dir / "baseline"
+            if not baseline.is_dir():
+                raise RevealError(f"no baseline for {run.name}", str(scenario_dir))
+            runs.append(RecordedRun(run, load_episodes(run), baseline=baseline))
+        if runs:
+            scenario = Scenario(scenario_dir.name, scenario_dir.name == "distributed", 0.0,
+                                0.0, [])
+            found.append(RecordedScenario(scenario, "recorded", runs[0].baseline or Path(),
+                                          runs, []))
+    if not found:
+        raise RevealError("no recorded runs here", str(root))
+    try:  # the workload names an earlier result recorded
+        names = json.loads((out_dir / "validate.json").read_text())["workloads"]
+        for recorded in found:
+            recorded.workload = str(names.get(recorded.scenario.name, recorded.workload))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return found
+
+
+def score_recorded(recorded_list: list[RecordedScenario], options: SuiteOptions, say: Say,
+                   started: float | None = None, wall: str | None = None,
+                   skipped: list[str] | None = None) -> dict[str, Any]:
+    """Analyse and score recorded scenarios; the suite's result."""
+    started = started if started is not None else time.monotonic()
+    wall = wall or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    skipped = list(skipped or [])
+    all_scores: list[EpisodeScore] = []
+    runs: list[dict[str, Any]] = []
     for recorded in recorded_list:
         scores, run_rows = analyse_scenario(recorded, options.settle_s, say)
         all_scores += scores
@@ -209,6 +260,10 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f} %"
 
 
+def _auc(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
 def _sec(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
@@ -221,14 +276,17 @@ def render_markdown(result: dict[str, Any]) -> str:
              f"Started {result['started']}, {result['elapsed_s']:.0f} s. Workloads: "
              + ", ".join(f"{k}: {v}" for k, v in result["workloads"].items()) + ".", "",
              "| Fault | Intensity | Subsystem | Episodes | Detected | Recall | "
-             "Median TTD (s) | Attributed |", "|---|---|---|---|---|---|---|---|"]
+             "Median TTD (s) | Attributed | Separation AUC (combined) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in result["summary"]["rows"]:
         lines.append(f"| {row['kind']} | {row['intensity']} | {row['subsystem']} | "
                      f"{row['episodes']} | {row['detected']} | {_pct(row['recall'])} | "
-                     f"{_sec(row['median_ttd_s'])} | {row['attributed_ok']}/{row['detected']} |")
+                     f"{_sec(row['median_ttd_s'])} | {row['attributed_ok']}/{row['detected']} | "
+                     f"{_auc(row.get('auc', {}).get('combined'))} |")
     lines.append(f"| **all** | | | {total['episodes']} | {total['detected']} | "
                  f"**{_pct(total['recall'])}** | **{_sec(total['median_ttd_s'])}** | "
-                 f"**{total['attributed_ok']}/{total['detected']}** |")
+                 f"**{total['attributed_ok']}/{total['detected']}** | "
+                 f"{_auc(total.get('auc', {}).get('combined'))} |")
     met = result["met"]
 
     def mark(key: str) -> str:
@@ -243,7 +301,10 @@ def render_markdown(result: dict[str, Any]) -> str:
               f"| Clean windows flagged | {_pct(total['clean_flag_share'])} "
               f"({total['clean_flagged']}/{total['clean_windows']}) | ≤ 0.5 % | "
               f"{mark('clean_flag_share')} |", "",
-              f"Median time to detect by window start: {_sec(total['median_ttd_start_s'])} s."]
+              f"Median time to detect by window start: {_sec(total['median_ttd_start_s'])} s. "
+              "Separation AUC: probability that a window overlapping an episode scores above "
+              "a clean window of the same run (threshold-free; 0.5 = chance). Per detector: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in total.get("auc", {}).items()) + "."]
     misses = [e for e in result["episodes"] if not (e["detected"] and e["attribution_ok"])]
     if misses:
         lines += ["", "## Misses and misattributions", "",
