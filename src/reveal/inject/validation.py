@@ -305,6 +305,11 @@ def render_markdown(result: dict[str, Any]) -> str:
               "Separation AUC: probability that a window overlapping an episode scores above "
               "a clean window of the same run (threshold-free; 0.5 = chance). Per detector: "
               + ", ".join(f"{k} {v:.2f}" for k, v in total.get("auc", {}).items()) + "."]
+    share = total.get("clean_flag_share")
+    if share is not None and share > 0.2:
+        lines += ["", f"**Caution:** {_pct(share)} of the clean windows are flagged, so an "
+                  "episode overlapping a flagged window says little: recall and time to "
+                  "detect are not meaningful here. The separation AUC is the measure to read."]
     misses = [e for e in result["episodes"] if not (e["detected"] and e["attribution_ok"])]
     if misses:
         lines += ["", "## Misses and misattributions", "",
