@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-PKGS="bpftrace stress-ng fio iproute2 iputils-ping prometheus-node-exporter linux-perf procps util-linux gcc libc6-dev binutils kmod"
+PKGS="bpftrace stress-ng fio iproute2 iputils-ping prometheus-node-exporter linux-perf procps util-linux gcc libc6-dev binutils kmod nftables python3-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
