@@ -200,7 +200,7 @@ def analyze_run(
             anomalies.append(Anomaly(
                 int(w), int(fm_run.windows.start_ns[w]), int(fm_run.windows.end_ns[w]),
                 float(verdicts.combined[w]),
-                [n for n in names if verdicts.flags[n][w]],
+                [n for n in names if verdicts.flags[n][w]] or ["ensemble"],
                 att.subsystems, att.shares, att.reasons, att.claim))
 
     table = WindowTable(fm_run.windows.start_ns, fm_run.windows.end_ns, verdicts.scores,
