@@ -128,3 +128,25 @@ def test_scaler_handles_nan_constant_and_inf():
         RobustScaler().fit(np.where(np.arange(4) == 0, np.inf, base))
     with pytest.raises(InputError, match="columns"):
         sc.transform(np.zeros((2, 5)))
+
+
+def test_drift_centre_is_causal_and_follows_a_persistent_level():
+    rng = np.random.default_rng(4)
+    base = rng.normal(size=(1200, 3))
+    run = rng.normal(size=(2400, 3))
+    run[600:, 0] += 8.0  # a level change that persists
+    sc = RobustScaler(drift_window=600, drift_block=50).fit(base)
+    centres = sc.centres(run)
+    # causal: changing the future does not move the centres of earlier blocks
+    later = run.copy()
+    later[1000:] += 50.0
+    np.testing.assert_array_equal(sc.centres(later)[: 1000 // 50], centres[: 1000 // 50])
+    z = sc.transform(run, centres)
+    assert np.median(np.abs(z[600:700, 0])) > 5  # the change is seen at first
+    assert np.median(np.abs(z[1500:, 0])) < 1  # ... and has become the new normal
+    assert np.median(np.abs(sc.transform(run)[1500:, 0])) > 5  # fixed centre keeps flagging
+    # the baseline's own centres start from its median and use only its past
+    own = sc.centres(base, own_history=True)
+    np.testing.assert_allclose(own[0], sc.median_[sc.columns_used_])
+    with pytest.raises(InputError, match="drift window"):
+        RobustScaler(drift_window=10, drift_block=50).fit(base)

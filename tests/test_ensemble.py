@@ -107,3 +107,21 @@ def test_bad_inputs(setting):
     with pytest.raises(InputError, match="outside"):
         ens.explain(base[:10], np.array([10]))
     assert ens.explain(base[:10], np.array([], dtype=int)).shape == (0, 10)
+
+
+def test_drift_following_centre(setting):
+    base, run, _ = setting
+    rng = np.random.default_rng(9)
+    long_run = np.vstack([run] + [run[rng.permutation(300)] for _ in range(6)])
+    long_run[600:, 0] += 6.0 * base[:, 0].std()  # a lasting change after the planted shift
+    opts = EnsembleOptions(drift_window=400, drift_block=20)
+    ens = Ensemble(FAST, opts).fit(base)
+    v = ens.score(long_run)
+    assert v.flagged[300:330].mean() >= 0.9  # the short shift is still found
+    assert v.flagged[600:700].mean() >= 0.5  # the change is reported when it happens
+    assert v.flagged[1200:].mean() <= 0.05  # ... then becomes the new normal
+    fixed = Ensemble(FAST).fit(base).score(long_run)
+    assert fixed.flagged[1200:].mean() >= 0.5
+    rows = np.arange(300, 330)
+    contrib = ens.explain(long_run, rows)
+    assert np.mean(np.isin(contrib.argmax(axis=1), [3, 4])) >= 0.8

@@ -3,12 +3,14 @@
 ``Ensemble.fit`` scales the baseline features (:class:`RobustScaler`), fits every detector
 on them and keeps each detector's baseline score distribution. ``Ensemble.score`` gives,
 per window, every detector's score, threshold and flag, how many detectors agree, and a
-combined score: each detector's score normalised by its own baseline
-(``(s − median) / (threshold − median)``, so 0 is a typical baseline window and 1 is the
-detector's threshold), averaged over detectors — it rises with every detector that finds
-the window unusual, hence with agreement. The ensemble flags a window when the combined
-score exceeds a threshold set from the baseline's combined scores (see
-:class:`EnsembleOptions` for the drift-following variant).
+combined score. Detector scores live on unrelated scales, so each is first turned into its
+*surprise* against the baseline: ``−log`` of the share of baseline windows scoring at least
+as high (``(count + 1) / (n + 1)``), extended past the baseline's largest score by an
+exponential tail fitted to the baseline's top 1 %. The combined score is the mean surprise
+over detectors (Fisher's way of combining p-values, scaled): it rises with every detector
+that finds the window unusual, hence with agreement. The ensemble flags a window when the
+combined score exceeds a threshold set from the baseline's combined scores (its
+``threshold_quantile``, or peaks-over-threshold; see :class:`EnsembleOptions`).
 
 Without a baseline (``robust_self_fit=True``) the run itself is the baseline: detectors are
 fitted once, the windows whose combined score is an outlier (above median + 3 MAD) are set
@@ -36,6 +38,11 @@ class EnsembleOptions:
     """Settings of the ensemble beyond :class:`DetectConfig`.
 
     clip : largest |robust z| a feature may take (baseline sigmas).
+    drift_window : windows of past data the feature centre follows (None: the baseline
+        median is the centre); see :class:`RobustScaler`.
+    drift_block : windows per update of the drift-following centre.
+    combine : "surprise" (mean baseline tail surprise, default) or "ratio" (mean of
+        ``(s − median) / (threshold − median)``).
     max_fit_rows : baseline windows each model is fitted on at most (seeded subsample).
     dtype : "float32" or "float64" for the scaled matrix.
     combined_threshold : "quantile" (the baseline's ``threshold_quantile``) or "pot"
@@ -46,6 +53,9 @@ class EnsembleOptions:
     """
 
     clip: float = 100.0
+    drift_window: int | None = None
+    drift_block: int = 60
+    combine: str = "surprise"
     max_fit_rows: int | None = 50_000
     dtype: str = "float64"
     combined_threshold: str = "quantile"
@@ -62,10 +72,10 @@ class Verdicts:
     thresholds: dict[str, float]  # detector name -> threshold (baseline quantile)
     flags: dict[str, np.ndarray]  # detector name -> bool (W,)
     agreement: np.ndarray  # int (W,): how many detectors flag the window
-    combined: np.ndarray  # (W,) mean normalised score (1 = at a detector's threshold)
+    combined: np.ndarray  # (W,) mean surprise over detectors (−log baseline tail share)
     flagged: np.ndarray  # bool (W,): the ensemble's verdict
     self_fitted: bool  # True when fitted on the scored run itself
-    combined_threshold: float | np.ndarray = 1.0  # scalar, or (W,) when it follows drift
+    combined_threshold: float = 0.0  # threshold on ``combined`` (from the baseline)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -94,6 +104,29 @@ def _make_detectors(config: DetectConfig, options: EnsembleOptions) -> list[Dete
     return out
 
 
+TAIL_SHARE = 0.01  # top share of baseline scores the exponential tail is fitted to
+
+
+class _Surprise:
+    """−log baseline tail share of a score, with an exponential tail past the baseline max."""
+
+    def __init__(self, baseline_scores: np.ndarray) -> None:
+        b = np.sort(np.asarray(baseline_scores, dtype=np.float64))
+        self.sorted_ = b
+        top = b[int((1.0 - TAIL_SHARE) * (b.size - 1)):]
+        excess = top - top[0]
+        self.tail_scale_ = float(excess.mean()) if excess.size and excess.mean() > 0 else \
+            max(float(b[-1] - b[0]), 1e-12) * TAIL_SHARE
+        self.median_ = float(np.median(b))
+
+    def __call__(self, s: np.ndarray) -> np.ndarray:
+        b = self.sorted_
+        n = b.size
+        at_least = n - np.searchsorted(b, s, side="left")
+        out = -np.log((at_least + 1.0) / (n + 1.0))
+        return out + np.clip(s - b[-1], 0.0, None) / self.tail_scale_
+
+
 class Ensemble:
     """Robust scaling + detectors + combined verdict.
 
@@ -102,7 +135,7 @@ class Ensemble:
     config : DetectConfig
         Which detectors, the baseline quantile, PCA variance share, forest size, ...
     options : EnsembleOptions
-        Clipping, subsampling, dtype, combined-threshold method.
+        Clipping, drift-following centre, combination, subsampling, dtype, threshold method.
 
     Attributes
     ----------
@@ -110,8 +143,8 @@ class Ensemble:
     detectors_ : list of Detector (fitted)
     columns_used_ : ndarray of int
         Feature columns that survive preprocessing (others get zero contributions).
-    baseline_median_, baseline_threshold_ : dict name -> float
-        Each detector's baseline median score and threshold (for normalisation).
+    baseline_threshold_ : dict name -> float
+        Each detector's threshold (its baseline scores' ``threshold_quantile``).
     combined_threshold_ : float
         Threshold on the combined score.
     self_fitted_ : bool
@@ -127,17 +160,21 @@ class Ensemble:
         """Fit on baseline windows (n, K); with ``robust_self_fit`` the run is its own baseline."""
         config = self.config or DetectConfig()
         options = self.options or EnsembleOptions()
+        if options.combine not in ("surprise", "ratio"):
+            raise InputError(f"unknown combination {options.combine!r} (surprise, ratio)")
         X = check_matrix(baseline_features, "baseline features")
         if X.shape[0] < MIN_BASELINE_WINDOWS:
             raise InputError(f"{X.shape[0]} baseline windows; need at least "
                              f"{MIN_BASELINE_WINDOWS} to fit the detectors")
-        self.scaler_ = RobustScaler(clip=options.clip, dtype=np.dtype(options.dtype)).fit(X)
+        self.scaler_ = RobustScaler(clip=options.clip, dtype=np.dtype(options.dtype),
+                                    drift_window=options.drift_window,
+                                    drift_block=options.drift_block).fit(X)
         self.columns_used_ = self.scaler_.columns_used_
         self.n_features_in_ = X.shape[1]
         if self.columns_used_.size == 0:
             raise InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
                              f"(all constant or undefined); nothing to detect on")
-        Z = self.scaler_.transform(X)
+        Z = self.scaler_.transform(X, self.scaler_.centres(X, own_history=True))
         self.warnings_: list[str] = []
         dropped = X.shape[1] - self.columns_used_.size
         if dropped:
@@ -154,14 +191,17 @@ class Ensemble:
                 self._fit_detectors(Z[inliers], config, options)
                 self.warnings_.append(f"self-fit: {int((~inliers).sum())} outlying windows left "
                                       f"out of the refit")
+        self._cache: tuple | None = None
         return self
 
     def _fit_detectors(self, Z: np.ndarray, config: DetectConfig,
                        options: EnsembleOptions) -> None:
+        self._combine_how = options.combine
         self.detectors_ = [d.fit(Z) for d in _make_detectors(config, options)]
+        self.baseline_threshold_ = {d.name: float(d.threshold_) for d in self.detectors_}
         self.baseline_median_ = {d.name: float(np.median(d.decision_scores_))
                                  for d in self.detectors_}
-        self.baseline_threshold_ = {d.name: float(d.threshold_) for d in self.detectors_}
+        self._surprise = {d.name: _Surprise(d.decision_scores_) for d in self.detectors_}
         base_combined = self._combine({d.name: d.decision_scores_ for d in self.detectors_})
         self.baseline_combined_ = base_combined
         if options.combined_threshold == "pot":
@@ -183,6 +223,9 @@ class Ensemble:
         return {d.name: d.score_samples(Z) for d in self.detectors_}
 
     def _normalised(self, name: str, s: np.ndarray) -> np.ndarray:
+        """A detector's score on the common scale (≥ 0 surprise, or the threshold ratio)."""
+        if self._combine_how == "surprise":
+            return self._surprise[name](s)
         med, thr = self.baseline_median_[name], self.baseline_threshold_[name]
         span = thr - med
         if not span > 0:
@@ -192,10 +235,25 @@ class Ensemble:
     def _combine(self, scores: dict[str, np.ndarray]) -> np.ndarray:
         return np.mean([self._normalised(n, s) for n, s in scores.items()], axis=0)
 
+    def _centres(self, X: np.ndarray) -> np.ndarray | None:
+        """Drift centres for ``X`` (cached for the last matrix seen, for explain)."""
+        if self.scaler_.drift_window is None:
+            return None
+        key = (id(X), X.shape, float(np.nansum(X[:: max(1, X.shape[0] // 64)])))
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        centres = self.scaler_.centres(X, own_history=self.self_fitted_)
+        self._cache = (key, centres)
+        return centres
+
     def score(self, features: np.ndarray) -> Verdicts:
-        """Verdicts for every window of ``features`` (W, K), same columns as the baseline."""
+        """Verdicts for every window of ``features`` (W, K), same columns as the baseline.
+
+        Windows must be in time order when the drift-following centre is on.
+        """
         self._check_fitted()
-        Z = self.scaler_.transform(features)
+        X = check_matrix(features, "features")
+        Z = self.scaler_.transform(X, self._centres(X))
         scores = self._raw_scores(Z)
         flags = {n: s > self.baseline_threshold_[n] for n, s in scores.items()}
         agreement = np.sum(list(flags.values()), axis=0).astype(np.int64)
@@ -220,9 +278,10 @@ class Ensemble:
         """Per-column contributions (len(rows), K) for the windows ``rows`` of ``features``.
 
         Each detector's contributions are turned into shares of its explanation and
-        weighted by how far above its typical baseline score the window is (its normalised
-        score, floored at 0); the weighted shares are summed over detectors. Columns not
-        used by the detectors get 0.
+        weighted by the window's surprise for that detector (how unusual its score is
+        against the baseline); the weighted shares are summed over detectors. Columns not
+        used by the detectors get 0. ``features`` is the whole scored matrix (the drift
+        centre of a window depends on the windows before it).
         """
         self._check_fitted()
         X = check_matrix(features, "features")
@@ -232,7 +291,10 @@ class Ensemble:
             return out
         if rows.min() < 0 or rows.max() >= X.shape[0]:
             raise InputError(f"rows to explain fall outside the {X.shape[0]} windows")
-        Z = self.scaler_.transform(X[rows])
+        if X.shape[1] != self.n_features_in_:
+            raise InputError(f"features have {X.shape[1]} columns, the baseline had "
+                             f"{self.n_features_in_}")
+        Z = self.scaler_.transform(X, self._centres(X), rows=rows)
         used = np.zeros((rows.size, self.columns_used_.size), dtype=np.float64)
         for det in self.detectors_:
             contrib = np.clip(det.explain(Z).astype(np.float64), 0.0, None)
