@@ -20,6 +20,7 @@ aside, and the detectors are refitted on the rest; ``Verdicts.self_fitted`` says
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Self
 
 import numpy as np
@@ -48,6 +49,12 @@ class EnsembleOptions:
     combined_threshold : "quantile" (the baseline's ``threshold_quantile``) or "pot"
         (peaks-over-threshold extrapolation at ``pot_risk``).
     pot_risk, pot_init_quantile : POT settings.
+    cross_fit_folds, cross_fit_max_windows : with at most ``cross_fit_max_windows``
+        baseline windows, every threshold comes from *held-out* baseline scores: the
+        baseline is cut into this many contiguous folds, each scored by detectors fitted on
+        the others. Scores of windows a detector was fitted on are optimistic, badly so when
+        windows are few and columns many (90 windows × 6,000 columns: a held-out clean
+        window lies far outside the in-sample range); 0 or 1 turns this off.
     self_fit_trim_mads : in self-fit mode, windows above median + this many MADs of the
         combined score are left out of the refit.
     """
@@ -62,6 +69,8 @@ class EnsembleOptions:
     pot_risk: float = 1e-3
     pot_init_quantile: float = 0.98
     self_fit_trim_mads: float = 3.0
+    cross_fit_folds: int = 5
+    cross_fit_max_windows: int = 5_000
 
 
 @dataclass
@@ -198,6 +207,12 @@ class Ensemble:
                        options: EnsembleOptions) -> None:
         self._combine_how = options.combine
         self.detectors_ = [d.fit(Z) for d in _make_detectors(config, options)]
+        held_out = self._held_out_scores(Z, config, options)
+        if held_out is not None:
+            for det in self.detectors_:
+                det.decision_scores_ = held_out[det.name]
+                det.threshold_ = float(quantile_threshold(held_out[det.name],
+                                                          config.threshold_quantile))
         self.baseline_threshold_ = {d.name: float(d.threshold_) for d in self.detectors_}
         self.baseline_median_ = {d.name: float(np.median(d.decision_scores_))
                                  for d in self.detectors_}
@@ -213,6 +228,23 @@ class Ensemble:
         else:
             raise InputError(f"unknown combined threshold method "
                              f"{options.combined_threshold!r} (quantile, pot)")
+
+    @staticmethod
+    def _held_out_scores(Z: np.ndarray, config: DetectConfig,
+                         options: EnsembleOptions) -> dict[str, np.ndarray] | None:
+        """Each baseline window scored by detectors fitted on the other folds (or None)."""
+        folds, n = options.cross_fit_folds, Z.shape[0]
+        if folds < 2 or n > options.cross_fit_max_windows or n < folds * MIN_BASELINE_WINDOWS:
+            return None
+        edges = np.linspace(0, n, folds + 1).astype(np.int64)
+        out: dict[str, np.ndarray] = {}
+        for start, stop in pairwise(edges):
+            rest = np.r_[0:start, stop:n]
+            for det in _make_detectors(config, options):
+                det.fit(Z[rest])
+                out.setdefault(det.name, np.empty(n))[start:stop] = det.score_samples(
+                    Z[start:stop])
+        return out
 
     # -- scoring -----------------------------------------------------------------------
     def _check_fitted(self) -> None:
