@@ -87,3 +87,14 @@ def test_cli_bad_data_root(tmp_path, capsys):
     assert "nowhere" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "smd" / "test").mkdir(parents=True)
     assert main(["evaluate", "--data", str(tmp_path), "--datasets", "asd"]) == 2
+
+
+def test_drift_window_is_set_in_time():
+    from reveal.evaluate.labelled import ensemble_options
+
+    smd = ensemble_options(EvalSettings(), 60.0)  # one row a minute: 2 days, hourly blocks
+    assert (smd.drift_window, smd.drift_block) == (2880, 60)
+    asd = ensemble_options(EvalSettings(), 300.0)
+    assert (asd.drift_window, asd.drift_block) == (576, 12)
+    off = ensemble_options(dataclasses.replace(EvalSettings(), drift_window_s=None), 60.0)
+    assert off.drift_window is None

@@ -120,6 +120,14 @@ class Detector:
         return f"{type(self).__name__}({params})"
 
 
+BLOCK_ROWS = 8192  # rows scored at a time by Z, MAHA and GMM (bounds memory)
+RANDOMIZED_ABOVE = 1000  # PCA by randomized SVD when rows and columns both exceed this
+
+
+def _blockwise(X: np.ndarray, fn) -> np.ndarray:
+    return np.concatenate([fn(X[i:i + BLOCK_ROWS]) for i in range(0, X.shape[0], BLOCK_ROWS)])
+
+
 def _robust_center_scale(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     center = np.median(X, axis=0)
     scale = np.median(np.abs(X - center), axis=0) * MAD_TO_SIGMA
@@ -140,17 +148,20 @@ class ZScore(Detector):
         return np.abs((X - self.center_.astype(X.dtype)) / self.scale_.astype(X.dtype))
 
     def _score(self, X: np.ndarray) -> np.ndarray:
-        return self._z(X).mean(axis=1, dtype=np.float64)
+        return _blockwise(X, lambda B: self._z(B).mean(axis=1, dtype=np.float64))
 
     def _explain(self, X: np.ndarray) -> np.ndarray:
         return self._z(X) / X.shape[1]
 
 
-BLOCK_ROWS = 8192  # rows scored at a time by the subspace detectors (bounds memory)
 
 
 class _PCASubspace:
-    """PCA by eigen-decomposition of the covariance (or Gram) matrix; keeps ``variance``.
+    """PCA keeping ``variance`` of the total variance (at most ``max_components``).
+
+    Exact eigen-decomposition of the covariance (or Gram) matrix for small problems; for
+    large ones (rows and columns above ``RANDOMIZED_ABOVE``) the leading components by
+    randomized SVD (Halko et al.), which is much cheaper when few components suffice.
 
     ``residual_var_`` is the mean variance of the discarded directions: the isotropic noise
     of probabilistic PCA (Tipping & Bishop), used to put the residual on the same scale.
@@ -168,15 +179,8 @@ class _PCASubspace:
         total = float(np.einsum("ij,ij->", Xc, Xc, dtype=np.float64)) / max(n - 1, 1)
         if total <= 0:
             raise InputError("baseline has no variance in any column")
-        if k <= n:
-            cov = (Xc.T @ Xc).astype(np.float64) / max(n - 1, 1)
-            evals, evecs = np.linalg.eigh(cov)
-        else:  # fewer rows than columns: eigen-decompose the Gram matrix instead
-            gram = (Xc @ Xc.T).astype(np.float64) / max(n - 1, 1)
-            evals, u = np.linalg.eigh(gram)
-            pos = evals > 1e-12 * max(float(evals.max()), 1e-300)
-            evals, u = evals[pos], u[:, pos]
-            evecs = (Xc.T.astype(np.float64) @ u) / np.sqrt(evals * max(n - 1, 1))
+        found = self._randomized(Xc, total) if min(n, k) > RANDOMIZED_ABOVE else None
+        evals, evecs = found if found is not None else self._exact(Xc)
         order = np.argsort(evals)[::-1]
         evals, evecs = np.clip(evals[order], 0.0, None), evecs[:, order]
         good = evals > 1e-10 * evals[0]
@@ -186,12 +190,44 @@ class _PCASubspace:
         if self.max_components is not None:
             q = min(q, self.max_components)
         self.components_ = evecs[:, :q].astype(np.float64)  # (K, q), orthonormal columns
-        self.explained_variance_ = evals[:q]
-        self.explained_variance_ratio_ = evals[:q] / total
+        self.explained_variance_ = evals[:q].astype(np.float64)
+        self.explained_variance_ratio_ = self.explained_variance_ / total
         self.n_components_ = q
-        rest = max(total - float(evals[:q].sum()), 0.0)
+        rest = max(total - float(self.explained_variance_.sum()), 0.0)
         self.residual_var_ = rest / (k - q) if k > q and rest > 1e-12 * total else 0.0
         return self
+
+    @staticmethod
+    def _exact(Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n, k = Xc.shape
+        if k <= n:
+            cov = (Xc.T @ Xc).astype(np.float64) / max(n - 1, 1)
+            return np.linalg.eigh(cov)
+        # fewer rows than columns: eigen-decompose the Gram matrix instead
+        gram = (Xc @ Xc.T).astype(np.float64) / max(n - 1, 1)
+        evals, u = np.linalg.eigh(gram)
+        pos = evals > 1e-12 * max(float(evals.max()), 1e-300)
+        evals, u = evals[pos], u[:, pos]
+        return evals, (Xc.T.astype(np.float64) @ u) / np.sqrt(evals * max(n - 1, 1))
+
+    def _randomized(self, Xc: np.ndarray, total: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Leading components by randomized SVD, doubling their number until they hold
+        ``variance`` (or ``max_components`` are found); None when that needs more than a
+        quarter of the dimensions (the exact route is then cheaper)."""
+        from sklearn.utils.extmath import randomized_svd
+
+        n, k = Xc.shape
+        limit = min(n, k) // 4
+        want = 64 if self.max_components is None else min(self.max_components, limit)
+        while True:
+            _, sv, vt = randomized_svd(Xc, want, n_oversamples=16, n_iter=4, random_state=0)
+            evals = sv.astype(np.float64) ** 2 / max(n - 1, 1)
+            enough = evals.sum() / total >= self.variance
+            if enough or (self.max_components is not None and want >= self.max_components):
+                return evals, vt.T
+            if want * 2 > limit:
+                return None
+            want *= 2
 
     def project(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Whitened coordinates (n, q) and, when the residual counts, the residual (n, K)
@@ -208,10 +244,6 @@ class _PCASubspace:
     def to_columns(self, G: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """Map subspace vectors (n, q) back onto columns: ``G @ V.T`` (norm preserved)."""
         return G.astype(dtype) @ self.components_.T.astype(dtype)
-
-
-def _blockwise(X: np.ndarray, fn) -> np.ndarray:
-    return np.concatenate([fn(X[i:i + BLOCK_ROWS]) for i in range(0, X.shape[0], BLOCK_ROWS)])
 
 
 class PCAMahalanobis(Detector):

@@ -19,6 +19,7 @@ aside, and the detectors are refitted on the rest; ``Verdicts.self_fitted`` says
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Self
@@ -157,6 +158,8 @@ class Ensemble:
     combined_threshold_ : float
         Threshold on the combined score.
     self_fitted_ : bool
+    fit_seconds_, score_seconds_ : dict name -> float
+        Wall time of each detector's fit (baseline scoring included) and last scoring.
     """
 
     def __init__(self, config: DetectConfig | None = None,
@@ -177,7 +180,9 @@ class Ensemble:
                              f"{MIN_BASELINE_WINDOWS} to fit the detectors")
         self.scaler_ = RobustScaler(clip=options.clip, dtype=np.dtype(options.dtype),
                                     drift_window=options.drift_window,
-                                    drift_block=options.drift_block).fit(X)
+                                    drift_block=options.drift_block,
+                                    max_fit_rows=options.max_fit_rows,
+                                    random_state=config.random_state).fit(X)
         self.columns_used_ = self.scaler_.columns_used_
         self.n_features_in_ = X.shape[1]
         if self.columns_used_.size == 0:
@@ -206,7 +211,12 @@ class Ensemble:
     def _fit_detectors(self, Z: np.ndarray, config: DetectConfig,
                        options: EnsembleOptions) -> None:
         self._combine_how = options.combine
-        self.detectors_ = [d.fit(Z) for d in _make_detectors(config, options)]
+        self.detectors_ = []
+        self.fit_seconds_: dict[str, float] = {}
+        for det in _make_detectors(config, options):
+            t0 = time.perf_counter()
+            self.detectors_.append(det.fit(Z))
+            self.fit_seconds_[det.name] = time.perf_counter() - t0
         held_out = self._held_out_scores(Z, config, options)
         if held_out is not None:
             for det in self.detectors_:
@@ -252,7 +262,13 @@ class Ensemble:
             raise InputError("the ensemble is not fitted")
 
     def _raw_scores(self, Z: np.ndarray) -> dict[str, np.ndarray]:
-        return {d.name: d.score_samples(Z) for d in self.detectors_}
+        out = {}
+        self.score_seconds_: dict[str, float] = {}
+        for det in self.detectors_:
+            t0 = time.perf_counter()
+            out[det.name] = det.score_samples(Z)
+            self.score_seconds_[det.name] = time.perf_counter() - t0
+        return out
 
     def _normalised(self, name: str, s: np.ndarray) -> np.ndarray:
         """A detector's score on the common scale (≥ 0 surprise, or the threshold ratio)."""

@@ -16,6 +16,7 @@ by their squared reconstruction error for HitRate).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -48,9 +49,10 @@ class EvalSettings:
 
     window_rows: int = 10
     features: tuple[str, ...] = ("mean", "std", "min", "max", "median", "slope")
+    drift_window_s: float | None = 2 * 86400.0  # the feature centre follows 2 days of past
+    drift_block_s: float = 3600.0  # ... updated hourly
     detect: DetectConfig = field(default_factory=DetectConfig)
-    options: EnsembleOptions = field(
-        default_factory=lambda: EnsembleOptions(drift_window=2880, drift_block=60))
+    options: EnsembleOptions = field(default_factory=EnsembleOptions)
     baseline_variance: float = 0.95  # PCA baseline on raw rows
     baseline_quantile: float = 0.99
 
@@ -75,6 +77,15 @@ def _feature_matrix(values: np.ndarray, timestamps: np.ndarray, channels: list[s
                             features=settings.features)
 
 
+def ensemble_options(settings: EvalSettings, interval_s: float) -> EnsembleOptions:
+    """The ensemble options with the drift window converted from seconds to windows."""
+    if settings.drift_window_s is None:
+        return dataclasses.replace(settings.options, drift_window=None)
+    block = max(1, round(settings.drift_block_s / interval_s))
+    window = max(block, round(settings.drift_window_s / interval_s))
+    return dataclasses.replace(settings.options, drift_window=window, drift_block=block)
+
+
 def run_reveal(lm: LabelledMachine, settings: EvalSettings) -> MachineRun:
     """Fit the ensemble on train windows, score test windows (verdict → window's last row)."""
     t0 = time.perf_counter()
@@ -87,7 +98,8 @@ def run_reveal(lm: LabelledMachine, settings: EvalSettings) -> MachineRun:
     ctx_ts = np.r_[train.timestamps_ns[train.n_samples - (n - 1):], test.timestamps_ns]
     fm_test = _feature_matrix(context, ctx_ts, test.channels, settings)
     assert fm_test.values.shape[0] == test.n_samples
-    ens = Ensemble(settings.detect, settings.options).fit(fm_train.values)
+    ens = Ensemble(settings.detect, ensemble_options(settings, train.interval_s)) \
+        .fit(fm_train.values)
     verdicts: Verdicts = ens.score(fm_test.values)
     rows = np.flatnonzero(lm.labels == 1)
     column_channel = np.array([test.channels.index(c) for c in fm_test.channels])
