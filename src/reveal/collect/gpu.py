@@ -38,7 +38,6 @@ GPU identity (index, name, uuid, PCI bus id) goes to ``info["gpus"]``.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.collect._nvml import error_is, load_nvml, start_nvml
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 from reveal.frame import format_channel
 
@@ -189,33 +189,16 @@ class GpuProbe(Probe):
         self._initialised = False
 
     # -- setup -----------------------------------------------------------------------------
-    def _module(self) -> Any:
-        injected = self.options.get("nvml")
-        if injected is not None:
-            return injected
-        try:
-            return importlib.import_module("pynvml")
-        except ImportError as exc:
-            raise ProbeUnavailable(
-                "gpu: the NVML Python bindings are not installed (pip install nvidia-ml-py)"
-            ) from exc
-
     def _error_name(self, exc: Exception) -> str:
-        value = getattr(exc, "value", None)
-        for name in _DROP_ERRORS:
-            if getattr(self._nvml, name, object()) == value:
-                return name
-        return ""
+        return next((n for n in _DROP_ERRORS if error_is(self._nvml, exc, n)), "")
 
     def open(self) -> None:
-        nvml = self._nvml = self._module()
+        nvml = self._nvml = load_nvml(self.options, "gpu")
         try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            self.status, self.reason = "unavailable", (
-                f"gpu: NVML could not start ({exc}): no NVIDIA driver or libnvidia-ml.so.1 "
-                "on this host")
-            raise ProbeUnavailable(self.reason) from exc
+            start_nvml(nvml, "gpu")
+        except ProbeUnavailable as exc:
+            self.status, self.reason = "unavailable", str(exc)
+            raise
         self._initialised = True
         try:
             count = int(nvml.nvmlDeviceGetCount())

@@ -26,13 +26,13 @@ The NVML module is ``pynvml`` (nvidia-ml-py) or any pynvml-shaped object given a
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from reveal.collect._nvml import error_is, load_nvml, start_nvml
 from reveal.collect.ebpf.targets import read_cgroup, read_comm
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 from reveal.frame import format_channel
@@ -75,29 +75,16 @@ class GpuProcessProbe(Probe):
         self._unsupported: list[str] = []
 
     # -- setup -----------------------------------------------------------------------------
-    def _module(self) -> Any:
-        injected = self.options.get("nvml")
-        if injected is not None:
-            return injected
-        try:
-            return importlib.import_module("pynvml")
-        except ImportError as exc:
-            raise ProbeUnavailable("gpu_procs: the NVML Python bindings are not installed "
-                                   "(pip install nvidia-ml-py)") from exc
-
     def _is(self, exc: Exception, *names: str) -> bool:
-        value = getattr(exc, "value", None)
-        return any(getattr(self._nvml, name, object()) == value for name in names)
+        return error_is(self._nvml, exc, *names)
 
     def open(self) -> None:
-        nvml = self._nvml = self._module()
+        nvml = self._nvml = load_nvml(self.options, "gpu_procs")
         try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            self.status = "unavailable"
-            self.reason = (f"gpu_procs: NVML could not start ({exc}): no NVIDIA driver or "
-                           "libnvidia-ml.so.1 on this host")
-            raise ProbeUnavailable(self.reason) from exc
+            start_nvml(nvml, "gpu_procs")
+        except ProbeUnavailable as exc:
+            self.status, self.reason = "unavailable", str(exc)
+            raise
         self._initialised = True
         try:
             count = int(nvml.nvmlDeviceGetCount())
