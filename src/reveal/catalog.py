@@ -10,6 +10,10 @@ Kinds:
 - ``counter``: monotonic cumulative count; rated to per-second at analysis time.
 - ``event``: cumulative error/fault count; rated, then summed per window.
 - ``static``: configuration-like (sizes, limits); excluded from single-host detection.
+- ``smoothed``: a kernel-side moving average of another channel (load averages, PSI
+  avg10/60/300). Kept for display, excluded from detection: its lag would stretch every
+  anomaly by tens of seconds, and the underlying counter (``psi.*.total``,
+  ``loadavg.runnable``) carries the same evidence at once.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 SUBSYSTEMS = ("cpu", "gpu", "memory", "network", "storage", "software", "unknown")
-KINDS = ("gauge", "counter", "event", "static")
+KINDS = ("gauge", "counter", "event", "static", "smoothed")
+NOT_DETECTED = ("static", "smoothed")  # kinds left out of detection
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ class DetectConfig:
     iforest_contamination: float = 0.01
     gmm_max_components: int = 6
     random_state: int = 0
+    # least change that counts, as a share of a channel's baseline level (collector
+    # channels with units only; 0: off); see reveal.analyze.floors
+    relative_floor: float = 0.05
 
 
 @dataclass(frozen=True)

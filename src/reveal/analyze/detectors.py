@@ -137,12 +137,18 @@ def _robust_center_scale(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class ZScore(Detector):
-    """Mean |robust z| over columns; a column's contribution is its |z| / K."""
+    """Mean |robust z| over columns; a column's contribution is its |z| / K.
+
+    ``min_scale``: least per-column scale (1.0 when the input is already robust z, so
+    that a scale floor applied upstream is not undone).
+    """
 
     name = "Z"
+    min_scale = 0.0
 
     def _fit(self, X: np.ndarray) -> None:
         self.center_, self.scale_ = _robust_center_scale(X)
+        self.scale_ = np.maximum(self.scale_, self.min_scale)
 
     def _z(self, X: np.ndarray) -> np.ndarray:
         return np.abs((X - self.center_.astype(X.dtype)) / self.scale_.astype(X.dtype))

@@ -26,7 +26,14 @@ from typing import Self
 
 import numpy as np
 
-from reveal.analyze.detectors import DETECTORS, GMM, Detector, IsolationForest, PCAMahalanobis
+from reveal.analyze.detectors import (
+    DETECTORS,
+    GMM,
+    Detector,
+    IsolationForest,
+    PCAMahalanobis,
+    ZScore,
+)
 from reveal.analyze.preprocess import RobustScaler, check_matrix
 from reveal.analyze.threshold import pot_threshold, quantile_threshold
 from reveal.config import DetectConfig
@@ -108,6 +115,8 @@ def _make_detectors(config: DetectConfig, options: EnsembleOptions) -> list[Dete
                       threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
         else:
             det = cls(threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
+            if isinstance(det, ZScore):  # its input is already in baseline sigmas: keep floors
+                det.min_scale = 1.0
         out.append(det)
     if not out:
         raise InputError("no detector selected")
@@ -168,8 +177,13 @@ class Ensemble:
         self.options = options
 
     # -- fitting -----------------------------------------------------------------------
-    def fit(self, baseline_features: np.ndarray, robust_self_fit: bool = False) -> Self:
-        """Fit on baseline windows (n, K); with ``robust_self_fit`` the run is its own baseline."""
+    def fit(self, baseline_features: np.ndarray, robust_self_fit: bool = False,
+            scale_floor: np.ndarray | None = None) -> Self:
+        """Fit on baseline windows (n, K); with ``robust_self_fit`` the run is its own baseline.
+
+        ``scale_floor`` (K,): the least scale of each column, in its units (see
+        :class:`RobustScaler`).
+        """
         config = self.config or DetectConfig()
         options = self.options or EnsembleOptions()
         if options.combine not in ("surprise", "ratio"):
@@ -182,7 +196,7 @@ class Ensemble:
                                     drift_window=options.drift_window,
                                     drift_block=options.drift_block,
                                     max_fit_rows=options.max_fit_rows,
-                                    random_state=config.random_state).fit(X)
+                                    random_state=config.random_state).fit(X, scale_floor)
         self.columns_used_ = self.scaler_.columns_used_
         self.n_features_in_ = X.shape[1]
         if self.columns_used_.size == 0:

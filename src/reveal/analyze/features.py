@@ -42,7 +42,7 @@ DYNAMIC_FEATURES: tuple[str, ...] = (
 )
 EVENT_FEATURES: tuple[str, ...] = ("sum",)
 
-DYNAMIC_KINDS = ("gauge", "counter")
+DYNAMIC_KINDS = ("gauge", "counter", "smoothed")
 EVENT_KINDS = ("event",)
 STATIC_KINDS = ("static",)
 

@@ -19,9 +19,10 @@ from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
 from reveal.analyze.ensemble import Ensemble
 from reveal.analyze.features import FeatureMatrix, compute_features
+from reveal.analyze.floors import channel_floors, feature_floors
 from reveal.analyze.select import prune
 from reveal.analyze.windows import make_windows
-from reveal.catalog import default_catalog
+from reveal.catalog import NOT_DETECTED, default_catalog
 from reveal.config import AnalyzeConfig, WindowConfig
 from reveal.errors import InputError
 from reveal.frame import Telemetry, channel_metric
@@ -81,6 +82,19 @@ def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
     return compute_features(values, channels, kinds, windows)
 
 
+def _scale_floors(base: Telemetry, channels: list[str], fm: FeatureMatrix, relative: float,
+                  window: WindowConfig, interval_s: float) -> np.ndarray | None:
+    """Per feature column, the least change that counts (None when the floor is off)."""
+    if relative <= 0:
+        return None
+    with pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)  # all-NaN channels
+        levels = np.nanmedian(base.select(channels).values, axis=0)
+    per_channel = dict(zip(channels, channel_floors(channels, levels, relative), strict=True))
+    rows = window.size_rows if window.size_rows is not None else window.size_s / interval_s
+    return feature_floors(fm.channels, fm.features, per_channel, rows)
+
+
 def _episodes(anomalies: list[Anomaly]) -> list[Episode]:
     """Group flagged windows whose time spans overlap or touch."""
     episodes: list[Episode] = []
@@ -137,7 +151,7 @@ def analyze_run(
         warnings.append(f"counter resets handled in {len(derive_report.resets)} channels")
 
     usable = [c for c, ok in zip(d_run.channels, _finite_channels(d_run), strict=True)
-              if ok and catalog.lookup(channel_metric(c)).kind != "static"]
+              if ok and catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED]
     empty = d_run.n_channels - len(usable)
     if base is not None:
         base_ok = {c for c, ok in zip(d_base.channels, _finite_channels(d_base), strict=True)
@@ -181,7 +195,10 @@ def analyze_run(
                         "(robustly, median/MAD); a persistent anomaly may look normal")
 
     say(f"fitting detectors on {fm_base.values.shape[0]} baseline windows")
-    ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit)
+    floors = _scale_floors(d_base, usable, fm_base, config.detect.relative_floor, window,
+                           d_base.interval_s)
+    ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit,
+                                           scale_floor=floors)
     verdicts = ensemble.score(fm_run.values)
     rows = np.flatnonzero(verdicts.flagged)
     say(f"attributing {len(rows)} flagged windows")

@@ -22,6 +22,11 @@ Decisions (documented in docs/detectors.md):
   by the detectors (``keep_`` is False for it); ``columns_used_`` lists the others.
 - z is clipped to ``±clip`` so that one column that barely moved on the baseline cannot
   dominate every distance.
+- ``scale_floor`` (per column, in the column's units) is the smallest change that matters:
+  the scale is never below it. A short, quiet baseline gives some columns a spread far
+  below their run-to-run variation (a memory level steady to the page for a minute); the
+  floor keeps a change of a few per cent from reading as thousands of sigmas. A column
+  constant on the baseline but with a positive floor is scored (with the floor as scale).
 """
 
 from __future__ import annotations
@@ -98,7 +103,8 @@ class RobustScaler:
         self.max_fit_rows = max_fit_rows
         self.random_state = random_state
 
-    def fit(self, X: np.ndarray) -> RobustScaler:
+    def fit(self, X: np.ndarray, scale_floor: np.ndarray | None = None) -> RobustScaler:
+        """Fit on baseline windows ``X`` (n, K); ``scale_floor`` (K,): least scale per column."""
         X = check_matrix(X, "baseline features")
         if X.shape[0] == 0 or X.shape[1] == 0:
             raise InputError(f"baseline feature matrix is empty (shape {X.shape})")
@@ -129,6 +135,11 @@ class RobustScaler:
         floor = self.min_scale * np.maximum(np.abs(median), 1.0)
         scale = np.where(mad > floor, mad, np.where(std > floor, std, 0.0))
         scale = np.nan_to_num(scale)
+        if scale_floor is not None:
+            least = np.nan_to_num(np.asarray(scale_floor, dtype=np.float64), nan=0.0)
+            if least.shape != scale.shape:
+                raise InputError(f"scale floor has {least.size} values for {scale.size} columns")
+            scale = np.maximum(scale, np.clip(least, 0.0, None))
         keep = (scale > 0) & (nan_share <= self.max_nan_share)
         self.n_features_in_ = X.shape[1]
         self.median_ = median.astype(np.float64)

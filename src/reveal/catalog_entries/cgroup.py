@@ -97,7 +97,7 @@ ENTRIES = [
         MetricInfo(f"cgroup.psi.{res}.{kind}.total", subsystem, "counter", "µs",
                    85 if kind == "some" else 75,
                    f"time {who} container tasks stalled on {what}"),
-        MetricInfo(f"cgroup.psi.{res}.{kind}.avg*", subsystem, "gauge", "percent", 40,
+        MetricInfo(f"cgroup.psi.{res}.{kind}.avg*", subsystem, "smoothed", "percent", 40,
                    f"share of time {who} container tasks stalled on {what}"),
     )
 ]

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from reveal.analyze.derive import derive
     from reveal.analyze.select import prune, pruning_curves, save_metric_set, union
-    from reveal.catalog import default_catalog
+    from reveal.catalog import NOT_DETECTED, default_catalog
     from reveal.frame import channel_metric
     from reveal.store.sources import open_source
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in args.runs:
         tel, _ = derive(open_source(spec), catalog)
         dynamic = [c for c in tel.channels
-                   if catalog.lookup(channel_metric(c)).kind != "static"]
+                   if catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED]
         tel = tel.select(dynamic)
         selection = prune(tel, args.threshold, catalog)
         selections.append(selection)

@@ -27,7 +27,7 @@ import numpy as np
 
 from reveal.inject.groundtruth import Episode
 
-DEFAULT_SETTLE_S = 5.0
+DEFAULT_SETTLE_S = 10.0
 
 
 @dataclass

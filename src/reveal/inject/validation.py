@@ -41,8 +41,8 @@ class SuiteOptions:
     repetitions: int = 3
     baseline_s: float = 60.0
     episode_s: float = 8.0
-    gap_s: float = 14.0
-    lead_s: float = 15.0
+    gap_s: float = 20.0
+    lead_s: float = 10.0
     settle_s: float = DEFAULT_SETTLE_S
     interval_s: float = 0.1
     seed: int = 0

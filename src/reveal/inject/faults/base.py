@@ -10,6 +10,7 @@ stops the fault after ``duration_s`` seconds (self-ending faults: at most ``max_
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,12 @@ class Fault(ABC):
         for proc in self.procs:
             processes.stop(proc)
         self.procs.clear()
+
+    def remove_file(self, path: Path) -> None:
+        """Delete a scratch file and flush the file system, so that what the deletion sets
+        off (journal commit, discards of the freed blocks) happens inside the episode."""
+        path.unlink(missing_ok=True)
+        os.sync()
 
     def finished(self) -> bool:
         """True when a self-ending fault has done its work."""

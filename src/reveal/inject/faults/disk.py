@@ -50,4 +50,4 @@ class DiskBurst(Fault):
 
     def end(self) -> None:
         super().end()
-        self.path.unlink(missing_ok=True)
+        self.remove_file(self.path)

@@ -44,4 +44,4 @@ class WritebackStorm(Fault):
 
     def end(self) -> None:
         super().end()
-        self.path.unlink(missing_ok=True)
+        self.remove_file(self.path)
