@@ -42,3 +42,28 @@ def test_robust_z_is_finite_on_flat_baselines():
 def test_no_windows_no_attributions():
     assert attribute(np.zeros((0, 4)), np.zeros((0, 4)), CHANNELS, FEATURES,
                      np.zeros(4), np.zeros(4), CATALOG) == []
+
+
+def test_breadth_does_not_outrank_strong_evidence():
+    """Many memory columns that each moved a little do not outrank three strong network
+    counters: a subsystem's evidence is its three strongest channels."""
+    channels = [f"mem.level{i}" for i in range(40)] + ["snmp.Tcp.RetransSegs",
+                                                      "netstat.TcpExt.TCPSackRecovery"]
+    catalog = Catalog([MetricInfo("mem.*", "memory", "gauge"),
+                       MetricInfo("snmp.*", "network", "event"),
+                       MetricInfo("netstat.*", "network", "event")])
+    contributions = np.array([[1.0] * 40 + [10.0, 8.0]])  # memory sums to 40, network 18
+    k = contributions.shape[1]
+    out = attribute(contributions, np.ones((1, k)), channels, ["mean"] * 40 + ["sum"] * 2,
+                    np.zeros(k), np.ones(k), catalog)
+    assert out[0].subsystems[0] == "network"
+    assert abs(sum(out[0].shares.values()) - 1.0) < 1e-9
+    assert out[0].reasons[0].channel == "snmp.Tcp.RetransSegs"
+
+
+def test_given_subsystems_override_the_catalog():
+    contributions = np.array([[0.0, 0.0, 0.0, 4.0]])
+    out = attribute(contributions, np.ones((1, 4)), CHANNELS, FEATURES, np.zeros(4),
+                    np.ones(4), CATALOG, subsystems=["cpu", "cpu", "storage", "storage"])
+    assert out[0].subsystems == ["storage"]
+    assert out[0].reasons[0].subsystem == "storage"

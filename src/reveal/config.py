@@ -31,8 +31,10 @@ class DetectConfig:
     iforest_contamination: float = 0.01
     gmm_max_components: int = 6
     random_state: int = 0
-    # least change that counts, as a share of a channel's baseline level (collector
-    # channels with units only; 0: off); see reveal.analyze.floors
+    # least change that counts (collector channels with units only; see
+    # reveal.analyze.floors): a share of the channel's baseline level, and a burst of a
+    # few counts for counters; scale_floors=False turns both off
+    scale_floors: bool = True
     relative_floor: float = 0.05
 
 

@@ -7,6 +7,7 @@ the top pairs are kept with their share of the explanation, the value against th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,30 @@ def claim_for(reason: Reason, catalog: Catalog, others: list[str]) -> str:
     return text + "."
 
 
+EVIDENCE_CHANNELS = 3  # strongest channels per subsystem that make its evidence
+
+
+def subsystem_evidence(shares: np.ndarray, channels: Sequence[str],
+                       subsystem_of: np.ndarray) -> np.ndarray:
+    """(n, S) normalised evidence per subsystem from per-column shares (n, K)."""
+    from scipy import sparse
+
+    n, k = shares.shape
+    names, channel_idx = np.unique(np.asarray(channels, dtype=object), return_inverse=True)
+    to_channel = sparse.csr_matrix((np.ones(k), (np.arange(k), channel_idx)),
+                                   shape=(k, len(names)))
+    per_channel = np.asarray(to_channel.T.dot(shares.T).T)  # (n, C)
+    channel_subsystem = np.zeros(len(names), dtype=np.int64)
+    channel_subsystem[channel_idx] = subsystem_of
+    evidence = np.zeros((n, len(SUBSYSTEMS)))
+    for s in np.unique(channel_subsystem):
+        cols = per_channel[:, channel_subsystem == s]
+        m = min(EVIDENCE_CHANNELS, cols.shape[1])
+        evidence[:, s] = np.sort(cols, axis=1)[:, -m:].sum(axis=1)
+    total = evidence.sum(axis=1, keepdims=True)
+    return evidence / np.where(total > 0, total, 1.0)
+
+
 def attribute(
     contributions: np.ndarray,
     values: np.ndarray,
@@ -93,6 +118,7 @@ def attribute(
     baseline_mad: np.ndarray,
     catalog: Catalog | None = None,
     top: int = 5,
+    subsystems: Sequence[str] | None = None,
 ) -> list[Attribution]:
     """Attributions for ``n`` flagged windows.
 
@@ -102,6 +128,14 @@ def attribute(
     values : (n, K) feature values of those windows.
     channels, features : length-K column descriptions.
     baseline_median, baseline_mad : (K,) baseline statistics of each feature column.
+    subsystems : length-K subsystem of each column's channel (default: the catalog's; see
+        :func:`reveal.analyze.subsystems.channel_subsystems` for the label-refined one).
+
+    A subsystem's evidence is the summed share of its ``EVIDENCE_CHANNELS`` strongest
+    channels (a channel's share: the sum over its feature columns), so that a subsystem
+    is not ranked first merely for having many channels that each moved a little (a job
+    slowed by packet loss shifts dozens of memory and CPU levels slightly; the
+    retransmission counters carry the cause). ``shares`` are these evidences normalised.
     """
     catalog = catalog or default_catalog()
     n, k = contributions.shape
@@ -110,11 +144,10 @@ def attribute(
     contrib = np.nan_to_num(np.clip(contributions, 0.0, None))
     totals = contrib.sum(axis=1, keepdims=True)
     shares = contrib / np.where(totals > 0, totals, 1.0)
-    subsystem_of = np.array([SUBSYSTEMS.index(catalog.lookup(channel_metric(c)).subsystem)
-                             for c in channels])
-    onehot = np.zeros((k, len(SUBSYSTEMS)))
-    onehot[np.arange(k), subsystem_of] = 1.0
-    subsystem_shares = shares @ onehot  # (n, S)
+    if subsystems is None:
+        subsystems = [catalog.lookup(channel_metric(c)).subsystem for c in channels]
+    subsystem_of = np.array([SUBSYSTEMS.index(s) for s in subsystems])
+    subsystem_shares = subsystem_evidence(shares, channels, subsystem_of)  # (n, S)
     top = min(top, k)
     top_idx = np.argpartition(-shares, top - 1, axis=1)[:, :top]
     order = np.take_along_axis(shares, top_idx, axis=1).argsort(axis=1)[:, ::-1]

@@ -7,58 +7,91 @@ fault (page cache refilled, socket buffers grown) keeps flagging. The floor says
 change smaller than ``relative`` × the channel's baseline level (its median, in derived
 units: bytes, per-second rates, percent) is not evidence, however quiet the baseline was.
 
-Only channels with physical units get a floor (collector channels whose kind is ``gauge``
-or ``counter``); labelled benchmark data (``smd.*``, ``asd.*``, already normalised) and
-event counts (whose baseline level is usually zero) get none. Shape features (skewness,
-kurtosis, autocorrelation, ADF) are dimensionless and get none either.
+Counters and event counts are also given an absolute floor, for a baseline on which they
+were idle (level zero): a burst of ``SPIKE_GRANULES`` granules (3 pages, 3 packets, 3 ms
+of I/O time; a granule is one count, 4 KiB for byte and sector counters, 1 ms for µs/ns
+time counters) within one sample is not evidence. A stray mlock of three pages by a
+process start-up would otherwise be thousands of sigmas above a flat zero.
+
+Only channels with physical units get floors (collector channels); labelled benchmark data
+(``smd.*``, ``asd.*``, already normalised) get none. Shape features (skewness, kurtosis,
+autocorrelation, ADF) are dimensionless and get none either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric
 
-LEVEL_FEATURES = ("mean", "median", "min", "max", "std")
 UNFLOORED_PREFIXES = ("smd.", "asd.")
-FLOORED_KINDS = ("gauge", "counter")
+RELATIVE_KINDS = ("gauge", "counter")
+COUNT_KINDS = ("counter", "event")
+SPIKE_GRANULES = 3.0
+GRANULE_BY_UNIT = {"bytes": 4096.0, "512-byte sectors": 8.0, "KiB": 4.0, "µs": 1000.0,
+                   "ns": 1e6}
+
+
+@dataclass(frozen=True)
+class ChannelFloor:
+    """Least change that counts for one channel, in its derived units.
+
+    level : ``relative × |baseline median|`` (0 for event counts).
+    spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events).
+    """
+
+    level: float = 0.0
+    spike: float = 0.0
 
 
 def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
-                   catalog: Catalog | None = None) -> np.ndarray:
-    """Least meaningful change per channel (its units): ``relative × |level|``, or 0."""
+                   interval_s: float, catalog: Catalog | None = None) -> list[ChannelFloor]:
+    """The floors of every channel (``levels``: baseline medians, derived units)."""
     catalog = catalog or default_catalog()
     levels = np.nan_to_num(np.abs(np.asarray(levels, dtype=np.float64)), nan=0.0,
                            posinf=0.0, neginf=0.0)
-    out = np.zeros(len(channels), dtype=np.float64)
-    if relative <= 0:
-        return out
+    interval = interval_s if np.isfinite(interval_s) and interval_s > 0 else 1.0
+    out = []
     for i, channel in enumerate(channels):
         metric = channel_metric(channel)
         if metric.startswith(UNFLOORED_PREFIXES):
+            out.append(ChannelFloor())
             continue
-        if catalog.lookup(metric).kind in FLOORED_KINDS:
-            out[i] = relative * levels[i]
+        info = catalog.lookup(metric)
+        level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
+        spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
+                 if info.kind in COUNT_KINDS else 0.0)
+        out.append(ChannelFloor(float(level), float(spike)))
     return out
 
 
 def feature_floors(column_channels: Sequence[str], column_features: Sequence[str],
-                   channel_floor: dict[str, float], rows_per_window: float) -> np.ndarray:
-    """Per feature column: the channel floor for levels and std, its square for the
-    variance, the floor spread over the window for the slope (per row), else 0."""
+                   floors: dict[str, ChannelFloor], rows_per_window: float) -> np.ndarray:
+    """Per feature column, its floor in the feature's units.
+
+    A spike of one sample moves a window's maximum by ``spike``, its mean, median and
+    minimum by ``spike / rows``, its standard deviation by about ``spike / sqrt(rows)``
+    and its sum of rates (event features) by ``spike``; the slope (per row) floor is the
+    level floor spread over the window.
+    """
     out = np.zeros(len(column_channels), dtype=np.float64)
     rows = max(float(rows_per_window), 1.0)
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
-        least = channel_floor.get(channel, 0.0)
-        if least <= 0:
+        f = floors.get(channel)
+        if f is None or (f.level <= 0 and f.spike <= 0):
             continue
-        if feature in LEVEL_FEATURES:
-            out[k] = least
+        if feature in ("mean", "median", "min"):
+            out[k] = max(f.level, f.spike / rows)
+        elif feature in ("max", "sum"):
+            out[k] = max(f.level, f.spike)
+        elif feature == "std":
+            out[k] = max(f.level, f.spike / np.sqrt(rows))
         elif feature == "variance":
-            out[k] = least * least
+            out[k] = max(f.level, f.spike / np.sqrt(rows)) ** 2
         elif feature == "slope":
-            out[k] = least / rows
+            out[k] = max(f.level, f.spike / rows) / rows
     return out

@@ -21,6 +21,7 @@ from reveal.analyze.ensemble import Ensemble
 from reveal.analyze.features import FeatureMatrix, compute_features
 from reveal.analyze.floors import channel_floors, feature_floors
 from reveal.analyze.select import prune
+from reveal.analyze.subsystems import channel_subsystems, irq_names
 from reveal.analyze.windows import make_windows
 from reveal.catalog import NOT_DETECTED, default_catalog
 from reveal.config import AnalyzeConfig, WindowConfig
@@ -83,14 +84,13 @@ def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
 
 
 def _scale_floors(base: Telemetry, channels: list[str], fm: FeatureMatrix, relative: float,
-                  window: WindowConfig, interval_s: float) -> np.ndarray | None:
-    """Per feature column, the least change that counts (None when the floor is off)."""
-    if relative <= 0:
-        return None
+                  window: WindowConfig, interval_s: float) -> np.ndarray:
+    """Per feature column, the least change that counts (see :mod:`reveal.analyze.floors`)."""
     with pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore", RuntimeWarning)  # all-NaN channels
         levels = np.nanmedian(base.select(channels).values, axis=0)
-    per_channel = dict(zip(channels, channel_floors(channels, levels, relative), strict=True))
+    per_channel = dict(zip(channels, channel_floors(channels, levels, relative, interval_s),
+                           strict=True))
     rows = window.size_rows if window.size_rows is not None else window.size_s / interval_s
     return feature_floors(fm.channels, fm.features, per_channel, rows)
 
@@ -195,8 +195,8 @@ def analyze_run(
                         "(robustly, median/MAD); a persistent anomaly may look normal")
 
     say(f"fitting detectors on {fm_base.values.shape[0]} baseline windows")
-    floors = _scale_floors(d_base, usable, fm_base, config.detect.relative_floor, window,
-                           d_base.interval_s)
+    floors = (_scale_floors(d_base, usable, fm_base, config.detect.relative_floor, window,
+                            d_base.interval_s) if config.detect.scale_floors else None)
     ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit,
                                            scale_floor=floors)
     verdicts = ensemble.score(fm_run.values)
@@ -211,7 +211,9 @@ def analyze_run(
         contributions = ensemble.explain(fm_run.values, rows)
         attributions = attribute(contributions, fm_run.values[rows], fm_run.channels,
                                  fm_run.features, np.nan_to_num(med), np.nan_to_num(mad),
-                                 catalog, config.top_reasons)
+                                 catalog, config.top_reasons,
+                                 channel_subsystems(fm_run.channels, catalog,
+                                                    irq_names(tel.meta)))
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
             anomalies.append(Anomaly(

@@ -1,0 +1,88 @@
+"""Scale floors: the least change that counts, per channel and per feature column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reveal.analyze.ensemble import Ensemble
+from reveal.analyze.floors import SPIKE_GRANULES, ChannelFloor, channel_floors, feature_floors
+from reveal.analyze.preprocess import RobustScaler
+from reveal.catalog import NOT_DETECTED, default_catalog
+from reveal.config import DetectConfig
+
+
+def test_channel_floors_by_kind_unit_and_source():
+    channels = ["mem.Cached", "vmstat.pgfault", "disk.sectors_written{dev=vda}",
+                "snmp.Tcp.RetransSegs", "smd.cpu_r", "mem.MemTotal"]
+    levels = np.array([2e9, 1000.0, 0.0, 0.0, 0.5, 24e9])
+    floors = channel_floors(channels, levels, 0.05, interval_s=0.1)
+    cached, pgfault, sectors, retrans, smd, total = floors
+    assert cached == ChannelFloor(level=1e8, spike=0.0)  # a gauge: relative only
+    assert pgfault.level == pytest.approx(50.0)
+    assert pgfault.spike == pytest.approx(SPIKE_GRANULES / 0.1)  # 3 faults in one sample
+    assert sectors.spike == pytest.approx(SPIKE_GRANULES * 8 / 0.1)  # 3 × 4 KiB
+    assert retrans.level == 0.0 and retrans.spike > 0  # an event: no relative floor
+    assert smd == ChannelFloor()  # labelled, normalised data: none
+    assert total.level == 0.0  # static: none
+    assert all(f == ChannelFloor() for f in channel_floors(channels, levels, 0.0, 0.1)[:1])
+
+
+def test_feature_floors_follow_what_a_spike_does_to_each_feature():
+    floors = {"a": ChannelFloor(level=2.0, spike=30.0)}
+    feats = ["mean", "max", "std", "variance", "slope", "skewness", "sum"]
+    out = feature_floors(["a"] * len(feats), feats, floors, rows_per_window=30)
+    mean, mx, std, var, slope, skew, total = out
+    assert mean == pytest.approx(2.0)  # max(level 2, spike/30 = 1)
+    assert mx == pytest.approx(30.0) and total == pytest.approx(30.0)
+    assert std == pytest.approx(max(2.0, 30 / np.sqrt(30)))
+    assert var == pytest.approx(std ** 2)
+    assert slope == pytest.approx(2.0 / 30)
+    assert skew == 0.0  # dimensionless: no floor
+    assert (feature_floors(["b"], ["mean"], floors, 30) == 0).all()  # unknown channel
+
+
+def test_scaler_floor_caps_z_and_scores_baseline_constant_columns():
+    rng = np.random.default_rng(0)
+    base = np.column_stack([100 + 0.001 * rng.standard_normal(60), np.full(60, 50.0)])
+    bare = RobustScaler().fit(base)
+    assert list(bare.keep_) == [True, False]  # the constant column is unusable bare
+    floored = RobustScaler().fit(base, scale_floor=np.array([5.0, 2.5]))
+    assert list(floored.keep_) == [True, True]
+    z = floored.transform(np.array([[102.0, 55.0]]))
+    assert z[0, 0] == pytest.approx(0.4, abs=0.01)  # 2 % above: under half a floor
+    assert z[0, 1] == pytest.approx(2.0)
+    with pytest.raises(Exception, match="scale floor"):
+        RobustScaler().fit(base, scale_floor=np.ones(3))
+
+
+def test_floors_keep_a_small_level_change_from_being_flagged():
+    """A level that was steady to 0.01 % on the baseline moves by 1 %: thousands of
+    baseline sigmas, but below the floor; a 50 % move is still flagged."""
+    rng = np.random.default_rng(1)
+    n, k = 120, 8
+    base = 1000 + rng.standard_normal((n, k))
+    base[:, 0] = 5e6 + 500 * rng.standard_normal(n)  # a quiet memory level
+    run = 1000 + rng.standard_normal((40, k))
+    run[:, 0] = 5e6 * 1.01
+    run[30:, 0] = 5e6 * 1.5
+    floor = 0.05 * np.abs(np.median(base, axis=0))
+    floor[1:] = 0.0
+    config = DetectConfig(detectors=("zscore", "pca_mahalanobis"))
+    bare = Ensemble(config).fit(base).score(run)
+    floored = Ensemble(config).fit(base, scale_floor=floor).score(run)
+    assert bare.flagged[:30].mean() > 0.9  # the 1 % shift reads as a huge anomaly
+    assert floored.flagged[:30].mean() < 0.1
+    assert floored.flagged[30:].all()
+
+
+def test_cumulative_vmstat_counters_and_smoothed_averages():
+    catalog = default_catalog()
+    for name in ("vmstat.nr_dirtied", "vmstat.nr_written", "vmstat.nr_vmscan_immediate_reclaim",
+                 "vmstat.nr_foll_pin_acquired"):
+        assert catalog.lookup(name).kind == "counter", name
+    assert catalog.lookup("vmstat.nr_mapped").kind == "gauge"
+    for name in ("loadavg.load1", "psi.cpu.some.avg10", "psi.io.full.avg300",
+                 "cgroup.psi.cpu.some.avg10"):
+        assert catalog.lookup(name).kind in NOT_DETECTED, name
+    assert catalog.lookup("psi.cpu.some.total").kind == "counter"
