@@ -67,3 +67,18 @@ def test_given_subsystems_override_the_catalog():
                     np.ones(4), CATALOG, subsystems=["cpu", "cpu", "storage", "storage"])
     assert out[0].subsystems == ["storage"]
     assert out[0].reasons[0].subsystem == "storage"
+
+
+def test_many_feature_columns_do_not_outweigh_one_event_column():
+    """A gauge summarised by eleven features that each moved a little does not outrank an
+    event counter (one ``sum`` column) that moved a lot."""
+    feats = ["mean", "variance", "std", "skewness", "kurtosis", "min", "max", "median",
+             "slope", "autocorr_lag1", "adf_stat"]
+    channels = ["mem.Cached"] * len(feats) + ["snmp.Tcp.RetransSegs"]
+    catalog = Catalog([MetricInfo("mem.*", "memory", "gauge"),
+                       MetricInfo("snmp.*", "network", "event")])
+    contributions = np.array([[1.0] * len(feats) + [4.0]])  # memory sums to 11, network 4
+    k = contributions.shape[1]
+    out = attribute(contributions, np.ones((1, k)), channels, feats + ["sum"], np.zeros(k),
+                    np.ones(k), catalog)
+    assert out[0].subsystems[0] == "network"

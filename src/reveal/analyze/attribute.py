@@ -98,6 +98,7 @@ def subsystem_evidence(shares: np.ndarray, channels: Sequence[str],
     to_channel = sparse.csr_matrix((np.ones(k), (np.arange(k), channel_idx)),
                                    shape=(k, len(names)))
     per_channel = np.asarray(to_channel.T.dot(shares.T).T)  # (n, C)
+    per_channel /= np.bincount(channel_idx, minlength=len(names))[None, :]  # mean per column
     channel_subsystem = np.zeros(len(names), dtype=np.int64)
     channel_subsystem[channel_idx] = subsystem_of
     evidence = np.zeros((n, len(SUBSYSTEMS)))
@@ -131,11 +132,12 @@ def attribute(
     subsystems : length-K subsystem of each column's channel (default: the catalog's; see
         :func:`reveal.analyze.subsystems.channel_subsystems` for the label-refined one).
 
-    A subsystem's evidence is the summed share of its ``EVIDENCE_CHANNELS`` strongest
-    channels (a channel's share: the sum over its feature columns), so that a subsystem
-    is not ranked first merely for having many channels that each moved a little (a job
-    slowed by packet loss shifts dozens of memory and CPU levels slightly; the
-    retransmission counters carry the cause). ``shares`` are these evidences normalised.
+    A subsystem's evidence is the summed evidence of its ``EVIDENCE_CHANNELS`` strongest
+    channels, a channel's evidence being the mean share of its feature columns. Neither
+    breadth counts: not many channels that each moved a little (a job slowed by packet
+    loss shifts dozens of memory and CPU levels slightly; the retransmission counters
+    carry the cause), nor many columns per channel (a gauge is summarised by eleven
+    features, an event counter by one). ``shares`` are these evidences normalised.
     """
     catalog = catalog or default_catalog()
     n, k = contributions.shape

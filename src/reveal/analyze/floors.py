@@ -95,3 +95,43 @@ def feature_floors(column_channels: Sequence[str], column_features: Sequence[str
         elif feature == "slope":
             out[k] = max(f.level, f.spike / rows) / rows
     return out
+
+
+SHAPE_FEATURES = ("skewness", "kurtosis", "autocorr_lag1", "adf_stat")
+
+
+def flat_shape_mask_plan(column_channels: Sequence[str], column_features: Sequence[str],
+                         column_floors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which shape columns to blank in windows where their channel is flat.
+
+    Returns ``(shape_cols, std_cols, thresholds)``: shape column ``shape_cols[i]`` is
+    undefined in a window whose channel std (column ``std_cols[i]``) is at most
+    ``thresholds[i]`` (the std floor). The skewness of a counter idle but for one event is
+    √n whatever the event's size, so the shape of a window that barely moves is noise.
+    """
+    std_of: dict[str, int] = {}
+    for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
+        if feature == "std" and column_floors[k] > 0:
+            std_of[channel] = k
+    shape_cols, std_cols = [], []
+    for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
+        if feature in SHAPE_FEATURES and channel in std_of:
+            shape_cols.append(k)
+            std_cols.append(std_of[channel])
+    shape = np.asarray(shape_cols, dtype=np.intp)
+    std = np.asarray(std_cols, dtype=np.intp)
+    return shape, std, np.asarray(column_floors, dtype=np.float64)[std]
+
+
+def blank_flat_shapes(values: np.ndarray,
+                      plan: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    """Set planned shape features to NaN (in place) where the window is flat; returns how
+    many values were blanked."""
+    shape_cols, std_cols, thresholds = plan
+    if shape_cols.size == 0 or values.shape[0] == 0:
+        return 0
+    flat = ~(values[:, std_cols] > thresholds)  # NaN std counts as flat
+    block = values[:, shape_cols]
+    block[flat] = np.nan
+    values[:, shape_cols] = block
+    return int(flat.sum())

@@ -19,7 +19,12 @@ from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
 from reveal.analyze.ensemble import Ensemble
 from reveal.analyze.features import FeatureMatrix, compute_features
-from reveal.analyze.floors import channel_floors, feature_floors
+from reveal.analyze.floors import (
+    blank_flat_shapes,
+    channel_floors,
+    feature_floors,
+    flat_shape_mask_plan,
+)
 from reveal.analyze.select import prune
 from reveal.analyze.subsystems import channel_subsystems, irq_names
 from reveal.analyze.windows import make_windows
@@ -197,6 +202,11 @@ def analyze_run(
     say(f"fitting detectors on {fm_base.values.shape[0]} baseline windows")
     floors = (_scale_floors(d_base, usable, fm_base, config.detect.relative_floor, window,
                             d_base.interval_s) if config.detect.scale_floors else None)
+    if floors is not None:
+        plan = flat_shape_mask_plan(fm_base.channels, fm_base.features, floors)
+        blank_flat_shapes(fm_run.values, plan)
+        if not self_fit:
+            blank_flat_shapes(fm_base.values, plan)
     ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit,
                                            scale_floor=floors)
     verdicts = ensemble.score(fm_run.values)

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     w1 = rng.normal(0, np.sqrt(2 / n_in), (n_in, n_hidden)).astype(np.float32)
     w2 = rng.normal(0, np.sqrt(2 / n_hidden), (n_hidden, N_CLASSES)).astype(np.float32)
     lr = 0.01
-    progress = Progress(workload="numpy_train")
+    progress = Progress(args.progress_every, workload="numpy_train")
     stop.arm()
     loss = 0.0
     while not stop:

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
     model = DistributedDataParallel(build_model())
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    progress = Progress(workload="torch_ddp", rank=args.rank)
+    progress = Progress(args.progress_every, workload="torch_ddp", rank=args.rank)
     stop.arm()
     loss = torch.tensor(0.0)
     epoch = 0

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                         num_workers=0)
     model = build_model()
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    progress = Progress(workload="torch_train")
+    progress = Progress(args.progress_every, workload="torch_train")
     stop.arm()
     loss = torch.tensor(0.0)
     while not stop:
