@@ -79,6 +79,6 @@ def test_many_feature_columns_do_not_outweigh_one_event_column():
                        MetricInfo("snmp.*", "network", "event")])
     contributions = np.array([[1.0] * len(feats) + [4.0]])  # memory sums to 11, network 4
     k = contributions.shape[1]
-    out = attribute(contributions, np.ones((1, k)), channels, feats + ["sum"], np.zeros(k),
+    out = attribute(contributions, np.ones((1, k)), channels, [*feats, "sum"], np.zeros(k),
                     np.ones(k), catalog)
     assert out[0].subsystems[0] == "network"
