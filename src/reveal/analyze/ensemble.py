@@ -203,6 +203,9 @@ class Ensemble:
             raise InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
                              f"(all constant or undefined); nothing to detect on")
         Z = self.scaler_.transform(X, self.scaler_.centres(X, own_history=True))
+        if not np.any(np.ptp(Z, axis=0) > 0):  # columns kept by a scale floor, all flat
+            raise InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
+                             f"(all constant or undefined); nothing to detect on")
         self.warnings_: list[str] = []
         dropped = X.shape[1] - self.columns_used_.size
         if dropped:

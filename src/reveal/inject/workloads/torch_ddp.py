@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.nn.functional.cross_entropy(model(images), labels)
             loss.backward()
             optimiser.step()
-            progress.step(float(loss))
+            progress.step(loss.item())
         if done.item() > 0:
             break
-    progress.emit(float(loss), final=True)
+    progress.emit(loss.item(), final=True)
     dist.destroy_process_group()
     return 0
 

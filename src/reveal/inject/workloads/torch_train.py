@@ -71,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.nn.functional.cross_entropy(model(images), labels)
             loss.backward()
             optimiser.step()
-            progress.step(float(loss))
+            progress.step(loss.item())
             if stop:
                 break
-    progress.emit(float(loss), final=True)
+    progress.emit(loss.item(), final=True)
     return 0
 
 
