@@ -87,6 +87,7 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
     """Channels whose median during ``episode`` departs most from the baseline median,
     in robust z units (derived rates; diagnostic for the analysis side)."""
     from reveal.analyze.derive import derive
+    from reveal.analyze.subsystems import channel_subsystems, irq_names
     from reveal.catalog import default_catalog
 
     catalog = default_catalog()
@@ -107,10 +108,11 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
         during = np.nanmedian(x, axis=0)
         z = (during - med) / np.where(spread > 0, spread, np.nan)
     order = np.argsort(-np.nan_to_num(np.abs(z), nan=-1.0))[:top]
+    subsystems = channel_subsystems([common[i] for i in order], catalog, irq_names(run.meta))
     return [{"channel": common[i], "robust_z": round(float(z[i]), 2),
              "during": float(during[i]), "baseline_median": float(med[i]),
-             "subsystem": catalog.lookup(common[i]).subsystem}
-            for i in order if np.isfinite(z[i])]
+             "subsystem": subsystem}
+            for i, subsystem in zip(order, subsystems, strict=True) if np.isfinite(z[i])]
 
 
 def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
