@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from reveal.analyze.attribute import attribute, robust_z
 from reveal.catalog import Catalog, MetricInfo
@@ -82,3 +83,19 @@ def test_many_feature_columns_do_not_outweigh_one_event_column():
     out = attribute(contributions, np.ones((1, k)), channels, [*feats, "sum"], np.zeros(k),
                     np.ones(k), catalog)
     assert out[0].subsystems[0] == "network"
+
+
+def test_reasons_quote_the_floored_robust_z_and_claims_name_a_channel_once():
+    channels = ["mem.Committed_AS", "disk.sectors_read{dev=vda}", "disk.sectors_read{dev=vda}"]
+    catalog = Catalog([MetricInfo("mem.*", "memory", "gauge", "", 50, "committed memory"),
+                       MetricInfo("disk.*", "storage", "counter", "", 50, "disk reads")])
+    contributions = np.array([[5.0, 1.0, 1.0]])
+    values = np.array([[1.1e9, 10.0, 12.0]])
+    med, mad = np.array([1.0e9, 0.0, 0.0]), np.array([1.0, 0.0, 0.0])
+    bare = attribute(contributions, values, channels, ["mean", "mean", "max"], med, mad,
+                     catalog)[0]
+    floored = attribute(contributions, values, channels, ["mean", "mean", "max"], med, mad,
+                        catalog, scale_floor=np.array([5e7, 1.0, 1.0]))[0]
+    assert bare.reasons[0].robust_z > 1e4  # a quiet baseline: absurd sigmas
+    assert floored.reasons[0].robust_z == pytest.approx(2.0)  # 1e8 / 5 % of 1e9
+    assert floored.claim.count("disk reads") == 1

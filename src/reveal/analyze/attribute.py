@@ -42,10 +42,14 @@ class Attribution:
     claim: str
 
 
-def robust_z(values: np.ndarray, median: np.ndarray, mad: np.ndarray) -> np.ndarray:
-    """(value − median) / (1.4826·MAD), with a scale floor so flat baselines stay finite."""
+def robust_z(values: np.ndarray, median: np.ndarray, mad: np.ndarray,
+             least: np.ndarray | None = None) -> np.ndarray:
+    """(value − median) / (1.4826·MAD), the scale never below ``least`` (the detectors'
+    scale floor, same units) nor a tiny share of the level, so flat baselines stay finite."""
     scale = MAD_TO_SIGMA * mad
     floor = 1e-6 * np.maximum(np.abs(median), 1.0)
+    if least is not None:
+        floor = np.maximum(floor, least)
     with np.errstate(invalid="ignore"):
         return (values - median) / np.maximum(scale, floor)
 
@@ -120,6 +124,7 @@ def attribute(
     catalog: Catalog | None = None,
     top: int = 5,
     subsystems: Sequence[str] | None = None,
+    scale_floor: np.ndarray | None = None,
 ) -> list[Attribution]:
     """Attributions for ``n`` flagged windows.
 
@@ -131,6 +136,8 @@ def attribute(
     baseline_median, baseline_mad : (K,) baseline statistics of each feature column.
     subsystems : length-K subsystem of each column's channel (default: the catalog's; see
         :func:`reveal.analyze.subsystems.channel_subsystems` for the label-refined one).
+    scale_floor : (K,) least scale of each column (the detectors' floors), so that the
+        robust z quoted in reasons and claims is the one the detectors saw.
 
     A subsystem's evidence is the summed evidence of its ``EVIDENCE_CHANNELS`` strongest
     channels, a channel's evidence being the mean share of its feature columns. Neither
@@ -154,7 +161,8 @@ def attribute(
     top_idx = np.argpartition(-shares, top - 1, axis=1)[:, :top]
     order = np.take_along_axis(shares, top_idx, axis=1).argsort(axis=1)[:, ::-1]
     top_idx = np.take_along_axis(top_idx, order, axis=1)
-    z = robust_z(values, baseline_median[None, :], baseline_mad[None, :])
+    z = robust_z(values, baseline_median[None, :], baseline_mad[None, :],
+                 None if scale_floor is None else np.asarray(scale_floor)[None, :])
     out: list[Attribution] = []
     for w in range(n):
         reasons = [
@@ -168,8 +176,9 @@ def attribute(
         share_map = {SUBSYSTEMS[s]: round(float(subsystem_shares[w, s]), 4)
                      for s in ranked if subsystem_shares[w, s] > 0}
         if reasons:
-            others = [f"{r.subsystem}: {_describe(r.channel, catalog)}"
-                      for r in reasons[1:3] if r.subsystem != reasons[0].subsystem]
+            others = list(dict.fromkeys(
+                f"{r.subsystem}: {_describe(r.channel, catalog)}"
+                for r in reasons[1:3] if r.subsystem != reasons[0].subsystem))
             claim = claim_for(reasons[0], catalog, others)
         else:
             claim = "Flagged by the detectors, with no single feature standing out."

@@ -223,7 +223,8 @@ def analyze_run(
                                  fm_run.features, np.nan_to_num(med), np.nan_to_num(mad),
                                  catalog, config.top_reasons,
                                  channel_subsystems(fm_run.channels, catalog,
-                                                    irq_names(tel.meta)))
+                                                    irq_names(tel.meta)),
+                                 floors)
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
             anomalies.append(Anomaly(
