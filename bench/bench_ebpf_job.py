@@ -129,7 +129,7 @@ def phase(pid: int, progress: ProgressReader, seconds: float,
     if probe_options is not None:
         probe = EbpfProbe(**probe_options)
         probe.open()
-        tracer = probe._session.pid if probe._session is not None else None
+        tracer = probe.tracer_pid
         drain = Drain(probe)
         drain.start()
     time.sleep(1.0)  # let the condition settle (attach, first prints)

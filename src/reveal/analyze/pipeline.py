@@ -219,12 +219,12 @@ def analyze_run(
     anomalies: list[Anomaly] = []
     if len(rows):
         contributions = ensemble.explain(fm_run.values, rows)
+        subsystem_of = dict(zip(usable, channel_subsystems(usable, catalog, irq_names(tel.meta)),
+                                strict=True))
         attributions = attribute(contributions, fm_run.values[rows], fm_run.channels,
                                  fm_run.features, np.nan_to_num(med), np.nan_to_num(mad),
                                  catalog, config.top_reasons,
-                                 channel_subsystems(fm_run.channels, catalog,
-                                                    irq_names(tel.meta)),
-                                 floors)
+                                 [subsystem_of[c] for c in fm_run.channels], floors)
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
             anomalies.append(Anomaly(

@@ -212,6 +212,12 @@ class EbpfProbe(Probe):
                 self._retire_run()
         self._session = self._stopping = None
 
+    @property
+    def tracer_pid(self) -> int | None:
+        """PID of the running bpftrace (None when none runs), e.g. to read its BPF
+        programs' run time from ``/proc/PID/fdinfo``."""
+        return self._session.pid if self._session is not None else None
+
     def snapshot(self) -> dict[str, float]:
         """The latest value of every channel seen so far, adopted by ``refresh()`` or not
         (after ``close()``: the final cumulative counters)."""
