@@ -46,8 +46,8 @@ def test_no_windows_no_attributions():
 
 
 def test_breadth_does_not_outrank_strong_evidence():
-    """Many memory columns that each moved a little do not outrank three strong network
-    counters: a subsystem's evidence is its three strongest channels."""
+    """Many memory columns that each moved a little do not outrank two strong network
+    counters: a subsystem's evidence is its two strongest channels."""
     channels = [f"mem.level{i}" for i in range(40)] + ["snmp.Tcp.RetransSegs",
                                                       "netstat.TcpExt.TCPSackRecovery"]
     catalog = Catalog([MetricInfo("mem.*", "memory", "gauge"),
@@ -60,6 +60,22 @@ def test_breadth_does_not_outrank_strong_evidence():
     assert out[0].subsystems[0] == "network"
     assert abs(sum(out[0].shares.values()) - 1.0) < 1e-9
     assert out[0].reasons[0].channel == "snmp.Tcp.RetransSegs"
+
+
+def test_one_dominant_channel_outranks_several_side_effects():
+    """After pruning, one channel stands for a whole correlated group (datagrams sent,
+    packets, IP transmits): its evidence is not outweighed by three moderate side effects
+    (context switches, rescheduling IPIs, softirqs) of another subsystem."""
+    channels = ["snmp.Udp.OutDatagrams", "perf.ctx{cpu=1}", "irq.RES{cpu=1}", "soft.SCHED"]
+    catalog = Catalog([MetricInfo("snmp.*", "network", "event"),
+                       MetricInfo("perf.*", "cpu", "counter"),
+                       MetricInfo("irq.*", "cpu", "event"),
+                       MetricInfo("soft.*", "cpu", "event")])
+    contributions = np.array([[10.0, 4.0, 4.0, 4.0]])  # cpu sums to 12, its top two to 8
+    out = attribute(contributions, np.ones((1, 4)), channels, ["mean"] * 4, np.zeros(4),
+                    np.ones(4), catalog)
+    assert out[0].subsystems[0] == "network"
+    assert out[0].shares["network"] == pytest.approx(10 / 18, abs=1e-3)  # rounded
 
 
 def test_given_subsystems_override_the_catalog():

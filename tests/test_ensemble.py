@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts
+from reveal.analyze.ensemble import (Ensemble, EnsembleOptions, Verdicts, persistence_windows,
+                                     persistent)
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 
@@ -125,3 +126,31 @@ def test_drift_following_centre(setting):
     rows = np.arange(300, 330)
     contrib = ens.explain(long_run, rows)
     assert np.mean(np.isin(contrib.argmax(axis=1), [3, 4])) >= 0.8
+
+
+def test_persistence_needs_consecutive_windows_above_the_threshold():
+    above = np.array([1, 0, 1, 1, 0, 1, 1, 1, 0], dtype=bool)
+    assert persistent(above, 1).tolist() == above.tolist()
+    assert persistent(above, 2).astype(int).tolist() == [0, 0, 0, 1, 0, 0, 1, 1, 0]
+    assert persistent(above, 3).astype(int).tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 0]
+    assert not persistent(above[:2], 4).any()
+    assert persistence_windows(1.0, 1.0) == 2  # 1 s stride: two windows
+    assert persistence_windows(1.0, 0.5) == 3
+    assert persistence_windows(1.0, 60.0) == 1  # minute-level rows: each window alone
+    assert persistence_windows(0.0, 1.0) == 1
+    assert persistence_windows(1.0, float("nan")) == 1
+
+
+def test_persistence_drops_a_lone_window_and_keeps_a_lasting_shift():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((200, 6))
+    run = rng.standard_normal((40, 6))
+    run[10] += 12.0  # one window
+    run[25:32] += 12.0  # a lasting change
+    ens = Ensemble(DetectConfig(detectors=("zscore", "pca_mahalanobis"))).fit(base)
+    lone = ens.score(run)
+    held = ens.score(run, persistence=2)
+    assert lone.flagged[10] and lone.flagged[25:32].all()
+    assert not held.flagged[10]
+    assert held.flagged[26:32].all() and not held.flagged[25]
+    assert (held.combined == lone.combined).all()  # scores unchanged, only the verdict

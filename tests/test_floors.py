@@ -28,6 +28,22 @@ def test_channel_floors_by_kind_unit_and_source():
     assert all(f == ChannelFloor() for f in channel_floors(channels, levels, 0.0, 0.1)[:1])
 
 
+def test_jiffy_percentages_get_the_granule_of_one_user_hz_tick():
+    """Per-CPU busy % moves in steps of one USER_HZ tick per sample (10 points at 100 ms):
+    an idle CPU with a stray tick or two is not evidence; the host total's step is
+    smaller by the number of CPUs."""
+    channels = ["derived.cpu_busy_pct{cpu=0}", "derived.cpu_busy_pct{cpu=1}",
+                "derived.cpu_busy_pct", "derived.mem_used_pct"]
+    floors = channel_floors(channels, np.array([0.0, 100.0, 50.0, 40.0]), 0.05, 0.1)
+    idle, busy, total, mem = floors
+    assert idle.spike == pytest.approx(SPIKE_GRANULES * 10.0) and idle.level == 0.0
+    assert busy.level == pytest.approx(5.0)
+    assert total.spike == pytest.approx(SPIKE_GRANULES * 10.0 / 2)
+    assert mem.spike == 0.0  # not from jiffies
+    slow = channel_floors(channels[:1], np.zeros(1), 0.05, 1.0)[0]
+    assert slow.spike == pytest.approx(SPIKE_GRANULES * 1.0)  # one tick per second is 1 %
+
+
 def test_feature_floors_follow_what_a_spike_does_to_each_feature():
     floors = {"a": ChannelFloor(level=2.0, spike=30.0)}
     feats = ["mean", "max", "std", "variance", "slope", "skewness", "sum"]

@@ -26,6 +26,9 @@ class SelectConfig:
 class DetectConfig:
     detectors: tuple[str, ...] = ("zscore", "pca_mahalanobis", "iforest", "gmm")
     threshold_quantile: float = 0.99  # baseline score quantile that flags a window
+    # seconds the combined score must stay above the threshold before windows are flagged
+    # (1 + floor(persistence_s / stride) consecutive windows; 0: every window on its own)
+    persistence_s: float = 1.0
     pca_variance: float = 0.95  # share of variance the PCA subspace keeps
     iforest_trees: int = 200
     iforest_contamination: float = 0.01

@@ -89,7 +89,7 @@ def claim_for(reason: Reason, catalog: Catalog, others: list[str]) -> str:
     return text + "."
 
 
-EVIDENCE_CHANNELS = 3  # strongest channels per subsystem that make its evidence
+EVIDENCE_CHANNELS = 2  # strongest channels per subsystem that make its evidence
 
 
 def subsystem_evidence(shares: np.ndarray, channels: Sequence[str],

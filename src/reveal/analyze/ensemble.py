@@ -96,6 +96,28 @@ class Verdicts:
     warnings: list[str] = field(default_factory=list)
 
 
+def persistent(above: np.ndarray, windows: int) -> np.ndarray:
+    """Windows that are above the threshold and so were the ``windows − 1`` before them.
+
+    An alerting rule's "for:" clause over window verdicts in time order: one noisy window
+    does not raise an alarm, a lasting change does, ``windows − 1`` strides later.
+    """
+    above = np.asarray(above, dtype=bool)
+    out = above.copy()
+    for lag in range(1, max(int(windows), 1)):
+        out[lag:] &= above[:-lag]
+        out[:lag] = False
+    return out
+
+
+def persistence_windows(persistence_s: float, stride_s: float) -> int:
+    """Consecutive windows whose scores must exceed the threshold: ``1 + floor(persistence_s
+    / stride_s)`` (1 with no persistence or an unknown stride). Seconds in, windows out."""
+    if not (persistence_s > 0 and np.isfinite(stride_s) and stride_s > 0):
+        return 1
+    return 1 + int(np.floor(persistence_s / stride_s + 1e-9))
+
+
 def _make_detectors(config: DetectConfig, options: EnsembleOptions) -> list[Detector]:
     q = config.threshold_quantile
     rs = config.random_state
@@ -311,10 +333,12 @@ class Ensemble:
         self._cache = (key, centres)
         return centres
 
-    def score(self, features: np.ndarray) -> Verdicts:
+    def score(self, features: np.ndarray, persistence: int = 1) -> Verdicts:
         """Verdicts for every window of ``features`` (W, K), same columns as the baseline.
 
-        Windows must be in time order when the drift-following centre is on.
+        Windows must be in time order when the drift-following centre is on, and when
+        ``persistence`` > 1: a window is then flagged only when it and the ``persistence − 1``
+        windows before it score above the threshold (see :func:`persistence_windows`).
         """
         self._check_fitted()
         X = check_matrix(features, "features")
@@ -333,7 +357,7 @@ class Ensemble:
             flags=flags,
             agreement=agreement,
             combined=combined,
-            flagged=combined > self.combined_threshold_,
+            flagged=persistent(combined > self.combined_threshold_, persistence),
             self_fitted=self.self_fitted_,
             combined_threshold=float(self.combined_threshold_),
             warnings=warnings,

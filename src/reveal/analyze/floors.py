@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reveal.catalog import Catalog, default_catalog
-from reveal.frame import channel_metric
+from reveal.frame import channel_metric, parse_channel
 
 UNFLOORED_PREFIXES = ("smd.", "asd.")
 RELATIVE_KINDS = ("gauge", "counter")
@@ -34,6 +34,10 @@ COUNT_KINDS = ("counter", "event")
 SPIKE_GRANULES = 3.0
 GRANULE_BY_UNIT = {"bytes": 4096.0, "512-byte sectors": 8.0, "KiB": 4.0, "µs": 1000.0,
                    "ns": 1e6}
+#: Percentages computed from /proc/stat jiffies: one USER_HZ tick in one sample is their
+#: granule (10 percentage points per CPU at 100 ms), and a burst of a few is not evidence.
+JIFFY_PERCENT_METRICS = ("derived.cpu_busy_pct",)
+USER_HZ = 100.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,9 @@ class ChannelFloor:
     """Least change that counts for one channel, in its derived units.
 
     level : ``relative × |baseline median|`` (0 for event counts).
-    spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events).
+    spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events),
+    or that many jiffies of one sample as a percentage (per-CPU busy %, the total's
+    granule divided by the number of CPUs).
     """
 
     level: float = 0.0
@@ -55,6 +61,10 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
     levels = np.nan_to_num(np.abs(np.asarray(levels, dtype=np.float64)), nan=0.0,
                            posinf=0.0, neginf=0.0)
     interval = interval_s if np.isfinite(interval_s) and interval_s > 0 else 1.0
+    jiffy_pct = 100.0 / (USER_HZ * interval)
+    per_cpu = [channel_metric(c) in JIFFY_PERCENT_METRICS and "cpu" in parse_channel(c)[1]
+               for c in channels]
+    n_cpus = max(1, sum(per_cpu))
     out = []
     for i, channel in enumerate(channels):
         metric = channel_metric(channel)
@@ -65,6 +75,8 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
         level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
                  if info.kind in COUNT_KINDS else 0.0)
+        if metric in JIFFY_PERCENT_METRICS:
+            spike = SPIKE_GRANULES * jiffy_pct / (1 if per_cpu[i] else n_cpus)
         out.append(ChannelFloor(float(level), float(spike)))
     return out
 

@@ -17,7 +17,7 @@ import numpy as np
 from reveal import __version__
 from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
-from reveal.analyze.ensemble import Ensemble
+from reveal.analyze.ensemble import Ensemble, persistence_windows
 from reveal.analyze.features import FeatureMatrix, compute_features
 from reveal.analyze.floors import (
     blank_flat_shapes,
@@ -209,7 +209,10 @@ def analyze_run(
             blank_flat_shapes(fm_base.values, plan)
     ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit,
                                            scale_floor=floors)
-    verdicts = ensemble.score(fm_run.values)
+    stride_s = (window.stride_s if window.size_rows is None
+                else (window.stride_rows or 1) * interval)
+    verdicts = ensemble.score(fm_run.values,
+                              persistence_windows(config.detect.persistence_s, stride_s))
     rows = np.flatnonzero(verdicts.flagged)
     say(f"attributing {len(rows)} flagged windows")
     with np.errstate(all="ignore"), pywarnings.catch_warnings():

@@ -36,11 +36,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated detectors: zscore,pca_mahalanobis,iforest,gmm")
     parser.add_argument("--quantile", type=float, default=DetectConfig().threshold_quantile,
                         help="baseline score quantile that flags a window")
+    parser.add_argument("--persistence", type=_non_negative, metavar="SECONDS",
+                        default=DetectConfig().persistence_s,
+                        help="flag windows only once the score has stayed above the threshold "
+                             "this long (0: every window on its own)")
     parser.add_argument("--no-prune", action="store_true",
                         help="keep correlated channels (no pruning)")
     parser.add_argument("--top", type=int, default=5, help="reasons kept per anomaly")
     parser.add_argument("--limit", type=int, default=50, help="table rows printed at most")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds ≥ 0, got {text}")
+    return value
 
 
 def build_config(args: argparse.Namespace) -> AnalyzeConfig:
@@ -50,7 +61,8 @@ def build_config(args: argparse.Namespace) -> AnalyzeConfig:
     detectors = tuple(d.strip() for d in args.detectors.split(",") if d.strip())
     return AnalyzeConfig(window=window, select=SelectConfig(prune=not args.no_prune),
                          detect=DetectConfig(detectors=detectors,
-                                             threshold_quantile=args.quantile),
+                                             threshold_quantile=args.quantile,
+                                             persistence_s=args.persistence),
                          top_reasons=args.top)
 
 

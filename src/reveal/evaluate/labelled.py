@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts
+from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts, persistence_windows
 from reveal.analyze.features import compute_features
 from reveal.analyze.windows import make_windows
 from reveal.config import DetectConfig, WindowConfig
@@ -100,7 +100,8 @@ def run_reveal(lm: LabelledMachine, settings: EvalSettings) -> MachineRun:
     assert fm_test.values.shape[0] == test.n_samples
     ens = Ensemble(settings.detect, ensemble_options(settings, train.interval_s)) \
         .fit(fm_train.values)
-    verdicts: Verdicts = ens.score(fm_test.values)
+    verdicts: Verdicts = ens.score(fm_test.values, persistence_windows(
+        settings.detect.persistence_s, test.interval_s))  # stride: one row
     rows = np.flatnonzero(lm.labels == 1)
     column_channel = np.array([test.channels.index(c) for c in fm_test.channels])
     contrib = ens.explain(fm_test.values, rows)
