@@ -11,8 +11,10 @@ setup(
     ext_modules=[
         Extension(
             "reveal.collect._procread",
-            sources=["src/reveal/collect/_native/procread.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
+            sources=["src/reveal/collect/_native/procread.c",
+                     "src/reveal/collect/_native/localread.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-pthread"],
+            extra_link_args=["-pthread"],
             optional=True,
         )
     ]

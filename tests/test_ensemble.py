@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.ensemble import (Ensemble, EnsembleOptions, Verdicts, persistence_windows,
-                                     persistent)
+from reveal.analyze.ensemble import (
+    Ensemble,
+    EnsembleOptions,
+    Verdicts,
+    persistence_windows,
+    persistent,
+)
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 

@@ -130,3 +130,57 @@ def test_multiplexed_counts_are_scaled_and_unscheduled_are_nan():
     assert scaled[1] == 400.0  # ran a quarter of the time: ×4
     assert scaled[2] == np.rint(7.0 * 1000.0 / 333.0)  # estimates are whole counts
     assert np.isnan(scaled[3])  # never scheduled: unknown, not zero
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_counters_read_on_their_own_cpu_match_direct_reads(probe):
+    """On the sampler's grid, pinned threads read each CPU's group on that CPU: the values
+    agree with direct reads taken around them, keep counting, and the threads go away on
+    close."""
+    import time
+
+    pytest.importorskip("reveal.collect._procread")
+    direct_before = _read(probe)
+    threads = _threads()
+    interval = 50_000_000
+    start = time.monotonic_ns()
+    probe.schedule(start, interval)
+    if not probe.info.get("read_on_cpu"):
+        pytest.skip("no CPU accepted a pinned thread here")
+    assert set(probe.info["read_on_cpu"]) <= set(probe._cpus)
+    assert _threads() == threads + len(probe.info["read_on_cpu"])
+    series = []
+    for k in range(1, 6):
+        time.sleep(max(0, start + k * interval + 2_000_000 - time.monotonic_ns()) / 1e9)
+        series.append(_read(probe))
+    direct_after = _read(probe)
+    probe._stop_local()  # direct reads from here on
+    direct_last = _read(probe)
+    assert _threads() == threads
+    values = np.array(series)
+    clock = [i for i, c in enumerate(probe.channels) if c.startswith("perf.task_clock{")]
+    assert np.isfinite(values).all()
+    assert (np.diff(values, axis=0) >= 0).all()  # cumulative counts never go back
+    assert (values[0] >= direct_before).all() and (values[-1] <= direct_last).all()
+    # each tick's task clock advanced by about one interval per CPU (read at the tick)
+    steps = np.diff(values[:, clock], axis=0)
+    assert np.median(steps) == pytest.approx(interval, rel=0.2)
+    assert (direct_after[clock] >= values[-1][clock]).all()
+
+
+def test_local_reads_fall_back_to_direct_reads_when_a_tick_is_not_posted(probe):
+    """Asked for a tick the threads have not reached (the grid starts in the future),
+    every group is read directly: values are fresh, not stale copies."""
+    import time
+
+    pytest.importorskip("reveal.collect._procread")
+    probe.schedule(time.monotonic_ns() + 10 * 10**9, 10**9)
+    first = _read(probe)
+    second = _read(probe)
+    clock = [i for i, c in enumerate(probe.channels) if c.startswith("perf.task_clock{")]
+    assert np.isfinite(first).all()
+    assert (second[clock] > first[clock]).all()
+    probe.close()

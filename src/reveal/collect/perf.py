@@ -21,7 +21,9 @@ import ctypes
 import errno
 import os
 import platform
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,10 @@ PERF_FORMAT_TOTAL_TIME_RUNNING = 1 << 1
 PERF_FORMAT_GROUP = 1 << 3
 PERF_FLAG_FD_CLOEXEC = 1 << 3
 _READ_FORMAT = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
+
+#: Read each CPU's counters on that CPU (pinned threads, C extension); REVEAL_LOCAL_READS=0
+#: turns it off (every group is then read from the sampler's thread).
+LOCAL_READS = os.environ.get("REVEAL_LOCAL_READS", "1") != "0"
 
 _SYSCALL_NUMBERS = {"x86_64": 298, "aarch64": 241, "ppc64le": 319, "s390x": 331,
                     "riscv64": 241}
@@ -193,6 +199,9 @@ class PerfProbe(Probe):
         self._running_idx = np.zeros(0, dtype=np.intp)
         self._group_enabled = np.zeros(0, dtype=np.intp)
         self._group_running = np.zeros(0, dtype=np.intp)
+        self._grid: tuple[int, int] | None = None  # the sampler's (start_ns, interval_ns)
+        self._local: Any = None  # _procread.LocalReader, when running
+        self._local_timeout_ns = 0
 
     # -- opening -------------------------------------------------------------------------
     def open(self) -> None:
@@ -297,16 +306,50 @@ class PerfProbe(Probe):
         self._enabled_idx = np.asarray(enabled_idx, dtype=np.intp)[order]
         self._running_idx = np.asarray(running_idx, dtype=np.intp)[order]
 
+    # -- reading on each CPU -------------------------------------------------------------
+    def schedule(self, start_ns: int, interval_ns: int) -> None:
+        """Read each CPU's groups on that CPU, at the sampler's ticks (see LocalReader).
+
+        A read of a counter active on another CPU interrupts that CPU and spins until it
+        answers: cheap on bare metal, but in a virtual machine whose other vCPUs are
+        halted each read costs the host's wake-up time. Pinned threads avoid it.
+        """
+        self._grid = (int(start_ns), int(interval_ns))
+        self._start_local()
+
+    def _start_local(self) -> None:
+        self._stop_local()
+        if self._grid is None or not self._groups or not LOCAL_READS:
+            return
+        try:
+            from reveal.collect import _procread  # type: ignore[attr-defined]
+        except ImportError:
+            return
+        start_ns, interval_ns = self._grid
+        groups, offset = [], 0
+        for group, view in zip(self._groups, self._views, strict=True):
+            groups.append((group.fd, group.cpu, offset, len(view)))
+            offset += len(view)
+        self._local = _procread.LocalReader(groups, start_ns, interval_ns)
+        # wait for a tick's reads at most a tenth of the interval, then read directly
+        self._local_timeout_ns = min(interval_ns // 10, 5_000_000)
+        self.info["read_on_cpu"] = self._local.pinned()
+
+    def _stop_local(self) -> None:
+        if self._local is not None:
+            self._local.close()
+            self._local = None
+
     # -- sampling ------------------------------------------------------------------------
     def read(self, out: np.ndarray) -> None:
-        readv = os.readv
-        for group, view in zip(self._groups, self._views, strict=True):
-            try:
-                complete = readv(group.fd, [view]) == len(view)
-            except OSError:
-                complete = False
-            if not complete:
-                view[8:24] = _ZERO16  # enabled = running = 0 → NaN below
+        local = self._local
+        if local is not None:
+            stale = local.collect(self._buffer, time.monotonic_ns(), self._local_timeout_ns)
+            for i in stale:
+                self._read_group(i)
+        else:
+            for i in range(len(self._groups)):
+                self._read_group(i)
         words = self._words
         enabled = words.take(self._group_enabled)
         running = words.take(self._group_running)
@@ -314,6 +357,15 @@ class PerfProbe(Probe):
             out[:] = words.take(self._value_idx)  # not multiplexed: counts as read
             return
         self._read_scaled(out)
+
+    def _read_group(self, i: int) -> None:
+        view = self._views[i]
+        try:
+            complete = os.readv(self._groups[i].fd, [view]) == len(view)
+        except OSError:
+            complete = False
+        if not complete:
+            view[8:24] = _ZERO16  # enabled = running = 0 → NaN
 
     def _read_scaled(self, out: np.ndarray) -> None:
         words = self._words
@@ -333,9 +385,11 @@ class PerfProbe(Probe):
             self._open_all()
         except ProbeUnavailable as exc:
             self.status, self.reason, self.channels = "unavailable", str(exc), []
+        self._start_local()
         return self.channels != before
 
     def close(self) -> None:
+        self._stop_local()
         for group in self._groups:
             for fd in group.member_fds:
                 with contextlib.suppress(OSError):

@@ -50,6 +50,10 @@ class Probe(ABC):
         """Re-discover channels; return True when ``self.channels`` changed."""
         return False
 
+    def schedule(self, start_ns: int, interval_ns: int) -> None:  # noqa: B027 (optional hook)
+        """The sampler's tick grid, ``start_ns + k * interval_ns`` (CLOCK_MONOTONIC ns),
+        given before the first tick: a probe may prepare each tick's values on it."""
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release file descriptors and handles."""
 

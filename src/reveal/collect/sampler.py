@@ -218,6 +218,11 @@ class Sampler:
         latency, lag = stats.latency_s, stats.lag_s
         start = clock()
         self.start_ns = start
+        for probe in self.probes:
+            try:
+                probe.schedule(start, interval)
+            except Exception as exc:  # a probe that cannot prepare still reads
+                self._read_failed(probe, exc)
         end = start + int(duration_s * 1e9) if duration_s is not None else None
         last_k = None if end is None else -(-(end - start) // interval) - 1
         next_refresh = start + self.refresh_ns

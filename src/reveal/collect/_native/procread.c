@@ -23,12 +23,17 @@
 enum { MODE_UINT = 0, MODE_INT = 1, MODE_HEX = 2 };
 enum { PREP_NONE = 0, PREP_COMPACT_STAT = 1 };
 
+/* Byte classes of the tokenizer (one table per file: its mode and split byte). */
+enum { C_DELETED = 0, C_DIGIT = 1, C_BLANK = 2, C_MINUS = 3, C_BAD = 4 };
+
 typedef struct {
     int fd;
     int prep;          /* PREP_* */
     unsigned char split; /* an extra blank byte, 0 for none */
     size_t size;       /* buffer size; grows when the file fills it */
     char *buf;
+    unsigned char cls[256];   /* C_* of every byte */
+    unsigned char digit[256]; /* value of a C_DIGIT byte */
 } File;
 
 typedef struct {
@@ -82,49 +87,68 @@ static ssize_t read_file(File *f) {
     }
 }
 
+/* The byte classes of one file, exactly the rules of the Python fast path: digits (hex
+ * digits in hex mode) build numbers; blanks and the split byte end them; '-' starts a
+ * negative number in signed mode; in hex mode any other byte is an error; otherwise a byte
+ * is deleted (it neither ends nor starts a number). */
+static void build_classes(File *f, int mode) {
+    for (int c = 0; c < 256; c++) {
+        unsigned char k = mode == MODE_HEX ? C_BAD : C_DELETED;
+        if (c >= '0' && c <= '9') { k = C_DIGIT; f->digit[c] = (unsigned char)(c - '0'); }
+        else if (mode == MODE_HEX && c >= 'a' && c <= 'f') {
+            k = C_DIGIT; f->digit[c] = (unsigned char)(c - 'a' + 10);
+        } else if (mode == MODE_HEX && c >= 'A' && c <= 'F') {
+            k = C_DIGIT; f->digit[c] = (unsigned char)(c - 'A' + 10);
+        } else if (is_blank((unsigned char)c)) k = C_BLANK;
+        else if (mode != MODE_HEX && f->split && c == f->split) k = C_BLANK;
+        else if (c == '-' && mode == MODE_INT) k = C_MINUS;
+        f->cls[c] = k;
+    }
+}
+
 /* Append the numbers of one text to plan->numbers from *count; 0 ok, -1 no fit. */
 static int tokenize(Plan *p, const File *f, const char *text, size_t len, Py_ssize_t *count) {
     const int signed_ok = p->mode == MODE_INT;
     const int hex = p->mode == MODE_HEX;
+    const unsigned char *cls = f->cls, *digit = f->digit;
+    const unsigned char *s = (const unsigned char *)text;
+    int64_t *numbers = p->numbers;
+    const Py_ssize_t total = p->total;
     Py_ssize_t n = *count;
     int in_token = 0, negative = 0, has_digit = 0;
     uint64_t value = 0;
     for (size_t i = 0; i <= len; i++) {
-        unsigned char c = i < len ? (unsigned char)text[i] : ' ';
-        int digit = -1;
-        if (c >= '0' && c <= '9') digit = c - '0';
-        else if (hex && c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-        else if (hex && c >= 'A' && c <= 'F') digit = c - 'A' + 10;
-        if (digit >= 0) {
+        unsigned char kind = i < len ? cls[s[i]] : C_BLANK;
+        if (kind == C_DIGIT) {
+            unsigned d = digit[s[i]];
             if (hex) {
                 if (value > (UINT64_MAX >> 4)) return -1;
-                value = (value << 4) | (uint64_t)digit;
+                value = (value << 4) | d;
             } else {
                 if (value > (UINT64_MAX - 9) / 10) return -1; /* overflow: leave it to Python */
-                value = value * 10 + (uint64_t)digit;
+                value = value * 10 + d;
             }
-            in_token = 1;
-            has_digit = 1;
-        } else if (hex && !is_blank(c)) {
-            return -1;  /* hex text holds nothing but hex numbers and blanks */
-        } else if (is_blank(c) || (f->split && c == f->split)) {
+            in_token = has_digit = 1;
+        } else if (kind == C_BLANK) {
             if (in_token) {
-                if (!has_digit || n >= p->total) return -1;
+                if (!has_digit || n >= total) return -1;
                 if (negative) {
                     if (value > (uint64_t)INT64_MAX) return -1;
-                    p->numbers[n++] = -(int64_t)value;
+                    numbers[n++] = -(int64_t)value;
                 } else {
                     if (signed_ok && value > (uint64_t)INT64_MAX) return -1;
-                    p->numbers[n++] = (int64_t)value;  /* bits of the uint64 */
+                    numbers[n++] = (int64_t)value;  /* bits of the uint64 */
                 }
                 in_token = negative = has_digit = 0;
                 value = 0;
             }
-        } else if (c == '-' && signed_ok) {
+        } else if (kind == C_MINUS) {
             if (in_token) return -1; /* '-' inside a number: not a plain integer */
             in_token = negative = 1;
+        } else if (kind == C_BAD) {
+            return -1;  /* hex text holds nothing but hex numbers and blanks */
         }
-        /* any other byte is deleted: it neither ends nor starts a number */
+        /* C_DELETED: neither ends nor starts a number */
     }
     *count = n;
     return 0;
@@ -259,6 +283,7 @@ static int Plan_init(Plan *self, PyObject *args, PyObject *kwds) {
         }
         f->size = (size_t)(size > 64 ? size : 64);
         f->split = (unsigned char)split;
+        build_classes(f, mode);
         f->buf = malloc(f->size);
         if (f->buf == NULL) { Py_DECREF(fast); PyErr_NoMemory(); return -1; }
     }
@@ -346,6 +371,8 @@ static struct PyModuleDef moduledef = {
     .m_methods = module_methods,
 };
 
+int add_local_reader(PyObject *module); /* localread.c */
+
 PyMODINIT_FUNC PyInit__procread(void) {
     if (PyType_Ready(&PlanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
@@ -353,6 +380,10 @@ PyMODINIT_FUNC PyInit__procread(void) {
     Py_INCREF(&PlanType);
     if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
         Py_DECREF(&PlanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (add_local_reader(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
