@@ -221,13 +221,13 @@ class Ensemble:
                                     random_state=config.random_state).fit(X, scale_floor)
         self.columns_used_ = self.scaler_.columns_used_
         self.n_features_in_ = X.shape[1]
-        if self.columns_used_.size == 0:
-            raise InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
+        nothing = InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
                              f"(all constant or undefined); nothing to detect on")
+        if self.columns_used_.size == 0:
+            raise nothing
         Z = self.scaler_.transform(X, self.scaler_.centres(X, own_history=True))
         if not np.any(np.ptp(Z, axis=0) > 0):  # columns kept by a scale floor, all flat
-            raise InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
-                             f"(all constant or undefined); nothing to detect on")
+            raise nothing
         self.warnings_: list[str] = []
         dropped = X.shape[1] - self.columns_used_.size
         if dropped:

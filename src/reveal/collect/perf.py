@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.collect import _procfs
 from reveal.collect.hostinfo import online_cpus
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 from reveal.frame import format_channel
@@ -319,18 +320,15 @@ class PerfProbe(Probe):
 
     def _start_local(self) -> None:
         self._stop_local()
-        if self._grid is None or not self._groups or not LOCAL_READS:
-            return
-        try:
-            from reveal.collect import _procread  # type: ignore[attr-defined]
-        except ImportError:
+        native = _procfs._procread  # the optional C extension, None where it is not built
+        if self._grid is None or not self._groups or not LOCAL_READS or native is None:
             return
         start_ns, interval_ns = self._grid
         groups, offset = [], 0
         for group, view in zip(self._groups, self._views, strict=True):
             groups.append((group.fd, group.cpu, offset, len(view)))
             offset += len(view)
-        self._local = _procread.LocalReader(groups, start_ns, interval_ns)
+        self._local = native.LocalReader(groups, start_ns, interval_ns)
         # wait for a tick's reads at most a tenth of the interval, then read directly
         self._local_timeout_ns = min(interval_ns // 10, 5_000_000)
         self.info["read_on_cpu"] = self._local.pinned()

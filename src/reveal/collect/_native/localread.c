@@ -33,6 +33,7 @@ typedef struct {
     int cpu;
     Py_ssize_t offset; /* bytes into the buffer */
     Py_ssize_t size;   /* bytes one read returns */
+    Py_ssize_t thread; /* index of the thread of its CPU */
     int fresh;         /* last read complete (under lock) */
 } LGroup;
 
@@ -147,7 +148,8 @@ static PyObject *LocalReader_collect(LocalReader *self, PyObject *args) {
     Py_buffer view;
     long long now_ns, timeout_ns;
     if (!PyArg_ParseTuple(args, "w*LL", &view, &now_ns, &timeout_ns)) return NULL;
-    if (view.len < self->nbytes || self->threads == NULL) {
+    if (view.len < self->nbytes || self->threads == NULL ||
+        __atomic_load_n(&self->stop, __ATOMIC_ACQUIRE)) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "buffer smaller than the groups, or reader stopped");
         return NULL;
@@ -173,10 +175,8 @@ static PyObject *LocalReader_collect(LocalReader *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < self->ngroups; i++) {
         LGroup *g = &self->groups[i];
-        LThread *owner = NULL;
-        for (Py_ssize_t j = 0; j < self->nthreads; j++)
-            if (self->threads[j].cpu == g->cpu) owner = &self->threads[j];
-        if (owner != NULL && owner->pinned == 1 && owner->done_tick >= tick && g->fresh)
+        const LThread *owner = &self->threads[g->thread];
+        if (owner->pinned == 1 && owner->done_tick >= tick && g->fresh)
             memcpy((char *)view.buf + g->offset, self->staging + g->offset, (size_t)g->size);
         else
             stale[i] = 1;
@@ -285,10 +285,11 @@ static int LocalReader_init(LocalReader *self, PyObject *args, PyObject *kwds) {
             return -1;
         }
         if (g->offset + g->size > end) end = g->offset + g->size;
-        int known = 0;
+        g->thread = -1;
         for (Py_ssize_t j = 0; j < self->nthreads; j++)
-            if (self->threads[j].cpu == g->cpu) known = 1;
-        if (!known) {
+            if (self->threads[j].cpu == g->cpu) g->thread = j;
+        if (g->thread < 0) {
+            g->thread = self->nthreads;
             LThread *t = &self->threads[self->nthreads++];
             t->owner = self;
             t->cpu = g->cpu;
