@@ -12,7 +12,9 @@ setup(
         Extension(
             "reveal.collect._procread",
             sources=["src/reveal/collect/_native/procread.c",
-                     "src/reveal/collect/_native/localread.c"],
+                     "src/reveal/collect/_native/localread.c",
+                     "src/reveal/collect/_native/ticker.c"],
+            depends=["src/reveal/collect/_native/procread.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-pthread"],
             extra_link_args=["-pthread"],
             optional=True,

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from reveal.collect.probe import Probe, ProbeUnavailable
+from reveal.collect.probe import NativePart, Probe, ProbeUnavailable
 
 try:
     from reveal.collect import _procread  # type: ignore[attr-defined]
@@ -310,6 +310,8 @@ class Part(Protocol):
 
     def close(self) -> None: ...
 
+    # optional: ``native_reader() -> Plan | float64 array | None`` (see NativePart)
+
 
 @dataclass(frozen=True)
 class Source:
@@ -418,6 +420,10 @@ class FileGroup:
     def native(self) -> bool:
         """True when this group is read by the C reader."""
         return self._native is not None
+
+    def native_reader(self) -> Any:
+        """The C plan reading this group each tick, or None."""
+        return self._native
 
     @staticmethod
     def _join(layouts: list[Layout], texts: list[bytes]) -> Layout:
@@ -553,6 +559,16 @@ class FileProbe(Probe):
     def read(self, out: np.ndarray) -> None:
         for part, where in self._slices:
             part.read(out[where])
+
+    def native_parts(self) -> list[NativePart] | None:
+        parts = []
+        for part, where in self._slices:
+            reader = getattr(part, "native_reader", None)
+            reader = reader() if reader is not None else None
+            if reader is None:
+                return None
+            parts.append(NativePart(reader, where.start, where.stop, part.read))
+        return parts
 
     def refresh(self) -> bool:
         before = self.channels

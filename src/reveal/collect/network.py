@@ -113,6 +113,10 @@ class SoftnetStat:
         """True when read by the C reader."""
         return self._native is not None
 
+    def native_reader(self) -> Any:
+        """The C plan reading this file each tick, or None."""
+        return self._native
+
     def read(self, out: np.ndarray) -> None:
         native = self._native
         if native is not None and native.read(out):

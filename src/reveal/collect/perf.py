@@ -29,7 +29,7 @@ import numpy as np
 
 from reveal.collect import _procfs
 from reveal.collect.hostinfo import online_cpus
-from reveal.collect.probe import Probe, ProbeUnavailable, register
+from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
 from reveal.frame import format_channel
 
 # <linux/perf_event.h>
@@ -332,6 +332,18 @@ class PerfProbe(Probe):
         # wait for a tick's reads at most a tenth of the interval, then read directly
         self._local_timeout_ns = min(interval_ns // 10, 5_000_000)
         self.info["read_on_cpu"] = self._local.pinned()
+
+    def native_parts(self) -> list[NativePart] | None:
+        """Every group read by C, counts scaled there (see ``_procread.PerfGroups``)."""
+        native = _procfs._procread
+        if native is None or not hasattr(native, "PerfGroups"):
+            return None
+        if not self._groups:
+            return []
+        groups = [(g.fd, len(view)) for g, view in zip(self._groups, self._views, strict=True)]
+        reader = native.PerfGroups(groups, self._value_idx.tolist(), self._enabled_idx.tolist(),
+                                   self._running_idx.tolist())
+        return [NativePart(reader, 0, len(self.channels), self.read)]
 
     def _stop_local(self) -> None:
         if self._local is not None:

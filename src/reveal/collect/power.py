@@ -102,6 +102,10 @@ class CpuinfoFrequency:
             out[:] = np.nan
             self.changed = True
 
+    def native_reader(self) -> np.ndarray | None:
+        """The values copied each tick while the frequency cannot change, else None."""
+        return self._values if self.constant else None
+
     def refresh(self) -> bool:
         if self.constant:
             try:

@@ -6,6 +6,11 @@ view of length ``len(channels)``; the probe fills it in place (NaN for a value i
 read this tick) and keeps its file descriptors open between ticks. ``refresh()`` is called
 every few seconds to pick up channels that appear mid-run (a new NIC, disk, container).
 
+A probe whose every channel the C extension can read without Python says so in
+``native_parts()``; when all probes do, the sampler hands the ticks to a C thread
+(:class:`reveal.collect._procread.Ticker`) and Python only drains its rows a few times a
+second.
+
 A probe that cannot run here raises :class:`ProbeUnavailable` from ``open()`` with a reason
 an operator can act on; the rest of the collector keeps going. A probe that runs with less
 than everything (e.g. perf without a hardware PMU) sets ``status = "degraded"`` and says why
@@ -15,6 +20,8 @@ in ``reason``. Probes never import :mod:`reveal.analyze`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +29,21 @@ import numpy as np
 
 class ProbeUnavailable(Exception):
     """Raised by ``Probe.open`` when the source is absent or not permitted here."""
+
+
+@dataclass(frozen=True)
+class NativePart:
+    """Channels ``start:stop`` of a probe, read each tick by C without Python.
+
+    ``reader`` is a :class:`_procread.Plan`, a :class:`_procread.PerfGroups` or a float64
+    array of values that change only at ``refresh()``; ``recover(out)`` is the Python read
+    of the same slice, called when a Plan stopped fitting (it re-discovers the layout).
+    """
+
+    reader: Any
+    start: int
+    stop: int
+    recover: Callable[[np.ndarray], None]
 
 
 class Probe(ABC):
@@ -53,6 +75,11 @@ class Probe(ABC):
     def schedule(self, start_ns: int, interval_ns: int) -> None:  # noqa: B027 (optional hook)
         """The sampler's tick grid, ``start_ns + k * interval_ns`` (CLOCK_MONOTONIC ns),
         given before the first tick: a probe may prepare each tick's values on it."""
+
+    def native_parts(self) -> list[NativePart] | None:
+        """What C can read of every channel each tick, or None when some channel needs
+        Python on every tick (the sampler then reads the whole row in Python)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release file descriptors and handles."""

@@ -283,6 +283,7 @@ class Collector:
         if self.sampler.start_ns:
             self.meta["start_mono_ns"] = self.sampler.start_ns
         stats = self.sampler.stats.summary()
+        stats["ticks_taken_by"] = "c-thread" if self.sampler.mode == "native" else "python"
         if self.writer is not None:
             w = self.writer.stats
             stats.update(dropped_samples=w.dropped_samples, segments=w.segments_written,

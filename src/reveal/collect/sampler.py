@@ -2,16 +2,26 @@
 
 Ticks are scheduled on ``CLOCK_MONOTONIC`` at ``start + k * interval`` (no drift): the
 sampler sleeps until the next deadline, reads every probe into its slice of one
-preallocated float64 row, and passes the row to the sink (the segment writer). A tick
-whose deadline passed by more than half an interval is skipped and counted, never replayed
-in a burst. Every ``refresh_s`` the probes re-discover their channels; when the set
+preallocated float64 row, and passes the row to the sink (the segment writer). A read
+stands for the grid slot nearest its start: slots that passed unread (a late wake-up, a
+slow read) are skipped and counted, never replayed in a burst, and no two reads share a
+slot. Every ``refresh_s`` the probes re-discover their channels; when the set
 changes the row is rebuilt and the sink starts a new segment with the new schema. A probe
 whose ``read`` raises is reported once, its slice is NaN for that tick, and the others go
 on (node_exporter's manner).
+
+When every probe can be read by the C extension (``Probe.native_parts``), the ticks are
+taken by a C thread (:class:`reveal.collect._procread.Ticker`) into a ring of rows, and
+Python wakes only every ``DRAIN_S`` (a second) to drain them into the sink, flush it
+and, between two ticks, refresh the probes: the interpreter no longer wakes cold ten times
+a second. A file group whose C plan stops fitting is NaN for those ticks and re-discovered
+at the next drain; a probe that needs Python on every tick (NVML, eBPF) keeps the whole
+sampler on the per-tick Python loop. ``REVEAL_NATIVE_TICKS=0`` always uses that loop.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from reveal.collect import _procfs
 from reveal.collect.probe import Probe
 from reveal.frame import format_channel, parse_channel
 
@@ -26,6 +37,12 @@ from reveal.frame import format_channel, parse_channel
 SELF_CHANNELS = ("reveal.sample_latency_s", "reveal.tick_lag_s", "reveal.missed_ticks")
 
 Notify = Callable[[str, str], None]  # (level, message)
+
+#: Let a C thread take the ticks when every probe allows it (see the module docstring).
+NATIVE_TICKS: bool = os.environ.get("REVEAL_NATIVE_TICKS", "1") != "0"
+#: How often Python drains the C thread's rows and flushes the journal, seconds: a SIGKILL
+#: loses at most this much (the segment writer's flush period).
+DRAIN_S = 1.0
 
 
 def _quiet(level: str, message: str) -> None:
@@ -68,6 +85,16 @@ class RecentValues:
         self._n += 1
         if value > self.max:
             self.max = value
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Add several values at once (oldest first)."""
+        values = np.asarray(values, dtype=np.float64)[-len(self._values):]
+        if not values.size:
+            return
+        slots = (self._n + np.arange(values.size)) % len(self._values)
+        self._values[slots] = values
+        self._n += values.size
+        self.max = max(self.max, float(values.max()))
 
     def quantile(self, q: float) -> float:
         if self._n == 0:
@@ -135,6 +162,8 @@ class Sampler:
         self.stats = SamplerStats()
         self.start_ns = 0
         self.on_layout_change: Callable[[], None] | None = None
+        self.native_ticks = NATIVE_TICKS
+        self.mode = "python"  # "native" while a C thread takes the ticks
         self._build_layout()
 
     # -- layout ----------------------------------------------------------------------------
@@ -160,6 +189,7 @@ class Sampler:
         self._channels = channels
         self._row = np.full(len(channels), np.nan, dtype=np.float64)
         self._parts = [(probe, self._row[a:b]) for probe, a, b in bounds if b > a]
+        self._bounds = [(probe, a, b) for probe, a, b in bounds if b > a]
 
     @property
     def row(self) -> np.ndarray:
@@ -210,23 +240,36 @@ class Sampler:
             duration_s: float | None = None,
             after_tick: Callable[[int], None] | None = None) -> None:
         """Sample until ``should_stop()`` is true or ``duration_s`` of ticks were taken."""
+        start = time.monotonic_ns()
+        self.start_ns = start
+        end = start + int(duration_s * 1e9) if duration_s is not None else None
+        k: int | None = 0
+        if self.native_ticks and _ticker_available():
+            items = self._native_items()
+            if items is not None:
+                k = self._run_native(items, sink, should_stop, end, after_tick)
+                if k is None:
+                    return
+        self.mode = "python"
+        for probe in self.probes:
+            try:
+                probe.schedule(start, self.interval_ns)
+            except Exception as exc:  # a probe that cannot prepare still reads
+                self._read_failed(probe, exc)
+        self._run_python(k, sink, should_stop, end, after_tick)
+
+    def _run_python(self, k: int, sink: RowSink, should_stop: Callable[[], bool],
+                    end: int | None, after_tick: Callable[[int], None] | None) -> None:
+        """The per-tick loop in Python, from tick ``k`` of the grid."""
         clock = time.monotonic_ns
         sleep = time.sleep
         interval = self.interval_ns
         half = interval // 2
         stats = self.stats
         latency, lag = stats.latency_s, stats.lag_s
-        start = clock()
-        self.start_ns = start
-        for probe in self.probes:
-            try:
-                probe.schedule(start, interval)
-            except Exception as exc:  # a probe that cannot prepare still reads
-                self._read_failed(probe, exc)
-        end = start + int(duration_s * 1e9) if duration_s is not None else None
+        start = self.start_ns
         last_k = None if end is None else -(-(end - start) // interval) - 1
-        next_refresh = start + self.refresh_ns
-        k = 0
+        next_refresh = clock() + self.refresh_ns
         while True:
             deadline = start + k * interval
             if end is not None and deadline >= end:
@@ -240,6 +283,13 @@ class Sampler:
             if should_stop():
                 return
             t0 = clock()
+            # The read stands for the grid slot nearest its start; slots before it that
+            # passed unread are missed (never replayed) and the next read waits for the
+            # slot after it: no two reads share a slot or come half an interval apart.
+            slot = max(k, (t0 - start + half) // interval)
+            if last_k is not None:
+                slot = min(slot, max(k, last_k))  # slots after the end are not missed
+            stats.missed_ticks += slot - k
             row = self.read_once()
             t1 = clock()
             if self.self_channels:
@@ -255,12 +305,145 @@ class Sampler:
                 self.refresh(sink)
             if after_tick is not None:
                 after_tick(t0)
-            # Next tick: the next deadline unless we are past it by more than half an
-            # interval; the ticks jumped over are missed, never replayed.
-            due = (clock() - start + half) // interval
-            if last_k is not None:
-                due = min(due, last_k + 1)  # ticks after the end are not missed
-            k += 1
-            if due > k:
-                stats.missed_ticks += due - k
-                k = due
+            k = slot + 1
+
+    # -- ticks taken in C ----------------------------------------------------------------------
+    def _native_items(self) -> _NativeItems | None:
+        """The C readers of every channel, or None when some probe needs Python each tick."""
+        items = _NativeItems()
+        for probe, a, _ in self._bounds:
+            parts = probe.native_parts()
+            if parts is None:
+                return None
+            for part in parts:
+                items.readers.append((part.reader, a + part.start))
+                items.recover.append((probe, part.recover, a + part.start, a + part.stop))
+        return items
+
+    def _run_native(self, items: _NativeItems, sink: RowSink, should_stop: Callable[[], bool],
+                    end: int | None, after_tick: Callable[[int], None] | None) -> int | None:
+        """Let a C thread take the ticks; drain them every ``DRAIN_S``. Returns None when
+        done, or the tick to go on from in Python (a probe now needs Python each tick)."""
+        start, interval = self.start_ns, self.interval_ns
+        per_drain = max(1, round(DRAIN_S * 1e9 / interval))
+        capacity = max(64, 8 * per_drain)
+        ticker = _procfs._procread.Ticker(  # type: ignore[union-attr]
+            items.readers, len(self._channels), start, interval, capacity,
+            end_ns=end or 0)
+        self.mode = "native"
+        buffers = _DrainBuffers(capacity, len(self._channels))
+        next_refresh = start + self.refresh_ns
+        j = 1
+        resume: int | None = None
+        try:
+            while True:
+                # wake half-way between two ticks, every per_drain ticks
+                wake = start + (j * per_drain) * interval + interval // 2
+                j += 1
+                stopped = _sleep_until(wake, should_stop)
+                if stopped:
+                    break
+                failed = self._drain(ticker, buffers, sink, after_tick)
+                _, missed, finished = ticker.state()
+                self.stats.missed_ticks = missed
+                if finished:
+                    break
+                now = time.monotonic_ns()
+                if not failed and now < next_refresh:
+                    continue
+                ticker.hold()
+                try:
+                    self._drain(ticker, buffers, sink, after_tick)
+                    for i in failed:
+                        self._recover(items, i)
+                    if now >= next_refresh:
+                        next_refresh = now + self.refresh_ns
+                        self.refresh(sink)
+                        buffers = buffers.fit(len(self._channels))
+                    fresh = self._native_items()
+                    if fresh is None:  # a probe now needs Python each tick
+                        resume = ticker.state()[0]
+                        break
+                    items = fresh
+                    ticker.set_items(items.readers, len(self._channels))
+                finally:
+                    ticker.release()
+        finally:
+            ticker.close()
+            self._drain(ticker, buffers, sink, after_tick)
+            self.stats.missed_ticks = ticker.state()[1]
+        return resume
+
+    def _drain(self, ticker: object, buffers: _DrainBuffers, sink: RowSink,
+               after_tick: Callable[[int], None] | None) -> list[int]:
+        """Move the ticks taken into the sink; returns the items whose plan did not fit."""
+        b = buffers
+        n, failed = ticker.drain(b.ts, b.rows, b.latency, b.lag, b.missed)  # type: ignore[attr-defined]
+        if not n:
+            return failed
+        rows = b.rows[:n]
+        if self.self_channels:
+            rows[:, -3] = b.latency[:n]
+            rows[:, -2] = b.lag[:n]
+            rows[:, -1] = b.missed[:n]
+        for i in range(n):
+            sink.append(int(b.ts[i]), rows[i])
+        flush = getattr(sink, "flush", None)
+        if flush is not None:
+            flush()  # journaled at every drain: a SIGKILL loses at most DRAIN_S of rows
+        self.stats.samples += n
+        self.stats.latency_s.add_many(b.latency[:n])
+        self.stats.lag_s.add_many(b.lag[:n])
+        if after_tick is not None:
+            after_tick(int(b.ts[n - 1]))
+        return failed
+
+    def _recover(self, items: _NativeItems, i: int) -> None:
+        """Re-read (and so re-discover) the part behind item ``i`` in Python."""
+        probe, recover, a, b = items.recover[i]
+        scratch = np.full(b - a, np.nan)
+        try:
+            recover(scratch)
+        except Exception as exc:
+            self._read_failed(probe, exc)
+
+
+@dataclass
+class _NativeItems:
+    """The Ticker's items, ``(reader, offset in the row)``, and how to recover each."""
+
+    readers: list[tuple[object, int]] = field(default_factory=list)
+    recover: list[tuple[Probe, Callable[[np.ndarray], None], int, int]] = field(
+        default_factory=list)
+
+
+class _DrainBuffers:
+    """Arrays a drain copies the C ring into (``capacity`` rows of ``width`` channels)."""
+
+    def __init__(self, capacity: int, width: int) -> None:
+        self.capacity, self.width = capacity, width
+        self.ts = np.zeros(capacity, dtype=np.int64)
+        self.missed = np.zeros(capacity, dtype=np.int64)
+        self.latency = np.zeros(capacity)
+        self.lag = np.zeros(capacity)
+        self.rows = np.zeros((capacity, width))
+
+    def fit(self, width: int) -> _DrainBuffers:
+        return self if width == self.width else _DrainBuffers(self.capacity, width)
+
+
+def _ticker_available() -> bool:
+    native = _procfs._procread
+    return native is not None and _procfs.USE_NATIVE and hasattr(native, "Ticker")
+
+
+def _sleep_until(deadline_ns: int, should_stop: Callable[[], bool]) -> bool:
+    """Sleep until ``deadline_ns`` (CLOCK_MONOTONIC), looking at ``should_stop`` at least
+    every 250 ms; True when it asked to stop."""
+    while True:
+        if should_stop():
+            return True
+        now = time.monotonic_ns()
+        if now >= deadline_ns:
+            return False
+        time.sleep(min(deadline_ns - now, 250_000_000) / 1e9)

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "procread.h"
+
 enum { MODE_UINT = 0, MODE_INT = 1, MODE_HEX = 2 };
 enum { PREP_NONE = 0, PREP_COMPACT_STAT = 1 };
 
@@ -176,6 +178,14 @@ static int plan_fill(Plan *p, double *out) {
     for (Py_ssize_t i = 0; i < p->nnan; i++) out[p->nan[i]] = Py_NAN;
     return 0;
 }
+
+static PyTypeObject PlanType;
+
+PyTypeObject *procread_plan_type(void) { return &PlanType; }
+
+int procread_plan_fill(PyObject *plan, double *out) { return plan_fill((Plan *)plan, out); }
+
+Py_ssize_t procread_plan_nout(PyObject *plan) { return ((Plan *)plan)->nout; }
 
 static PyObject *Plan_read(Plan *self, PyObject *arg) {
     Py_buffer view;
@@ -371,7 +381,6 @@ static struct PyModuleDef moduledef = {
     .m_methods = module_methods,
 };
 
-int add_local_reader(PyObject *module); /* localread.c */
 
 PyMODINIT_FUNC PyInit__procread(void) {
     if (PyType_Ready(&PlanType) < 0) return NULL;
@@ -383,7 +392,7 @@ PyMODINIT_FUNC PyInit__procread(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (add_local_reader(m) < 0) {
+    if (add_local_reader(m) < 0 || add_ticker(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

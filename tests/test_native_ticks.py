@@ -1,0 +1,311 @@
+"""Ticks taken by the C thread (``_procread.Ticker``): same rows as the Python loop, on
+the grid, missed ticks counted, plans that stop fitting re-discovered, refresh between
+ticks, and the per-tick Python loop where a probe needs it.
+
+Everything reads real files: /proc, perf_event_open software counters, and small files
+the tests rewrite while the thread reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from reveal.collect import _procfs
+from reveal.collect._procfs import FileProbe, GroupSpec, Source, key_value_layout
+from reveal.collect.cpu import CpuProbe
+from reveal.collect.memory import MemoryProbe
+from reveal.collect.perf import PerfProbe
+from reveal.collect.probe import NativePart, ProbeUnavailable
+from reveal.collect.sampler import SELF_CHANNELS, MemorySink, Sampler
+
+native = _procfs._procread
+pytestmark = pytest.mark.skipif(native is None or not hasattr(native, "Ticker"),
+                                reason="C extension reveal.collect._procread not built")
+
+INTERVAL_S = 0.05
+
+
+@pytest.fixture(autouse=True)
+def _native_on() -> Iterator[None]:
+    before = _procfs.USE_NATIVE
+    _procfs.USE_NATIVE = True
+    yield
+    _procfs.USE_NATIVE = before
+
+
+class KeyValueProbe(FileProbe):
+    """``key value`` lines of one file the test rewrites."""
+
+    name = "test_kv"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def plan(self) -> dict[str, Any]:
+        return {"kv": GroupSpec((Source(str(self.path), lambda d: key_value_layout(d, "kv.")),))}
+
+
+class PythonOnlyProbe(KeyValueProbe):
+    """The same file, but declaring that it needs Python on every tick."""
+
+    name = "test_kv_python"
+
+    def native_parts(self) -> list[NativePart] | None:
+        return None
+
+
+class TurnsPythonProbe(KeyValueProbe):
+    """Native until ``python_after`` is set, then needs Python each tick."""
+
+    name = "test_kv_turns"
+    python_after = threading.Event()
+
+    def native_parts(self) -> list[NativePart] | None:
+        return None if self.python_after.is_set() else super().native_parts()
+
+
+def _opened(probe: Any) -> Any:
+    probe.open()
+    return probe
+
+
+def _rows(sink: MemorySink) -> tuple[list[str], np.ndarray, np.ndarray]:
+    channels, ts, rows = sink.parts[-1]
+    return channels, np.asarray(ts), np.asarray(rows)
+
+
+def _buffers(capacity: int, width: int) -> tuple[np.ndarray, ...]:
+    """Arrays for ``Ticker.drain``: ts, rows, latency, lag, missed."""
+    return (np.zeros(capacity, np.int64), np.zeros((capacity, width)), np.zeros(capacity),
+            np.zeros(capacity), np.zeros(capacity, np.int64))
+
+
+def _stop_after(seconds: float) -> Any:
+    end = time.monotonic() + seconds
+    return lambda: time.monotonic() >= end
+
+
+def test_real_probes_run_in_c_on_the_grid_with_the_python_loops_channels() -> None:
+    probes = [_opened(CpuProbe()), _opened(MemoryProbe())]
+    try:
+        sampler = Sampler(probes, INTERVAL_S, refresh_s=0.4, self_channels=True)
+        sink = MemorySink(sampler.channels)
+        sampler.run(sink, duration_s=1.5)
+        assert sampler.mode == "native"
+        channels, ts, rows = _rows(sink)
+        assert channels == sampler.channels and channels[-3:] == list(SELF_CHANNELS)
+        n = len(ts)
+        assert 27 <= n + sampler.stats.missed_ticks <= 30
+        assert sampler.stats.samples == n
+        # on the grid: each tick within a few ms after start + k * interval
+        k = np.rint((ts - sampler.start_ns) / (INTERVAL_S * 1e9))
+        lag = (ts - sampler.start_ns - k * INTERVAL_S * 1e9) / 1e9
+        assert np.all(lag >= 0) and np.median(lag) < 0.01
+        assert np.all(np.diff(k) >= 1)  # never a tick twice, never a burst
+        np.testing.assert_allclose(rows[:, -2], lag, atol=2e-3)  # recorded lag
+        assert np.all(rows[:, -3] > 0)  # read latency
+        # cumulative CPU jiffies never go back; memory totals are there every tick
+        jiffies = rows[:, [channels.index(f"cpu.{f}") for f in ("user", "nice", "system",
+                                                                "idle", "iowait")]].sum(1)
+        assert np.all(np.diff(jiffies) >= 0) and jiffies[-1] > jiffies[0]
+        assert np.isfinite(rows[:, channels.index("mem.MemTotal")]).all()
+        # the same channels as the per-tick Python loop would give
+        python = Sampler(probes, INTERVAL_S, self_channels=True)
+        python.native_ticks = False
+        psink = MemorySink(python.channels)
+        python.run(psink, duration_s=0.3)
+        assert python.mode == "python"
+        pchannels, _, prows = _rows(psink)
+        assert pchannels == channels
+        assert np.array_equal(np.isfinite(prows[:, :-3]).all(0), np.isfinite(rows[:, :-3]).all(0))
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def test_perf_groups_read_what_the_probe_reads() -> None:
+    probe = PerfProbe()
+    try:
+        probe.open()
+    except ProbeUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        parts = probe.native_parts()
+        assert parts is not None and len(parts) == 1
+        reader = parts[0].reader
+        assert reader.nout() == len(probe.channels)
+        before, by_c, after = (np.empty(len(probe.channels)) for _ in range(3))
+        probe.read(before)
+        reader.read(by_c)
+        probe.read(after)
+        ok = np.isfinite(before)
+        assert ok.any()
+        assert np.array_equal(ok, np.isfinite(by_c))
+        # counters: the C read lies between two Python reads of the same groups
+        assert np.all(before[ok] <= by_c[ok]) and np.all(by_c[ok] <= after[ok])
+        with pytest.raises(ValueError):
+            reader.read(np.empty(len(probe.channels) + 1))
+    finally:
+        probe.close()
+
+
+def test_perf_groups_scale_multiplexed_counts_and_nan_when_never_run(tmp_path: Path) -> None:
+    # a pipe stands in for a perf fd: it returns the bytes written to it, in one read each
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        groups = native.PerfGroups([(r1, 40), (r2, 32)], [3, 4, 8], [1, 1, 6], [2, 2, 7])
+        words1 = np.array([2, 1000, 250, 7, 40], dtype=np.uint64)  # ran a quarter of the time
+        words2 = np.array([1, 500, 0, 9], dtype=np.uint64)  # never ran
+        os.write(w1, words1.tobytes())
+        os.write(w2, words2.tobytes())
+        out = np.empty(3)
+        groups.read(out)
+        assert out[0] == 28.0 and out[1] == 160.0 and np.isnan(out[2])
+        os.write(w1, np.array([2, 1000, 1000, 7, 40], dtype=np.uint64).tobytes())
+        os.write(w2, np.array([1, 500], dtype=np.uint64).tobytes())  # short read
+        groups.read(out)
+        assert out[:2].tolist() == [7.0, 40.0] and np.isnan(out[2])
+    finally:
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+    with pytest.raises(IndexError):
+        native.PerfGroups([(0, 32)], [4], [1], [2])
+    with pytest.raises(ValueError):
+        native.PerfGroups([(0, 20)], [0], [1], [2])
+
+
+def test_ticker_copies_constants_counts_missed_ticks_while_held_and_stops_at_end() -> None:
+    values = np.array([1.5, 2.5])
+    start = time.monotonic_ns()
+    interval = int(INTERVAL_S * 1e9)
+    ticker = native.Ticker([(values, 1)], 4, start, interval, 64, end_ns=start + 40 * interval)
+    first, second = _buffers(64, 4), _buffers(64, 4)
+    try:
+        time.sleep(5.5 * INTERVAL_S)
+        ticker.hold()  # the thread waits between ticks: those ticks are missed, not replayed
+        time.sleep(6 * INTERVAL_S)
+        n_held, _ = ticker.drain(*first)
+        ticker.release()
+        while not ticker.state()[2]:
+            time.sleep(INTERVAL_S)
+        n, failed = ticker.drain(*second)
+    except BaseException:
+        ticker.close()
+        raise
+    ticker.close()
+    total = n_held + n
+    ts, rows, _, _, missed = (np.concatenate([a[:n_held], b[:n]])
+                              for a, b in zip(first, second, strict=True))
+    _, skipped, finished = ticker.state()
+    assert finished and failed == []
+    assert 5 <= n_held <= 7
+    assert skipped >= 4 and total + skipped == 40  # every tick of the run taken or missed
+    assert np.all(rows[:total, 1:3] == values) and np.isnan(rows[:total, [0, 3]]).all()
+    k = np.rint((ts[:total] - start) / interval)
+    assert np.all(np.diff(k) >= 1) and k[-1] <= 39
+    assert missed[total - 1] == skipped and np.all(np.diff(missed[:total]) >= 0)
+
+
+def test_ticker_refuses_bad_items_and_unheld_changes() -> None:
+    start = time.monotonic_ns()
+    with pytest.raises(ValueError, match="outside the row"):
+        native.Ticker([(np.zeros(3), 2)], 4, start, 10**8, 8)
+    with pytest.raises(TypeError):
+        native.Ticker([(np.zeros(3, dtype=np.int32), 0)], 4, start, 10**8, 8)
+    with pytest.raises(ValueError):
+        native.Ticker([], 4, start, 0, 8)
+    ticker = native.Ticker([], 2, start, 10**8, 8)
+    try:
+        with pytest.raises(RuntimeError, match="hold"):
+            ticker.set_items([], 2)
+    finally:
+        ticker.close()
+    ticker.close()  # twice is fine
+
+
+def test_a_plan_that_stops_fitting_is_nan_then_rediscovered_and_the_new_channel_recorded(
+        tmp_path: Path) -> None:
+    path = tmp_path / "kv"
+    path.write_bytes(b"a 1\nb 2\n")
+    probe = _opened(KeyValueProbe(path))
+    assert probe.native_parts() is not None
+    sampler = Sampler([probe], INTERVAL_S, refresh_s=0.5)
+    sink = MemorySink(sampler.channels)
+
+    def rewrite() -> None:
+        time.sleep(0.8)
+        path.write_bytes(b"a 3\nc 5\nb 4\n")  # a new key in the middle: the plan no longer fits
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    sampler.run(sink, duration_s=3.5)
+    writer.join()
+    probe.close()
+    assert sampler.mode == "native"
+    assert sampler.stats.schema_changes == 1
+    (old_channels, _, old_rows), (new_channels, _, new_rows) = sink.parts[0], sink.parts[-1]
+    assert old_channels == ["kv.a", "kv.b"] and new_channels == ["kv.a", "kv.c", "kv.b"]
+    old = np.asarray(old_rows)
+    assert old[0].tolist() == [1.0, 2.0]
+    after = old[np.isfinite(old).all(1)]
+    assert set(map(tuple, after.tolist())) <= {(1.0, 2.0), (3.0, 4.0)}
+    assert np.isnan(old).any(1).sum() <= 12  # NaN only until the next drain re-discovers
+    new = np.asarray(new_rows)
+    assert len(new) >= 5 and new.tolist() == [[3.0, 5.0, 4.0]] * len(new)
+
+
+def test_a_probe_that_needs_python_keeps_the_python_loop(tmp_path: Path) -> None:
+    path = tmp_path / "kv"
+    path.write_bytes(b"a 1\n")
+    probes = [_opened(KeyValueProbe(path)), _opened(PythonOnlyProbe(path))]
+    sampler = Sampler(probes, INTERVAL_S)
+    sink = MemorySink(sampler.channels)
+    sampler.run(sink, duration_s=0.3)
+    assert sampler.mode == "python"
+    assert np.asarray(sink.parts[-1][2]).tolist() == [[1.0, 1.0]] * len(sink.parts[-1][1])
+
+
+def test_switch_to_python_mid_run_goes_on_from_the_next_tick(tmp_path: Path) -> None:
+    path = tmp_path / "kv"
+    path.write_bytes(b"a 1\n")
+    TurnsPythonProbe.python_after.clear()
+    probe = _opened(TurnsPythonProbe(path))
+    sampler = Sampler([probe], INTERVAL_S, refresh_s=0.3)
+    sink = MemorySink(sampler.channels)
+    timer = threading.Timer(1.2, TurnsPythonProbe.python_after.set)
+    timer.start()
+    sampler.run(sink, duration_s=3.0)
+    timer.join()
+    probe.close()
+    assert sampler.mode == "python"
+    ts = np.asarray(sink.parts[-1][1])
+    k = np.rint((ts - sampler.start_ns) / (INTERVAL_S * 1e9))
+    assert np.all(np.diff(k) >= 1)  # no tick twice across the switch
+    assert len(ts) + sampler.stats.missed_ticks == 60
+    assert sampler.stats.missed_ticks <= 3
+
+
+def test_stop_request_ends_promptly_with_every_tick_taken_delivered(tmp_path: Path) -> None:
+    path = tmp_path / "kv"
+    path.write_bytes(b"a 1\n")
+    probe = _opened(KeyValueProbe(path))
+    sampler = Sampler([probe], INTERVAL_S)
+    sink = MemorySink(sampler.channels)
+    began = time.monotonic()
+    sampler.run(sink, _stop_after(0.72))
+    took = time.monotonic() - began
+    probe.close()
+    assert sampler.mode == "native"
+    assert took < 1.2
+    n = len(sink.parts[-1][1])
+    assert 12 <= n + sampler.stats.missed_ticks <= 16 and sampler.stats.samples == n
