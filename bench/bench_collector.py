@@ -2,8 +2,12 @@
 
 Phase 1 (idle, ``--idle-duration``): ``reveal collect`` alone, with its own tick-lag channel,
 on an otherwise idle host (as idle as a shared machine gets): tick jitter and CPU.
-Phase 2 (``--breakdown-duration``): the collector in this process, with the thread CPU time
-of every probe's read and refresh and of the writer measured apart (where the cost goes).
+Phase 0 (``--floor-duration``): the host floor, a C thread waking on the same grid that
+reads nothing: the wake-up lag no collector can go below on this host, and what waking
+alone costs.
+Phase 2 (``--breakdown-duration``): the collector in this process, with the CPU time of each
+of its threads measured apart (schedstat): the C thread that takes the ticks, the main
+thread that drains, journals and refreshes, the segment writer.
 Phase 3 (loaded, ``--duration``): a bounded workload (stress-ng at a fixed CPU load plus a
 Python loop churning memory, disk and loopback network), ``reveal collect`` at the interval,
 and node_exporter (Debian ``prometheus-node-exporter``, default collectors, on a loopback
@@ -29,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -326,45 +331,102 @@ def loaded_phase(work: Path, seconds: float, interval: float, warmup_s: float,
     return out
 
 
-def breakdown_phase(work: Path, seconds: float, interval: float) -> dict[str, Any]:
-    """In-process: thread CPU time of each probe's read/refresh and of the writer, per tick
-    (µs) and as % of one core; the rest of the sampling thread is the loop and wake-ups."""
+def _thread_cpu_ns(skip: int | None = None) -> dict[str, int]:
+    """CPU ns of each live thread of this process (but ``skip``), summed by thread name
+    (the main thread is "main")."""
+    out: dict[str, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        if skip is not None and int(tid) == skip:
+            continue
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        name = "main" if int(tid) == os.getpid() else name
+        out[name] = out.get(name, 0) + ns
+    return out
+
+
+class ThreadMeter(threading.Thread):
+    """Snapshots this process's threads' CPU ``warmup_s`` after starting and again
+    ``seconds`` later, from a thread of its own (left out of the figures)."""
+
+    def __init__(self, warmup_s: float, seconds: float, ticks: Any) -> None:
+        super().__init__(daemon=True)
+        self.warmup_s, self.seconds, self.ticks = warmup_s, seconds, ticks
+        self.snapshots: list[tuple[int, int, dict[str, int]]] = []
+
+    def run(self) -> None:
+        me = threading.get_native_id()
+        time.sleep(self.warmup_s)
+        self.snapshots.append((time.monotonic_ns(), self.ticks(), _thread_cpu_ns(me)))
+        time.sleep(self.seconds)
+        self.snapshots.append((time.monotonic_ns(), self.ticks(), _thread_cpu_ns(me)))
+
+    def result(self) -> dict[str, Any]:
+        if len(self.snapshots) < 2:
+            return {"skipped": "the run ended before the second snapshot"}
+        (t0, k0, a), (t1, k1, b) = self.snapshots
+        wall_s, ticks = (t1 - t0) / 1e9, max(k1 - k0, 1)
+        spent = {name: (b.get(name, 0) - a.get(name, 0)) / 1e9 for name in b}
+        return {
+            "duration_s": round(wall_s, 2), "ticks": ticks,
+            "process_pct_core": 100 * sum(spent.values()) / wall_s,
+            "threads": {k: {"us_per_tick": round(1e6 * v / ticks, 1),
+                            "pct_core": round(100 * v / wall_s, 4)}
+                        for k, v in sorted(spent.items(), key=lambda kv: -kv[1])},
+        }
+
+
+def breakdown_phase(work: Path, seconds: float, interval: float,
+                    warmup_s: float) -> dict[str, Any]:
+    """In-process: CPU of each thread of the collector per tick (µs) and as % of one core
+    (schedstat, exact): ``reveal-ticks`` is the C thread reading every probe; ``main``
+    drains it, journals and refreshes (or, on the Python loop, reads every probe); the rest
+    is the segment writer and allocators."""
     from reveal.collect.runner import CollectOptions, Collector
 
     collector = Collector(CollectOptions(out=work / "breakdown", interval_s=interval,
                                          duration_s=seconds))
     collector.open()
-    assert collector.sampler is not None and collector.writer is not None
-    spent: dict[str, float] = {}
-
-    def timed(obj: Any, method: str, key: str) -> None:
-        inner = getattr(obj, method)
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.thread_time()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                spent[key] = spent.get(key, 0.0) + time.thread_time() - t0
-        setattr(obj, method, wrapper)
-
-    for probe in collector.sampler.probes:
-        timed(probe, "read", f"read {probe.name}")
-        timed(probe, "refresh", f"refresh {probe.name}")
-    timed(collector.writer, "append", "writer append+flush")
-    t0 = time.thread_time()
+    assert collector.sampler is not None
+    sampler = collector.sampler
+    meter = ThreadMeter(warmup_s, max(seconds - warmup_s - 2.0, 1.0),
+                        lambda: sampler.stats.samples)
+    meter.start()
     collector.run()
-    total = time.thread_time() - t0
-    ticks = max(collector.sampler.stats.samples, 1)
-    parts = dict(sorted(spent.items(), key=lambda kv: -kv[1]))
-    parts["loop, sleep/wake-up, meta"] = total - sum(spent.values())
-    return {
-        "duration_s": seconds, "ticks": ticks,
-        "channels": len(collector.sampler.channels),
-        "sampling_thread_pct_core": 100 * total / seconds,
-        "parts": {k: {"us_per_tick": round(1e6 * v / ticks, 1),
-                      "pct_core": round(100 * v / seconds, 4)} for k, v in parts.items()},
-    }
+    meter.join()
+    return {"ticks_taken_by": sampler.mode, "channels": len(sampler.channels),
+            **meter.result()}
+
+
+def host_floor_phase(seconds: float, interval: float) -> dict[str, Any]:
+    """A C thread that only wakes on the same grid and reads nothing: the host's own
+    wake-up lag (what no collector can go below) and the CPU cost of waking alone."""
+    from reveal.collect import _procfs
+
+    native = _procfs._procread
+    if native is None or not hasattr(native, "Ticker"):
+        return {"skipped": "C extension not built"}
+    interval_ns = round(interval * 1e9)
+    capacity = int(seconds / interval) + 16
+    me = threading.get_native_id()
+    ticker = native.Ticker([], 0, time.monotonic_ns() + interval_ns, interval_ns, capacity)
+    try:
+        before = _thread_cpu_ns(me)
+        time.sleep(seconds)
+        after = _thread_cpu_ns(me)  # while the thread is alive
+    finally:
+        ticker.close()
+    buffers = (np.zeros(capacity, np.int64), np.zeros((capacity, 0)), np.zeros(capacity),
+               np.zeros(capacity), np.zeros(capacity, np.int64))
+    got, _ = ticker.drain(*buffers)
+    lag = buffers[3][:got] * 1e3
+    woke = after.get("reveal-ticks", 0) - before.get("reveal-ticks", 0)
+    return {"duration_s": seconds, "ticks": int(got), "lag_ms_p50": _pct(lag, 0.5),
+            "lag_ms_p99": _pct(lag, 0.99), "lag_ms_max": float(lag.max()) if got else None,
+            "wake_only_pct_core": 100 * woke / 1e9 / seconds}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="sampling interval, s")
     parser.add_argument("--breakdown-duration", type=float, default=30.0,
                         help="seconds of the in-process per-part CPU breakdown (0 to skip)")
+    parser.add_argument("--floor-duration", type=float, default=60.0,
+                        help="seconds of the host floor: a C thread waking on the grid and "
+                             "reading nothing (0 to skip)")
     parser.add_argument("--warmup", type=float, default=10.0,
                         help="seconds ignored at the start of each phase")
     parser.add_argument("--cpu-load", type=int, default=30,
@@ -397,10 +462,13 @@ def main(argv: list[str] | None = None) -> int:
                                  *(argv if argv is not None else sys.argv[1:])]),
             "host": socket.gethostname(), "n_cpus": os.cpu_count(),
             "loadavg_start": os.getloadavg(),
-            "note": "shared machine: other work ran at the same time, so CPU and jitter "
-                    "figures are noisy; CPU is % of one core from /proc/PID/stat over the "
-                    "steady state",
+            "note": "CPU is % of one core from /proc/PID/stat (process trees) over the "
+                    "steady state; breakdown and host floor from schedstat; on a shared VM "
+                    "CPU and jitter figures vary about ±15 % from run to run",
         }
+        if args.floor_duration > 0:
+            print(f"bench_collector: host floor, {args.floor_duration:.0f} s", file=sys.stderr)
+            result["host_floor"] = host_floor_phase(args.floor_duration, args.interval)
         if args.idle_duration > 0:
             print(f"bench_collector: idle phase, {args.idle_duration:.0f} s", file=sys.stderr)
             result["idle"] = idle_phase(work, args.idle_duration, args.interval, args.warmup)
@@ -408,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_collector: cost breakdown, {args.breakdown_duration:.0f} s",
                   file=sys.stderr)
             result["breakdown"] = breakdown_phase(work, args.breakdown_duration,
-                                                  args.interval)
+                                                  args.interval, min(args.warmup, 5.0))
         print(f"bench_collector: loaded phase, {args.duration:.0f} s", file=sys.stderr)
         loaded = loaded_phase(work, args.duration, args.interval, args.warmup, args.cpu_load)
         result["loaded"] = loaded
