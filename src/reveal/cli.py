@@ -14,6 +14,7 @@ import sys
 from types import ModuleType
 
 from reveal import __version__
+from reveal.commands import HelpFormatter
 from reveal.errors import RevealError
 
 COMMANDS = (
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         if module is None:
             continue
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                 formatter_class=HelpFormatter)
         module.add_arguments(command)
         command.set_defaults(_module=module)
     return parser
