@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from reveal.collect.probe import Probe
-from reveal.collect.sampler import SELF_CHANNELS, MemorySink, Sampler
+from reveal.collect.sampler import SELF_CHANNELS, MemorySink, RecentValues, Sampler
 from reveal.store.layout import META_FILE, write_json_atomic
 from reveal.store.run_reader import read_run
 from reveal.store.run_writer import base_meta
@@ -190,3 +190,17 @@ def test_channel_appearing_mid_run_starts_a_journal_nan_before(tmp_path):
 def test_bad_interval_is_refused():
     with pytest.raises(ValueError, match="interval"):
         Sampler([], interval_s=0)
+
+
+@pytest.mark.parametrize("chunks", [(3, 5, 9), (17,), (1, 1, 40), (0, 4)])
+def test_recent_values_add_many_keeps_what_add_keeps(chunks):
+    one, many = RecentValues(size=8), RecentValues(size=8)
+    rng = np.random.default_rng(len(chunks))
+    for n in chunks:
+        values = rng.normal(size=n)
+        for v in values:
+            one.add(float(v))
+        many.add_many(values)
+        assert many.max == one.max
+        for q in (0.0, 0.5, 0.99, 1.0):
+            assert many.quantile(q) == one.quantile(q) or np.isnan(one.quantile(q))

@@ -120,6 +120,39 @@ def test_journal_gets_a_batch_every_second_and_segments_roll(tmp_path):
     assert writer.stats.rows_journaled == 130 and writer.stats.dropped_samples == 0
 
 
+@pytest.mark.parametrize("sizes", [(7,), (10,), (1, 25, 3), (61,), (130,)])
+def test_block_appends_write_what_row_appends_write(tmp_path, sizes):
+    channels = [f"x{i}" for i in range(40)]
+    ts, block = _rows(130, 40)
+    rows_run, block_run = tmp_path / "rows", tmp_path / "block"
+    by_row = SegmentWriter(rows_run, channels, interval_s=0.1, segment_seconds=6.0,
+                           background=False)
+    by_block = SegmentWriter(block_run, channels, interval_s=0.1, segment_seconds=6.0,
+                             background=False)
+    for run in (rows_run, block_run):
+        _meta(run)
+    for i in range(130):
+        by_row.append(int(ts[i]), block[i])
+    i, k = 0, 0
+    while i < 130:  # blocks of the given sizes, cycling, straddling every roll
+        n = min(sizes[k % len(sizes)], 130 - i)
+        by_block.append_block(ts[i:i + n], block[i:i + n])
+        if i // 60 != (i + n) // 60 and (i + n) % 60:
+            # a roll fell inside the block: the segment holds exactly its 60 rows
+            assert pq.ParquetFile(segment_path(block_run, 1)).metadata.num_rows == 60
+        i, k = i + n, k + 1
+        assert i - by_block.stats.rows_journaled < 10  # under a second left unjournaled
+    for writer in (by_row, by_block):
+        writer.close()
+    assert by_block.stats.segments_written == by_row.stats.segments_written == 3
+    for number in (1, 2, 3):
+        assert pq.read_table(segment_path(block_run, number)).equals(
+            pq.read_table(segment_path(rows_run, number)))
+    back = read_run(block_run)
+    np.testing.assert_array_equal(back.timestamps_ns, ts)
+    np.testing.assert_array_equal(back.values, block)
+
+
 def test_schema_change_starts_a_journal_and_earlier_rows_are_nan(tmp_path):
     run = tmp_path / "run"
     ts, block = _rows(40, 4)

@@ -88,13 +88,20 @@ class RecentValues:
 
     def add_many(self, values: np.ndarray) -> None:
         """Add several values at once (oldest first)."""
-        values = np.asarray(values, dtype=np.float64)[-len(self._values):]
-        if not values.size:
+        total = len(values)
+        if not total:
             return
-        slots = (self._n + np.arange(values.size)) % len(self._values)
-        self._values[slots] = values
-        self._n += values.size
-        self.max = max(self.max, float(values.max()))
+        top = float(values.max())
+        if top > self.max:
+            self.max = top
+        size = len(self._values)
+        kept = values[-size:]  # older ones would be overwritten anyway
+        n = len(kept)
+        at = (self._n + total - n) % size
+        head = min(n, size - at)
+        self._values[at:at + head] = kept[:head]
+        self._values[:n - head] = kept[head:]
+        self._n += total
 
     def quantile(self, q: float) -> float:
         if self._n == 0:
@@ -386,8 +393,12 @@ class Sampler:
             rows[:, -3] = b.latency[:n]
             rows[:, -2] = b.lag[:n]
             rows[:, -1] = b.missed[:n]
-        for i in range(n):
-            sink.append(int(b.ts[i]), rows[i])
+        append_block = getattr(sink, "append_block", None)
+        if append_block is not None:
+            append_block(b.ts[:n], rows)
+        else:
+            for i in range(n):
+                sink.append(int(b.ts[i]), rows[i])
         flush = getattr(sink, "flush", None)
         if flush is not None:
             flush()  # journaled at every drain: a SIGKILL loses at most DRAIN_S of rows

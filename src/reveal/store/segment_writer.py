@@ -349,6 +349,32 @@ class SegmentWriter:
         if ts_ns - first + self.interval_ns >= self._roll_due_ns:
             self.roll()
 
+    def append_block(self, ts_ns: np.ndarray, rows: np.ndarray) -> None:
+        """Add several samples (oldest first; ``rows``: samples × channels), exactly as
+        :meth:`append` row by row would, with one copy per segment they fall in."""
+        ts_ns = np.asarray(ts_ns, dtype=np.int64)
+        i, n = 0, len(ts_ns)
+        while i < n:
+            first = self._segment_first_ts
+            if first is None:
+                first = int(self._ts[0]) if self._count else int(ts_ns[i])
+            # the row after which the segment is due to roll, if it is in this block
+            due = np.flatnonzero(ts_ns[i:] - first + self.interval_ns >= self._roll_due_ns)
+            stop = i + int(due[0]) + 1 if due.size else n
+            while self._count + (stop - i) > len(self._ts):
+                self._grow()
+            self._ts[self._count:self._count + stop - i] = ts_ns[i:stop]
+            self._block[self._count:self._count + stop - i] = rows[i:stop]
+            self._count += stop - i
+            if self._segment_first_ts is None:
+                self._segment_first_ts = int(self._ts[0])
+            last = int(ts_ns[stop - 1])
+            if last - self._ts[self._flushed] + self.interval_ns >= self._flush_due_ns:
+                self.flush()
+            if due.size:
+                self.roll()
+            i = stop
+
     def flush(self) -> None:
         """Append the rows not yet journaled as one record batch (drop them on a full disk)."""
         start, stop = self._flushed, self._count
