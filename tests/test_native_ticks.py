@@ -309,3 +309,39 @@ def test_stop_request_ends_promptly_with_every_tick_taken_delivered(tmp_path: Pa
     assert took < 1.2
     n = len(sink.parts[-1][1])
     assert 12 <= n + sampler.stats.missed_ticks <= 16 and sampler.stats.samples == n
+
+
+def _ticks_thread() -> int:
+    for tid in os.listdir("/proc/self/task"):
+        if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "reveal-ticks":
+            return int(tid)
+    raise AssertionError("no reveal-ticks thread")
+
+
+@pytest.mark.parametrize("priority", [1, 0])
+def test_ticks_thread_runs_fifo_where_permitted_and_says_so(priority: int) -> None:
+    ticker = native.Ticker([], 0, time.monotonic_ns(), 10**8, 8, priority=priority)
+    try:
+        deadline = time.monotonic() + 5
+        while ticker.realtime() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        granted = ticker.realtime()
+        policy = os.sched_getscheduler(_ticks_thread())
+    finally:
+        ticker.close()
+    assert granted == (policy == os.SCHED_FIFO)
+    if priority == 0:
+        assert granted is False and policy == os.SCHED_OTHER
+    elif os.geteuid() == 0:
+        assert granted is True  # root may: CAP_SYS_NICE
+
+
+def test_collector_records_how_its_ticks_were_taken(tmp_path: Path) -> None:
+    from reveal.collect.runner import CollectOptions, Collector
+
+    collector = Collector(CollectOptions(out=tmp_path / "run", duration_s=1.5,
+                                         include=["cpu", "memory"], realtime=False))
+    collector.open()
+    result = collector.run()
+    stats = result.meta["stats"]
+    assert stats["ticks_taken_by"] == "c-thread" and stats["ticks_realtime"] is False

@@ -115,6 +115,7 @@ class CollectOptions:
     meta_every_s: float = 60.0
     progress_s: float = 5.0
     self_channels: bool = False
+    realtime: bool = True  # the C tick thread asks for SCHED_FIFO (see Sampler)
     source: str = "reveal collect"
     command: list[str] | None = None
     extra_meta: dict[str, Any] = field(default_factory=dict)
@@ -195,7 +196,7 @@ class Collector:
             why = "; ".join(f"{s.name}: {s.reason or 'no channels'}" for s in self.states)
             raise InputError(f"no probe has anything to record here ({why or 'none chosen'})")
         self.sampler = Sampler(probes, opts.interval_s, opts.refresh_s, opts.self_channels,
-                               self.notify)
+                               self.notify, realtime=opts.realtime)
         self.sampler.on_layout_change = self.write_meta
         self.meta = self._base_meta()
         try:
@@ -284,6 +285,7 @@ class Collector:
             self.meta["start_mono_ns"] = self.sampler.start_ns
         stats = self.sampler.stats.summary()
         stats["ticks_taken_by"] = "c-thread" if self.sampler.mode == "native" else "python"
+        stats["ticks_realtime"] = self.sampler.realtime_granted
         if self.writer is not None:
             w = self.writer.stats
             stats.update(dropped_samples=w.dropped_samples, segments=w.segments_written,

@@ -13,7 +13,8 @@ on (node_exporter's manner).
 When every probe can be read by the C extension (``Probe.native_parts``), the ticks are
 taken by a C thread (:class:`reveal.collect._procread.Ticker`) into a ring of rows, and
 Python wakes only every ``DRAIN_S`` (a second) to drain them into the sink, flush it
-and, between two ticks, refresh the probes: the interpreter no longer wakes cold ten times
+and, between two ticks, refresh the probes. The thread asks for SCHED_FIFO (``realtime``)
+so that busy tasks do not delay its ticks: the interpreter no longer wakes cold ten times
 a second. A file group whose C plan stops fitting is NaN for those ticks and re-discovered
 at the next drain; a probe that needs Python on every tick (NVML, eBPF) keeps the whole
 sampler on the per-tick Python loop. ``REVEAL_NATIVE_TICKS=0`` always uses that loop.
@@ -40,6 +41,9 @@ Notify = Callable[[str, str], None]  # (level, message)
 
 #: Let a C thread take the ticks when every probe allows it (see the module docstring).
 NATIVE_TICKS: bool = os.environ.get("REVEAL_NATIVE_TICKS", "1") != "0"
+#: SCHED_FIFO priority of the C tick thread (the lowest real-time one: ahead of every
+#: ordinary task, behind every other real-time one).
+REALTIME_PRIORITY = 1
 #: How often Python drains the C thread's rows and flushes the journal, seconds: a SIGKILL
 #: loses at most this much (the segment writer's flush period).
 DRAIN_S = 1.0
@@ -155,10 +159,14 @@ class Sampler:
         Add :data:`SELF_CHANNELS` (read latency, tick lag, missed ticks) to every row.
     notify : callable(level, message)
         Receives one message per failing probe.
+    realtime : bool
+        The C tick thread asks for SCHED_FIFO (:data:`REALTIME_PRIORITY`) so that busy
+        tasks do not delay its ticks; refused without CAP_SYS_NICE, then it runs as usual.
     """
 
     def __init__(self, probes: list[Probe], interval_s: float = 0.1, refresh_s: float = 5.0,
-                 self_channels: bool = False, notify: Notify = _quiet) -> None:
+                 self_channels: bool = False, notify: Notify = _quiet,
+                 realtime: bool = True) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval must be positive, got {interval_s}")
         self.probes = list(probes)
@@ -171,6 +179,8 @@ class Sampler:
         self.on_layout_change: Callable[[], None] | None = None
         self.native_ticks = NATIVE_TICKS
         self.mode = "python"  # "native" while a C thread takes the ticks
+        self.realtime = realtime
+        self.realtime_granted: bool | None = None  # whether the C thread got SCHED_FIFO
         self._build_layout()
 
     # -- layout ----------------------------------------------------------------------------
@@ -336,7 +346,7 @@ class Sampler:
         capacity = max(64, 8 * per_drain)
         ticker = _procfs._procread.Ticker(  # type: ignore[union-attr]
             items.readers, len(self._channels), start, interval, capacity,
-            end_ns=end or 0)
+            end_ns=end or 0, priority=REALTIME_PRIORITY if self.realtime else 0)
         self.mode = "native"
         buffers = _DrainBuffers(capacity, len(self._channels))
         next_refresh = start + self.refresh_ns
@@ -351,6 +361,7 @@ class Sampler:
                 if stopped:
                     break
                 failed = self._drain(ticker, buffers, sink, after_tick)
+                self.realtime_granted = ticker.realtime()
                 _, missed, finished = ticker.state()
                 self.stats.missed_ticks = missed
                 if finished:

@@ -33,6 +33,11 @@ def add_collect_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--self-channels", action="store_true",
                         help="also record the collector's own read latency, tick lag and "
                              "missed ticks as channels (reveal.*)")
+    parser.add_argument("--no-realtime", dest="realtime", action="store_false",
+                        help="keep the thread that takes the ticks at normal priority (by "
+                             "default it asks for SCHED_FIFO priority 1, where permitted, so "
+                             "that busy tasks do not delay its ticks; it runs about 1 ms per "
+                             "tick)")
     parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
                         help="seconds between status lines on stderr")
     parser.add_argument("--quiet", action="store_true",
@@ -57,7 +62,8 @@ def options_from_args(args: argparse.Namespace, source: str,
         out=args.out or default_out(), interval_s=args.interval,
         duration_s=getattr(args, "duration", None), include=args.probes, exclude=args.exclude,
         segment_seconds=args.segment_seconds, progress_s=args.progress_every,
-        self_channels=args.self_channels, source=source, command=command)
+        self_channels=args.self_channels, realtime=args.realtime, source=source,
+        command=command)
 
 
 def human_bytes(n: float) -> str:

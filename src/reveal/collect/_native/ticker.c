@@ -16,7 +16,9 @@
  *   - a contiguous float64 buffer: values that change only when Python refreshes them.
  * A tick whose deadline passed by more than half an interval is skipped and counted, and
  * so is a tick that finds the ring full (Python not draining). hold() keeps the thread
- * between ticks while Python changes items (set_items) or re-reads a file group.
+ * between ticks while Python changes items (set_items) or re-reads a file group. With
+ * priority > 0 the thread asks for SCHED_FIFO, so that no ordinary task delays a tick
+ * (refused without CAP_SYS_NICE: it then runs as an ordinary thread; realtime() says).
  */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
@@ -24,6 +26,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +243,8 @@ typedef struct {
     double *latency, *lag; /* seconds */
     unsigned char *failed; /* per item, since the last drain */
     int64_t missed;
+    int priority;          /* SCHED_FIFO priority asked for, 0 for none */
+    int realtime;          /* under lock: -1 not yet known, 0 refused or not asked, 1 got it */
 } Ticker;
 
 static void free_items(Item *items, Py_ssize_t n) {
@@ -329,7 +334,15 @@ static void *ticker_main(void *arg) {
     Ticker *t = arg;
     const int64_t half = t->interval / 2;
     pthread_setname_np(pthread_self(), "reveal-ticks"); /* as top -H and /proc show it */
+    int realtime = 0;
+    if (t->priority > 0) {
+        /* ahead of every ordinary task, so that none delays a tick; a tick is ~1 ms of
+         * work per interval, far below the kernel's real-time throttling */
+        struct sched_param param = {.sched_priority = t->priority};
+        realtime = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param) == 0;
+    }
     pthread_mutex_lock(&t->lock);
+    t->realtime = realtime;
     for (;;) {
         int64_t deadline = t->start + t->next_k * t->interval;
         if (t->end && deadline >= t->end) break;
@@ -406,12 +419,13 @@ static int alloc_ring(Ticker *t) {
 
 static int Ticker_init(Ticker *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"items", "width", "start_ns", "interval_ns", "capacity", "end_ns",
-                             "first_tick", NULL};
+                             "first_tick", "priority", NULL};
     PyObject *items;
     Py_ssize_t width, cap;
     long long start, interval, end = 0, first = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnLLn|LL", kwlist, &items, &width, &start,
-                                     &interval, &cap, &end, &first))
+    int priority = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnLLn|LLi", kwlist, &items, &width, &start,
+                                     &interval, &cap, &end, &first, &priority))
         return -1;
     if (self->sync_ready) { PyErr_SetString(PyExc_RuntimeError, "already initialised"); return -1; }
     if (interval <= 0 || cap <= 0 || width < 0 || first < 0) {
@@ -426,6 +440,8 @@ static int Ticker_init(Ticker *self, PyObject *args, PyObject *kwds) {
     self->end = end;
     self->next_k = first;
     self->cap = cap;
+    self->priority = priority;
+    self->realtime = -1;
     self->ts = PyMem_RawCalloc((size_t)cap, sizeof(int64_t));
     self->missed_at = PyMem_RawCalloc((size_t)cap, sizeof(int64_t));
     self->latency = PyMem_RawCalloc((size_t)cap, sizeof(double));
@@ -583,6 +599,18 @@ static PyObject *Ticker_state(Ticker *self, PyObject *unused) {
     return Py_BuildValue("(LLO)", k, missed, done ? Py_True : Py_False);
 }
 
+static PyObject *Ticker_realtime(Ticker *self, PyObject *unused) {
+    /* True once the thread runs SCHED_FIFO, False if refused or not asked, None if not
+     * started yet */
+    (void)unused;
+    if (!self->sync_ready) { PyErr_SetString(PyExc_RuntimeError, "not initialised"); return NULL; }
+    if (!self->held) lock_released_gil(self);
+    int realtime = self->realtime;
+    if (!self->held) pthread_mutex_unlock(&self->lock);
+    if (realtime < 0) Py_RETURN_NONE;
+    return PyBool_FromLong(realtime);
+}
+
 static PyMethodDef Ticker_methods[] = {
     {"drain", (PyCFunction)Ticker_drain, METH_VARARGS,
      "drain(ts, rows, latency, lag, missed) -> (n, failed items): move the ticks taken"},
@@ -592,6 +620,8 @@ static PyMethodDef Ticker_methods[] = {
      "set_items(items, width): new readers from the next tick (held, drained)"},
     {"state", (PyCFunction)Ticker_state, METH_NOARGS,
      "state() -> (next tick index, missed ticks, finished)"},
+    {"realtime", (PyCFunction)Ticker_realtime, METH_NOARGS,
+     "realtime() -> whether the thread got SCHED_FIFO (None before it started)"},
     {"close", (PyCFunction)Ticker_close, METH_NOARGS, "stop and join the thread"},
     {NULL, NULL, 0, NULL},
 };
@@ -601,8 +631,9 @@ static PyTypeObject TickerType = {
     .tp_name = "reveal.collect._procread.Ticker",
     .tp_basicsize = sizeof(Ticker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ticker(items, width, start_ns, interval_ns, capacity, end_ns=0, first_tick=0): "
-              "a thread that reads every item into a ring of rows at each tick of the grid.",
+    .tp_doc = "Ticker(items, width, start_ns, interval_ns, capacity, end_ns=0, first_tick=0, "
+              "priority=0): a thread that reads every item into a ring of rows at each tick "
+              "of the grid (SCHED_FIFO at that priority when > 0 and permitted).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Ticker_init,
     .tp_dealloc = (destructor)Ticker_dealloc,
