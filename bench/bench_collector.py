@@ -333,7 +333,7 @@ def loaded_phase(work: Path, seconds: float, interval: float, warmup_s: float,
 
 def _thread_cpu_ns(skip: int | None = None) -> dict[str, int]:
     """CPU ns of each live thread of this process (but ``skip``), summed by thread name
-    (the main thread is "main")."""
+    (the main thread is "main"); also "NAME kernel": its system time (tick-sampled)."""
     out: dict[str, int] = {}
     for tid in os.listdir("/proc/self/task"):
         if skip is not None and int(tid) == skip:
@@ -341,10 +341,13 @@ def _thread_cpu_ns(skip: int | None = None) -> dict[str, int]:
         try:
             name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
             ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, ValueError, IndexError):
             continue
         name = "main" if int(tid) == os.getpid() else name
         out[name] = out.get(name, 0) + ns
+        kernel = f"{name} kernel"
+        out[kernel] = out.get(kernel, 0) + int(stat[12]) * 1_000_000_000 // CLK_TCK
     return out
 
 
@@ -370,9 +373,13 @@ class ThreadMeter(threading.Thread):
         (t0, k0, a), (t1, k1, b) = self.snapshots
         wall_s, ticks = (t1 - t0) / 1e9, max(k1 - k0, 1)
         spent = {name: (b.get(name, 0) - a.get(name, 0)) / 1e9 for name in b}
+        kernel = {name.removesuffix(" kernel"): spent.pop(name) for name in list(spent)
+                  if name.endswith(" kernel")}
         return {
             "duration_s": round(wall_s, 2), "ticks": ticks,
             "process_pct_core": 100 * sum(spent.values()) / wall_s,
+            "kernel_share": {k: round(kernel[k] / v, 3) for k, v in spent.items()
+                             if v > 0 and k in kernel},
             "threads": {k: {"us_per_tick": round(1e6 * v / ticks, 1),
                             "pct_core": round(100 * v / wall_s, 4)}
                         for k, v in sorted(spent.items(), key=lambda kv: -kv[1])},
@@ -423,7 +430,7 @@ def host_floor_phase(seconds: float, interval: float) -> dict[str, Any]:
                np.zeros(capacity), np.zeros(capacity, np.int64))
     got, _ = ticker.drain(*buffers)
     lag = buffers[3][:got] * 1e3
-    woke = after.get("reveal-ticks", 0) - before.get("reveal-ticks", 0)
+    woke = after.get("reveal-ticks", 0) - before.get("reveal-ticks", 0)  # schedstat ns
     return {"duration_s": seconds, "ticks": int(got), "lag_ms_p50": _pct(lag, 0.5),
             "lag_ms_p99": _pct(lag, 0.99), "lag_ms_max": float(lag.max()) if got else None,
             "wake_only_pct_core": 100 * woke / 1e9 / seconds}

@@ -102,6 +102,20 @@ def test_probes_lists_every_registered_probe(tmp_path):
 
     table = render(list(rows.values()))
     assert "perf" in table and "channels" in table
+    # file probes are read in C where the extension is built; the table says who ticks
+    from reveal.collect.sampler import ticker_available
+
+    assert rows["cpu"]["read_in_c"] is ticker_available()
+    needs_python = [r["name"] for r in rows.values() if r["default"] and r["channels"]
+                    and r["status"] != "unavailable" and not r.get("read_in_c")]
+    last = table.splitlines()[-1]
+    assert last.startswith("ticks: ")
+    if not ticker_available():
+        assert "Python" in last
+    elif needs_python:
+        assert "Python" in last and all(name in last for name in needs_python)
+    else:
+        assert "C thread" in last
     unavailable = [name for name, row in rows.items() if row["status"] == "unavailable"]
     if unavailable:  # recording only probes that cannot run here is refused, with reasons
         done = _reveal("collect", "--duration", "0.5", "--probes", unavailable[0],

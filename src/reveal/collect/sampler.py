@@ -261,7 +261,7 @@ class Sampler:
         self.start_ns = start
         end = start + int(duration_s * 1e9) if duration_s is not None else None
         k: int | None = 0
-        if self.native_ticks and _ticker_available():
+        if self.native_ticks and ticker_available():
             items = self._native_items()
             if items is not None:
                 k = self._run_native(items, sink, should_stop, end, after_tick)
@@ -454,7 +454,8 @@ class _DrainBuffers:
         return self if width == self.width else _DrainBuffers(self.capacity, width)
 
 
-def _ticker_available() -> bool:
+def ticker_available() -> bool:
+    """True when the C extension with the Ticker is built and enabled."""
     native = _procfs._procread
     return native is not None and _procfs.USE_NATIVE and hasattr(native, "Ticker")
 

@@ -33,6 +33,8 @@ def probe_rows() -> list[dict[str, Any]]:
         }
         if state.probe is not None:
             row["channels"] = len(state.probe.channels)
+            with contextlib.suppress(Exception):
+                row["read_in_c"] = state.probe.native_parts() is not None
             row["channel_names"] = list(state.probe.channels)
             if state.probe.info.get("unsupported_events"):
                 row["unsupported_events"] = list(state.probe.info["unsupported_events"])
@@ -57,9 +59,25 @@ def render(rows: list[dict[str, Any]], with_channels: bool = False) -> str:
         lines.append("  ".join(v.ljust(w) for v, w in zip(b, [*widths, 0], strict=True)).rstrip())
         if with_channels:
             lines += [f"    {plain(c)}" for c in r.get("channel_names", [])]
-    total = sum(r["channels"] for r in rows if r["default"] and r["status"] != "unavailable")
+    used = [r for r in rows if r["default"] and r["status"] != "unavailable" and r["channels"]]
+    total = sum(r["channels"] for r in used)
     lines.append(f"{total} channels from the default probes on this host")
+    lines.append(ticks_line(used))
     return "\n".join(lines)
+
+
+def ticks_line(used: list[dict[str, Any]]) -> str:
+    """Who takes the ticks with these probes: the C thread, or the per-tick Python loop."""
+    from reveal.collect.sampler import NATIVE_TICKS, ticker_available
+
+    if not ticker_available():
+        return "ticks: per-tick Python loop (the C extension is not built here)"
+    if not NATIVE_TICKS:
+        return "ticks: per-tick Python loop (REVEAL_NATIVE_TICKS=0)"
+    python = [r["name"] for r in used if not r.get("read_in_c")]
+    if python:
+        return f"ticks: per-tick Python loop ({', '.join(python)} need Python every tick)"
+    return "ticks: taken by a C thread (every default probe is read in C)"
 
 
 def run(args: argparse.Namespace) -> int:
