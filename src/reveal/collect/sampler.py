@@ -371,7 +371,7 @@ class Sampler:
                     continue
                 ticker.hold()
                 try:
-                    self._drain(ticker, buffers, sink, after_tick)
+                    failed = sorted({*failed, *self._drain(ticker, buffers, sink, after_tick)})
                     for i in failed:
                         self._recover(items, i)
                     if now >= next_refresh:
