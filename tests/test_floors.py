@@ -54,8 +54,33 @@ def test_feature_floors_follow_what_a_spike_does_to_each_feature():
     assert std == pytest.approx(max(2.0, 30 / np.sqrt(30)))
     assert var == pytest.approx(std ** 2)
     assert slope == pytest.approx(2.0 / 30)
-    assert skew == 0.0  # dimensionless: no floor
+    assert skew == pytest.approx(np.sqrt(6 / 30))  # its sampling error over 30 values
     assert (feature_floors(["b"], ["mean"], floors, 30) == 0).all()  # unknown channel
+
+
+def test_shape_floors_are_sampling_errors_and_medians_move_in_whole_quanta():
+    floors = {"vmstat.pgfault": ChannelFloor(level=2.0, spike=30.0, quantum=10.0),
+              "smd.x": ChannelFloor()}
+    feats = ["autocorr_lag1", "skewness", "kurtosis", "adf_stat", "median", "min", "mean"]
+    out = feature_floors(["vmstat.pgfault"] * len(feats), feats, floors, rows_per_window=36)
+    np.testing.assert_allclose(out[:4], [1 / 6, np.sqrt(6 / 36), np.sqrt(24 / 36), 1.0])
+    assert out[4] == out[5] == 10.0  # median and min: one step of the per-sample rate
+    assert out[6] == pytest.approx(2.0)  # the mean averages steps: level floor
+    off = feature_floors(["vmstat.pgfault"] * 4, feats[:4], floors, 36, shape_floors=False)
+    assert (off == 0).all()
+    assert (feature_floors(["smd.x"] * 4, feats[:4], floors, 36) == 0).all()  # benchmark data
+
+
+def test_counters_and_jiffy_percentages_get_a_quantum_and_state_a_level_floor():
+    channels = ["vmstat.pgfault", "derived.cpu_busy_pct{cpu=0}", "mem.Cached",
+                "buddy.free_blocks{node=0,order=2,zone=Normal}"]
+    pgfault, busy, cached, buddy = channel_floors(channels, np.array([100.0, 50, 2e9, 300]),
+                                                  0.05, interval_s=0.1)
+    assert pgfault.quantum == pytest.approx(10.0)  # one fault in one 100 ms sample
+    assert busy.quantum == pytest.approx(10.0)  # one jiffy of one CPU in one sample
+    assert cached.quantum == 0.0  # a gauge moves by any amount
+    assert default_catalog().lookup("buddy.free_blocks").kind == "state"
+    assert buddy.level == pytest.approx(15.0) and buddy.spike == 0.0
 
 
 def test_scaler_floor_caps_z_and_scores_baseline_constant_columns():

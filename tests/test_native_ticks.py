@@ -24,7 +24,7 @@ from reveal.collect.cpu import CpuProbe
 from reveal.collect.memory import MemoryProbe
 from reveal.collect.perf import PerfProbe
 from reveal.collect.probe import NativePart, ProbeUnavailable
-from reveal.collect.sampler import SELF_CHANNELS, MemorySink, Sampler
+from reveal.collect.sampler import DRAIN_S, SELF_CHANNELS, MemorySink, Sampler
 
 native = _procfs._procread
 pytestmark = pytest.mark.skipif(native is None or not hasattr(native, "Ticker"),
@@ -295,7 +295,8 @@ def test_switch_to_python_mid_run_goes_on_from_the_next_tick(tmp_path: Path) -> 
     assert sampler.stats.missed_ticks <= 3
 
 
-def test_stop_request_ends_promptly_with_every_tick_taken_delivered(tmp_path: Path) -> None:
+def test_stop_request_ends_within_a_drain_with_every_tick_taken_delivered(
+        tmp_path: Path) -> None:
     path = tmp_path / "kv"
     path.write_bytes(b"a 1\n")
     probe = _opened(KeyValueProbe(path))
@@ -306,9 +307,10 @@ def test_stop_request_ends_promptly_with_every_tick_taken_delivered(tmp_path: Pa
     took = time.monotonic() - began
     probe.close()
     assert sampler.mode == "native"
-    assert took < 1.2
+    assert took < 0.72 + DRAIN_S + 0.3  # noticed at the next drain
     n = len(sink.parts[-1][1])
-    assert 12 <= n + sampler.stats.missed_ticks <= 16 and sampler.stats.samples == n
+    assert sampler.stats.samples == n  # every tick taken reached the sink
+    assert 12 <= n + sampler.stats.missed_ticks <= took / INTERVAL_S + 1
 
 
 def _ticks_thread() -> int:

@@ -99,6 +99,13 @@ def test_reanalyse_scores_recorded_runs_again(tmp_path: Path) -> None:
     assert episode["detected"] and episode["attributed"] == "cpu"
     assert episode["auc"]["combined"] > 0.9
     assert result["runs"][0]["baseline"].endswith("baseline1")
+    # into another directory: reports go there, the recorded suite is not written to
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    out = tmp_path.parent / f"{tmp_path.name}-again"
+    assert main(["validate", "--reanalyse", str(tmp_path), "--out", str(out), "--quiet"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert (out / "reports" / "single" / "run1.report.json").is_file()
+    assert json.loads((out / "validate.json").read_text())["episodes"][0]["detected"]
 
 
 def test_reanalyse_without_runs_is_an_input_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

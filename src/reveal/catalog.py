@@ -9,6 +9,10 @@ Kinds:
 - ``gauge``: a level (utilisation, bytes used, temperature); features on values.
 - ``counter``: monotonic cumulative count; rated to per-second at analysis time.
 - ``event``: cumulative error/fault count; rated, then summed per window.
+- ``state``: a slow memory-layout level that records the host's history rather than its
+  current load (free-list fragmentation from /proc/buddyinfo): a fault reshapes it and it
+  stays reshaped long after. Only its changes within a window are evidence (spread, trend,
+  shape), not its level (mean, median, minimum, maximum).
 - ``static``: configuration-like (sizes, limits); excluded from single-host detection.
 - ``smoothed``: a kernel-side moving average of another channel (load averages, PSI
   avg10/60/300). Kept for display, excluded from detection: its lag would stretch every
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 SUBSYSTEMS = ("cpu", "gpu", "memory", "network", "storage", "software", "unknown")
-KINDS = ("gauge", "counter", "event", "static", "smoothed")
+KINDS = ("gauge", "counter", "event", "state", "static", "smoothed")
 NOT_DETECTED = ("static", "smoothed")  # kinds left out of detection
 
 

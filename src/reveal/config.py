@@ -39,6 +39,15 @@ class DetectConfig:
     # few counts for counters; scale_floors=False turns both off
     scale_floors: bool = True
     relative_floor: float = 0.05
+    # the isolation forest sees floored columns rounded to whole floors (it is blind to
+    # scale, so floors would otherwise not reach it)
+    iforest_floor_grid: bool = True
+    # shape features (skewness, kurtosis, autocorrelation, ADF) floored at their sampling
+    # standard error over one window (with scale_floors)
+    shape_floors: bool = True
+    # level features (mean, median, min, max) of ``state`` channels (free-list
+    # fragmentation): off, only their changes within a window are evidence
+    state_levels: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,9 @@ class AnalyzeConfig:
     window: WindowConfig = field(default_factory=WindowConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
+    # per-CPU channels by rank (busiest CPU of the window first) instead of by CPU number,
+    # so a job the scheduler moved to another CPU is not an anomaly
+    rank_cpus: bool = True
     top_reasons: int = 5  # metric-feature pairs kept per anomaly
     min_rows_per_window: int = 3  # fewer rows per duration window → fall back to row windows
     fallback_rows: tuple[int, int] = (5, 1)  # (size, stride) rows for minute-level data

@@ -328,26 +328,50 @@ class IsolationForest(Detector):
         Baseline windows per tree (256 for "auto", as in the original method).
     n_jobs : int or None
         Threads for scikit-learn.
+    grid : bool array (K,) or None
+        Columns in units of their scale floor (the ensemble marks the columns with a floor,
+        whose unit is the least change that counts). A forest is blind to each column's
+        scale: it splits anywhere between a node's smallest and largest value, so a window
+        0.02 floors beyond the baseline's range in one column is isolated at once, and
+        floors would change nothing. So the forest is fitted on the baseline with those
+        columns dithered by up to half a unit either way (seeded): each baseline value
+        stands for the interval of values it cannot be told apart from, a departure of
+        less than one unit from the baseline's range is not isolated, and a larger one
+        still is (rounding instead would make a column quiet on the baseline constant, and
+        the forest blind to it). Scoring sees the values as they are.
     """
 
     name = "IF"
 
     def __init__(self, n_estimators: int = 200, max_samples: int | str = "auto",
                  n_jobs: int | None = None, threshold_quantile: float = 0.99,
-                 max_fit_rows: int | None = None, random_state: int = 0) -> None:
+                 max_fit_rows: int | None = None, random_state: int = 0,
+                 grid: np.ndarray | None = None) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.n_jobs = n_jobs
+        self.grid = grid
+
+    def _dithered(self, X: np.ndarray) -> np.ndarray:
+        """``X`` (float32) with the ``grid`` columns moved by uniform noise in ±0.5."""
+        Xf = X.astype(np.float32, copy=True)
+        if self.grid is not None and np.any(self.grid):
+            cols = np.flatnonzero(self.grid)
+            rng = np.random.default_rng(self.random_state)
+            Xf[:, cols] += rng.uniform(-0.5, 0.5, size=(len(Xf), len(cols))).astype(np.float32)
+        return Xf
 
     def _fit(self, X: np.ndarray) -> None:
         from sklearn.ensemble import IsolationForest as SkIsolationForest
 
+        if self.grid is not None and len(self.grid) != X.shape[1]:
+            raise InputError(f"grid marks {len(self.grid)} columns, data has {X.shape[1]}")
         self.center_, self.scale_ = _robust_center_scale(X)
         self.forest_ = SkIsolationForest(
             n_estimators=self.n_estimators, max_samples=self.max_samples,
             random_state=self.random_state, n_jobs=self.n_jobs,
-        ).fit(X.astype(np.float32, copy=False))
+        ).fit(self._dithered(X))
 
     def _score(self, X: np.ndarray) -> np.ndarray:
         return -self.forest_.score_samples(X.astype(np.float32, copy=False))

@@ -118,7 +118,8 @@ def persistence_windows(persistence_s: float, stride_s: float) -> int:
     return 1 + int(np.floor(persistence_s / stride_s + 1e-9))
 
 
-def _make_detectors(config: DetectConfig, options: EnsembleOptions) -> list[Detector]:
+def _make_detectors(config: DetectConfig, options: EnsembleOptions,
+                    grid: np.ndarray | None = None) -> list[Detector]:
     q = config.threshold_quantile
     rs = config.random_state
     out: list[Detector] = []
@@ -131,7 +132,8 @@ def _make_detectors(config: DetectConfig, options: EnsembleOptions) -> list[Dete
                                            max_fit_rows=options.max_fit_rows, random_state=rs)
         elif cls is IsolationForest:
             det = IsolationForest(n_estimators=config.iforest_trees, threshold_quantile=q,
-                                  max_fit_rows=options.max_fit_rows, random_state=rs)
+                                  max_fit_rows=options.max_fit_rows, random_state=rs,
+                                  grid=grid)
         elif cls is GMM:
             det = GMM(max_components=config.gmm_max_components, variance=config.pca_variance,
                       threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
@@ -221,6 +223,9 @@ class Ensemble:
                                     random_state=config.random_state).fit(X, scale_floor)
         self.columns_used_ = self.scaler_.columns_used_
         self.n_features_in_ = X.shape[1]
+        # floored columns: in z units, 1 is at least the least change that counts
+        self._grid = (np.asarray(scale_floor, dtype=np.float64)[self.columns_used_] > 0
+                      if scale_floor is not None and config.iforest_floor_grid else None)
         nothing = InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
                              f"(all constant or undefined); nothing to detect on")
         if self.columns_used_.size == 0:
@@ -252,11 +257,11 @@ class Ensemble:
         self._combine_how = options.combine
         self.detectors_ = []
         self.fit_seconds_: dict[str, float] = {}
-        for det in _make_detectors(config, options):
+        for det in _make_detectors(config, options, self._grid):
             t0 = time.perf_counter()
             self.detectors_.append(det.fit(Z))
             self.fit_seconds_[det.name] = time.perf_counter() - t0
-        held_out = self._held_out_scores(Z, config, options)
+        held_out = self._held_out_scores(Z, config, options, self._grid)
         if held_out is not None:
             for det in self.detectors_:
                 det.decision_scores_ = held_out[det.name]
@@ -279,8 +284,8 @@ class Ensemble:
                              f"{options.combined_threshold!r} (quantile, pot)")
 
     @staticmethod
-    def _held_out_scores(Z: np.ndarray, config: DetectConfig,
-                         options: EnsembleOptions) -> dict[str, np.ndarray] | None:
+    def _held_out_scores(Z: np.ndarray, config: DetectConfig, options: EnsembleOptions,
+                         grid: np.ndarray | None = None) -> dict[str, np.ndarray] | None:
         """Each baseline window scored by detectors fitted on the other folds (or None)."""
         folds, n = options.cross_fit_folds, Z.shape[0]
         if folds < 2 or n > options.cross_fit_max_windows or n < folds * MIN_BASELINE_WINDOWS:
@@ -289,7 +294,7 @@ class Ensemble:
         out: dict[str, np.ndarray] = {}
         for start, stop in pairwise(edges):
             rest = np.r_[0:start, stop:n]
-            for det in _make_detectors(config, options):
+            for det in _make_detectors(config, options, grid):
                 det.fit(Z[rest])
                 out.setdefault(det.name, np.empty(n))[start:stop] = det.score_samples(
                     Z[start:stop])

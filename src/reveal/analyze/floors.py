@@ -29,7 +29,7 @@ from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric, parse_channel
 
 UNFLOORED_PREFIXES = ("smd.", "asd.")
-RELATIVE_KINDS = ("gauge", "counter")
+RELATIVE_KINDS = ("gauge", "counter", "state")
 COUNT_KINDS = ("counter", "event")
 SPIKE_GRANULES = 3.0
 GRANULE_BY_UNIT = {"bytes": 4096.0, "512-byte sectors": 8.0, "KiB": 4.0, "µs": 1000.0,
@@ -48,10 +48,13 @@ class ChannelFloor:
     spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events),
     or that many jiffies of one sample as a percentage (per-CPU busy %, the total's
     granule divided by the number of CPUs).
+    quantum : the step of a counter's per-sample rate (one granule per sample; one jiffy
+    for the busy %): a window's median, minimum and maximum move in whole steps.
     """
 
     level: float = 0.0
     spike: float = 0.0
+    quantum: float = 0.0
 
 
 def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
@@ -75,28 +78,52 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
         level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
                  if info.kind in COUNT_KINDS else 0.0)
+        quantum = spike / SPIKE_GRANULES if info.kind == "counter" else 0.0
         if metric in JIFFY_PERCENT_METRICS:
             spike = SPIKE_GRANULES * jiffy_pct / (1 if per_cpu[i] else n_cpus)
-        out.append(ChannelFloor(float(level), float(spike)))
+            quantum = spike / SPIKE_GRANULES
+        out.append(ChannelFloor(float(level), float(spike), float(quantum)))
     return out
 
 
+#: Standard errors of the shape statistics of ``n`` independent values (Bartlett's for the
+#: lag-1 autocorrelation, the normal-theory ones for skewness and excess kurtosis); the ADF
+#: statistic is a t-statistic, whose sampling spread is about one.
+SHAPE_FLOORS = {"autocorr_lag1": lambda n: 1.0 / np.sqrt(n),
+                "skewness": lambda n: np.sqrt(6.0 / n),
+                "kurtosis": lambda n: np.sqrt(24.0 / n),
+                "adf_stat": lambda n: 1.0}
+
+
 def feature_floors(column_channels: Sequence[str], column_features: Sequence[str],
-                   floors: dict[str, ChannelFloor], rows_per_window: float) -> np.ndarray:
+                   floors: dict[str, ChannelFloor], rows_per_window: float,
+                   shape_floors: bool = True) -> np.ndarray:
     """Per feature column, its floor in the feature's units.
 
     A spike of one sample moves a window's maximum by ``spike``, its mean, median and
     minimum by ``spike / rows``, its standard deviation by about ``spike / sqrt(rows)``
     and its sum of rates (event features) by ``spike``; the slope (per row) floor is the
     level floor spread over the window.
+
+    Shape features (skewness, kurtosis, autocorrelation, ADF) of collector channels get
+    their statistic's sampling standard error over a window of ``rows`` values
+    (:data:`SHAPE_FLOORS`, with ``shape_floors``): a job with a regular rhythm (a log line
+    every few samples) gives the same autocorrelation in every baseline window, and a
+    change smaller than what chance gives one window is then read as hundreds of sigmas.
     """
     out = np.zeros(len(column_channels), dtype=np.float64)
     rows = max(float(rows_per_window), 1.0)
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         f = floors.get(channel)
+        if (shape_floors and f is not None and feature in SHAPE_FLOORS
+                and not channel_metric(channel).startswith(UNFLOORED_PREFIXES)):
+            out[k] = SHAPE_FLOORS[feature](rows)
+            continue
         if f is None or (f.level <= 0 and f.spike <= 0):
             continue
-        if feature in ("mean", "median", "min"):
+        if feature in ("median", "min"):
+            out[k] = max(f.level, f.spike / rows, f.quantum)
+        elif feature == "mean":
             out[k] = max(f.level, f.spike / rows)
         elif feature in ("max", "sum"):
             out[k] = max(f.level, f.spike)

@@ -20,11 +20,13 @@ from reveal.analyze.derive import derive
 from reveal.analyze.ensemble import Ensemble, persistence_windows
 from reveal.analyze.features import FeatureMatrix, compute_features
 from reveal.analyze.floors import (
+    ChannelFloor,
     blank_flat_shapes,
     channel_floors,
     feature_floors,
     flat_shape_mask_plan,
 )
+from reveal.analyze.percpu import cpu_order, cpu_siblings, rank_cpu_columns, unrank, window_busy
 from reveal.analyze.select import prune
 from reveal.analyze.subsystems import channel_subsystems, irq_names
 from reveal.analyze.windows import make_windows
@@ -76,8 +78,13 @@ def _finite_channels(tel: Telemetry) -> np.ndarray:
     return np.isfinite(tel.values).any(axis=0)
 
 
+#: Features that describe a window's level; ``state`` channels (see the catalog) keep only
+#: the others (spread, trend, shape): their level records history, their change activity.
+LEVEL_FEATURES = ("mean", "median", "min", "max")
+
+
 def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
-              interval_s: float) -> FeatureMatrix:
+              interval_s: float, state_levels: bool = False) -> FeatureMatrix:
     catalog = default_catalog()
     index = {c: i for i, c in enumerate(tel.channels)}
     cols = [index[c] for c in channels]
@@ -85,19 +92,56 @@ def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
              for c in channels]
     windows = make_windows(tel.timestamps_ns, window, interval_s)
     values = np.where(np.isfinite(tel.values[:, cols]), tel.values[:, cols], np.nan)
-    return compute_features(values, channels, kinds, windows)
+    fm = compute_features(values, channels, kinds, windows)
+    if state_levels:
+        return fm
+    keep = [k for k, (c, f) in enumerate(zip(fm.channels, fm.features, strict=True))
+            if not (f in LEVEL_FEATURES and catalog.lookup(channel_metric(c)).kind == "state")]
+    if len(keep) == len(fm.features):
+        return fm
+    return FeatureMatrix(np.ascontiguousarray(fm.values[:, keep]),
+                         [fm.channels[k] for k in keep], [fm.features[k] for k in keep],
+                         fm.windows)
 
 
 def _scale_floors(base: Telemetry, channels: list[str], fm: FeatureMatrix, relative: float,
-                  window: WindowConfig, interval_s: float) -> np.ndarray:
+                  window: WindowConfig, interval_s: float,
+                  shape_floors: bool = True,
+                  sources: dict[str, list[str]] | None = None) -> np.ndarray:
     """Per feature column, the least change that counts (see :mod:`reveal.analyze.floors`)."""
     with pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore", RuntimeWarning)  # all-NaN channels
         levels = np.nanmedian(base.select(channels).values, axis=0)
     per_channel = dict(zip(channels, channel_floors(channels, levels, relative, interval_s),
                            strict=True))
+    for name, originals in (sources or {}).items():  # a CPU rank: the group's largest floor
+        group = [per_channel[c] for c in originals]
+        per_channel[name] = ChannelFloor(max(f.level for f in group), max(f.spike for f in group),
+                                         max(f.quantum for f in group))
     rows = window.size_rows if window.size_rows is not None else window.size_s / interval_s
-    return feature_floors(fm.channels, fm.features, per_channel, rows)
+    return feature_floors(fm.channels, fm.features, per_channel, rows, shape_floors)
+
+
+@dataclasses.dataclass
+class _Ranks:
+    """Per-CPU columns by rank: the channels each rank draws from (for floors), and the
+    CPUs with their order in every window of the run (to name the CPU in reports)."""
+
+    sources: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    cpus: list[str] = dataclasses.field(default_factory=list)
+    order: np.ndarray | None = None
+
+    def name(self, text: str, window: int) -> str:
+        return text if self.order is None else unrank(text, self.order[window], self.cpus)
+
+
+def _ranked(fm: FeatureMatrix, tel: Telemetry) -> tuple[FeatureMatrix, _Ranks]:
+    """``fm`` with per-CPU columns ranked per window by CPU busy share (see
+    :func:`reveal.analyze.percpu.rank_cpu_columns`)."""
+    cpus, busy = window_busy(tel, fm.windows.start, fm.windows.size)
+    values, names, sources = rank_cpu_columns(fm.values, fm.channels, fm.features, cpus, busy)
+    ranks = _Ranks(sources, cpus, cpu_order(busy) if sources else None)
+    return FeatureMatrix(values, names, list(fm.features), fm.windows), ranks
 
 
 def _episodes(anomalies: list[Anomaly]) -> list[Episode]:
@@ -187,21 +231,30 @@ def analyze_run(
         selection = prune(d_base.select(usable), config.select.corr_threshold, catalog,
                           config.select.min_std)
         keep = set(selection.kept) | set(selection.constant)
+        if config.rank_cpus:  # a per-CPU channel is kept with all its CPUs
+            keep |= set(cpu_siblings(usable, keep))
         pruned = len(usable) - len(keep)
         usable = [c for c in usable if c in keep]
 
     interval = d_run.interval_s
     window = _window_config(config, interval, warnings)
     say(f"computing features for {len(usable)} channels")
-    fm_run = _features(d_run, usable, window, interval)
-    fm_base = fm_run if self_fit else _features(d_base, usable, window, d_base.interval_s)
+    state_levels = config.detect.state_levels
+    fm_run = _features(d_run, usable, window, interval, state_levels)
+    fm_base = fm_run if self_fit else _features(d_base, usable, window, d_base.interval_s,
+                                                state_levels)
+    ranks = _Ranks()
+    if config.rank_cpus:
+        fm_run, ranks = _ranked(fm_run, d_run)
+        fm_base = fm_run if self_fit else _ranked(fm_base, d_base)[0]
     if self_fit:
         warnings.append("no baseline given: detectors were fitted on the run itself "
                         "(robustly, median/MAD); a persistent anomaly may look normal")
 
     say(f"fitting detectors on {fm_base.values.shape[0]} baseline windows")
     floors = (_scale_floors(d_base, usable, fm_base, config.detect.relative_floor, window,
-                            d_base.interval_s) if config.detect.scale_floors else None)
+                            d_base.interval_s, config.detect.shape_floors, ranks.sources)
+              if config.detect.scale_floors else None)
     if floors is not None:
         plan = flat_shape_mask_plan(fm_base.channels, fm_base.features, floors)
         blank_flat_shapes(fm_run.values, plan)
@@ -222,7 +275,8 @@ def analyze_run(
     anomalies: list[Anomaly] = []
     if len(rows):
         contributions = ensemble.explain(fm_run.values, rows)
-        subsystem_of = dict(zip(usable, channel_subsystems(usable, catalog, irq_names(tel.meta)),
+        scored = sorted(set(fm_run.channels))  # CPU ranks renamed, labels kept
+        subsystem_of = dict(zip(scored, channel_subsystems(scored, catalog, irq_names(tel.meta)),
                                 strict=True))
         attributions = attribute(contributions, fm_run.values[rows], fm_run.channels,
                                  fm_run.features, np.nan_to_num(med), np.nan_to_num(mad),
@@ -230,11 +284,13 @@ def analyze_run(
                                  [subsystem_of[c] for c in fm_run.channels], floors)
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
+            reasons = [dataclasses.replace(r, channel=ranks.name(r.channel, w))
+                       for r in att.reasons]  # the CPU of this window, not its rank
             anomalies.append(Anomaly(
                 int(w), int(fm_run.windows.start_ns[w]), int(fm_run.windows.end_ns[w]),
                 float(verdicts.combined[w]),
                 [n for n in names if verdicts.flags[n][w]] or ["ensemble"],
-                att.subsystems, att.shares, att.reasons, att.claim))
+                att.subsystems, att.shares, reasons, ranks.name(att.claim, w)))
 
     table = WindowTable(fm_run.windows.start_ns, fm_run.windows.end_ns, verdicts.scores,
                         verdicts.flags, verdicts.combined, verdicts.flagged)

@@ -145,7 +145,7 @@ MEMORY = _family("mem.", "memory", "gauge", "bytes (kernel kB × 1024)", _MEM_RO
                "allocations placed on a NUMA node other than the preferred one"),
     MetricInfo("numastat.other_node", "memory", "counter", "pages", 55,
                "allocations for a process on another NUMA node"),
-    MetricInfo("buddy.free_blocks", "memory", "gauge", "blocks of 2^order pages", 35,
+    MetricInfo("buddy.free_blocks", "memory", "state", "blocks of 2^order pages", 35,
                "free memory blocks of one size order (fragmentation)"),
     MetricInfo("hugepages.nr", "memory", "static", "pages", 10, "huge pages in pool"),
     MetricInfo("hugepages.free", "memory", "gauge", "pages", 40, "free huge pages"),

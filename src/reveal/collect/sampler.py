@@ -461,12 +461,12 @@ def ticker_available() -> bool:
 
 
 def _sleep_until(deadline_ns: int, should_stop: Callable[[], bool]) -> bool:
-    """Sleep until ``deadline_ns`` (CLOCK_MONOTONIC), looking at ``should_stop`` at least
-    every 250 ms; True when it asked to stop."""
-    while True:
-        if should_stop():
-            return True
-        now = time.monotonic_ns()
-        if now >= deadline_ns:
-            return False
-        time.sleep(min(deadline_ns - now, 250_000_000) / 1e9)
+    """Sleep until ``deadline_ns`` (CLOCK_MONOTONIC, at most a drain period away) in one
+    go, asking ``should_stop`` before and after: every wake-up of the interpreter costs,
+    so a stop request waits for the next drain (at most ``DRAIN_S``); True on a stop."""
+    if should_stop():
+        return True
+    now = time.monotonic_ns()
+    if now < deadline_ns:
+        time.sleep((deadline_ns - now) / 1e9)
+    return should_stop()

@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "HugePages setting, processes) and exit")
     parser.add_argument("--reanalyse", type=Path, default=None, metavar="DIR",
                         help="record nothing: analyse and score again the runs an earlier "
-                             "suite recorded in DIR (e.g. after changing the detectors)")
+                             "suite recorded in DIR (e.g. after changing the detectors); "
+                             "results and run reports go to --out when given (DIR is then "
+                             "left untouched), else into DIR")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -76,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
     if args.reanalyse is not None:
-        result = score_recorded(load_recorded(args.reanalyse), options, say)
         out = args.reanalyse if args.out == Path("validate-out") else args.out
+        elsewhere = out.resolve() != args.reanalyse.resolve()
+        # into another directory: the recorded suite is left as it was
+        result = score_recorded(load_recorded(args.reanalyse), options, say,
+                                reports_to=out / "reports" if elsewhere else None)
     else:
         result = run_suite(options, args.out, say)
         out = args.out

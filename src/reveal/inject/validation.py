@@ -116,8 +116,10 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
 
 
 def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
-                     diagnose: bool = True) -> tuple[list[EpisodeScore], list[dict[str, Any]]]:
-    """Analyse each faulted run against the baseline; scores and per-run summaries."""
+                     diagnose: bool = True, reports_to: Path | None = None,
+                     ) -> tuple[list[EpisodeScore], list[dict[str, Any]]]:
+    """Analyse each faulted run against the baseline; scores and per-run summaries. Each
+    run's report goes next to it as ``runN.report.json``, or into ``reports_to``."""
     from reveal.analyze.pipeline import analyze_run
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
@@ -134,7 +136,9 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
         baseline = baselines[base_path]
         tel = read_run(rec.path)
         report = analyze_run(tel, baseline)
-        write_json_atomic(rec.path.parent / f"{rec.path.name}.report.json", report.to_dict())
+        where = reports_to if reports_to is not None else rec.path.parent
+        where.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())
         scored, clean = score_report(report, rec.episodes, settle_s, run=str(rec.path))
         if diagnose:
             for score, episode in zip(scored, rec.episodes, strict=True):
@@ -214,15 +218,20 @@ def load_recorded(out_dir: Path) -> list[RecordedScenario]:
 
 def score_recorded(recorded_list: list[RecordedScenario], options: SuiteOptions, say: Say,
                    started: float | None = None, wall: str | None = None,
-                   skipped: list[str] | None = None) -> dict[str, Any]:
-    """Analyse and score recorded scenarios; the suite's result."""
+                   skipped: list[str] | None = None,
+                   reports_to: Path | None = None) -> dict[str, Any]:
+    """Analyse and score recorded scenarios; the suite's result. ``reports_to``: write
+    the runs' reports under ``reports_to/SCENARIO/`` instead of next to the runs (a
+    re-analysis into another directory leaves the recorded suite untouched)."""
     started = started if started is not None else time.monotonic()
     wall = wall or time.strftime("%Y-%m-%dT%H:%M:%S%z")
     skipped = list(skipped or [])
     all_scores: list[EpisodeScore] = []
     runs: list[dict[str, Any]] = []
     for recorded in recorded_list:
-        scores, run_rows = analyse_scenario(recorded, options.settle_s, say)
+        scores, run_rows = analyse_scenario(
+            recorded, options.settle_s, say,
+            reports_to=reports_to / recorded.scenario.name if reports_to is not None else None)
         all_scores += scores
         runs += run_rows
         for row in run_rows:
