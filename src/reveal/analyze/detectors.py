@@ -330,15 +330,14 @@ class IsolationForest(Detector):
         Threads for scikit-learn.
     grid : bool array (K,) or None
         Columns in units of their scale floor (the ensemble marks the columns with a floor,
-        whose unit is the least change that counts). A forest is blind to each column's
-        scale: it splits anywhere between a node's smallest and largest value, so a window
-        0.02 floors beyond the baseline's range in one column is isolated at once, and
-        floors would change nothing. So the forest is fitted on the baseline with those
-        columns dithered by up to half a unit either way (seeded): each baseline value
-        stands for the interval of values it cannot be told apart from, a departure of
-        less than one unit from the baseline's range is not isolated, and a larger one
-        still is (rounding instead would make a column quiet on the baseline constant, and
-        the forest blind to it). Scoring sees the values as they are.
+        whose unit is the least change that counts), rounded to whole units before the
+        forest sees them. A forest is blind to each column's scale: it splits anywhere
+        between a node's smallest and largest value, so a window 0.02 floors beyond the
+        baseline's range in one column is isolated at once, and floors would change
+        nothing. On the grid such a column moves only when it moves by about a floor. A
+        column within half a floor of its median on the whole baseline becomes constant,
+        and a forest never splits on a constant column (as it never did on a column
+        constant on the baseline): the other detectors watch those.
     """
 
     name = "IF"
@@ -353,13 +352,12 @@ class IsolationForest(Detector):
         self.n_jobs = n_jobs
         self.grid = grid
 
-    def _dithered(self, X: np.ndarray) -> np.ndarray:
-        """``X`` (float32) with the ``grid`` columns moved by uniform noise in ±0.5."""
+    def _on_grid(self, X: np.ndarray) -> np.ndarray:
+        """``X`` (float32) with the ``grid`` columns rounded to whole units."""
         Xf = X.astype(np.float32, copy=True)
         if self.grid is not None and np.any(self.grid):
             cols = np.flatnonzero(self.grid)
-            rng = np.random.default_rng(self.random_state)
-            Xf[:, cols] += rng.uniform(-0.5, 0.5, size=(len(Xf), len(cols))).astype(np.float32)
+            Xf[:, cols] = np.round(Xf[:, cols])
         return Xf
 
     def _fit(self, X: np.ndarray) -> None:
@@ -371,13 +369,13 @@ class IsolationForest(Detector):
         self.forest_ = SkIsolationForest(
             n_estimators=self.n_estimators, max_samples=self.max_samples,
             random_state=self.random_state, n_jobs=self.n_jobs,
-        ).fit(self._dithered(X))
+        ).fit(self._on_grid(X))
 
     def _score(self, X: np.ndarray) -> np.ndarray:
-        return -self.forest_.score_samples(X.astype(np.float32, copy=False))
+        return -self.forest_.score_samples(self._on_grid(X))
 
     def _explain(self, X: np.ndarray) -> np.ndarray:
-        Xf = X.astype(np.float32, copy=False)
+        Xf = self._on_grid(X)
         n, k = Xf.shape
         credit = sparse.csr_matrix((n, k), dtype=np.float64)
         for tree, feats in zip(self.forest_.estimators_, self.forest_.estimators_features_,
