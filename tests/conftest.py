@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,14 @@ def data_root() -> Path:
     if root is None:
         pytest.skip("labelled data (../shared/data) not present")
     return root
+
+
+@pytest.fixture
+def native_on() -> Iterator[None]:
+    """New file groups get the C reader's plans (restored after the test)."""
+    from reveal.collect import _procfs
+
+    before = _procfs.USE_NATIVE
+    _procfs.USE_NATIVE = True
+    yield
+    _procfs.USE_NATIVE = before

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +26,11 @@ from reveal.collect.probe import NativePart, ProbeUnavailable
 from reveal.collect.sampler import DRAIN_S, SELF_CHANNELS, MemorySink, Sampler
 
 native = _procfs._procread
-pytestmark = pytest.mark.skipif(native is None or not hasattr(native, "Ticker"),
-                                reason="C extension reveal.collect._procread not built")
+pytestmark = [pytest.mark.skipif(native is None or not hasattr(native, "Ticker"),
+                                 reason="C extension reveal.collect._procread not built"),
+              pytest.mark.usefixtures("native_on")]
 
 INTERVAL_S = 0.05
-
-
-@pytest.fixture(autouse=True)
-def _native_on() -> Iterator[None]:
-    before = _procfs.USE_NATIVE
-    _procfs.USE_NATIVE = True
-    yield
-    _procfs.USE_NATIVE = before
 
 
 class KeyValueProbe(FileProbe):

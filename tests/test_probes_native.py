@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,17 +26,10 @@ from reveal.collect.pressure import PressureProbe
 from reveal.collect.probe import Probe, ProbeUnavailable
 from reveal.collect.storage import StorageProbe
 
-pytestmark = pytest.mark.skipif(_procfs._procread is None,
-                                reason="C extension reveal.collect._procread not built "
-                                       "(python setup.py build_ext --inplace)")
-
-
-@pytest.fixture(autouse=True)
-def _native_on() -> Iterator[None]:
-    before = _procfs.USE_NATIVE
-    _procfs.USE_NATIVE = True
-    yield
-    _procfs.USE_NATIVE = before
+pytestmark = [pytest.mark.skipif(_procfs._procread is None,
+                                 reason="C extension reveal.collect._procread not built "
+                                        "(python setup.py build_ext --inplace)"),
+              pytest.mark.usefixtures("native_on")]
 
 
 def _group(sources: list[Source], mode: str, native: bool) -> FileGroup:

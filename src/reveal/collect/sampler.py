@@ -351,7 +351,7 @@ class Sampler:
         buffers = _DrainBuffers(capacity, len(self._channels))
         next_refresh = start + self.refresh_ns
         j = 1
-        resume: int | None = None
+        to_python = False
         try:
             while True:
                 # wake half-way between two ticks, every per_drain ticks
@@ -380,7 +380,7 @@ class Sampler:
                         buffers = buffers.fit(len(self._channels))
                     fresh = self._native_items()
                     if fresh is None:  # a probe now needs Python each tick
-                        resume = ticker.state()[0]
+                        to_python = True
                         break
                     items = fresh
                     ticker.set_items(items.readers, len(self._channels))
@@ -389,8 +389,8 @@ class Sampler:
         finally:
             ticker.close()
             self._drain(ticker, buffers, sink, after_tick)
-            self.stats.missed_ticks = ticker.state()[1]
-        return resume
+            next_k, self.stats.missed_ticks, _ = ticker.state()  # the thread is joined
+        return next_k if to_python else None
 
     def _drain(self, ticker: object, buffers: _DrainBuffers, sink: RowSink,
                after_tick: Callable[[int], None] | None) -> list[int]:

@@ -187,17 +187,21 @@ int procread_plan_fill(PyObject *plan, double *out) { return plan_fill((Plan *)p
 
 Py_ssize_t procread_plan_nout(PyObject *plan) { return ((Plan *)plan)->nout; }
 
+int float64_out(PyObject *arg, Py_ssize_t n, Py_buffer *view) {
+    if (PyObject_GetBuffer(arg, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, "d") != 0 ||
+        view->len != n * 8) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "expected a contiguous float64 array of length %zd", n);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *Plan_read(Plan *self, PyObject *arg) {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return NULL;
-    if (view.itemsize != 8 || view.format == NULL || strcmp(view.format, "d") != 0 ||
-        view.len != self->nout * 8) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "out must be a contiguous float64 array of the "
-                                          "plan's length");
-        return NULL;
-    }
+    if (float64_out(arg, self->nout, &view) < 0) return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = plan_fill(self, (double *)view.buf);
@@ -221,8 +225,8 @@ static void Plan_dealloc(Plan *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* A sequence of Python ints as a new C array (NULL + exception on error). */
-static Py_ssize_t *ssize_array(PyObject *seq, Py_ssize_t *n) {
+/* A sequence of Python ints as a new C array, to free() (NULL + exception on error). */
+Py_ssize_t *ssize_array(PyObject *seq, Py_ssize_t *n) {
     PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
     if (fast == NULL) return NULL;
     *n = PySequence_Fast_GET_SIZE(fast);

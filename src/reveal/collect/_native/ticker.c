@@ -78,28 +78,14 @@ int perf_groups_fill(PerfGroups *p, double *out) {
     return 0;
 }
 
-static Py_ssize_t *ssize_list(PyObject *seq, Py_ssize_t *n) {
-    PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
-    if (fast == NULL) return NULL;
-    *n = PySequence_Fast_GET_SIZE(fast);
-    Py_ssize_t *out = PyMem_RawCalloc(*n ? (size_t)*n : 1, sizeof(Py_ssize_t));
-    if (out == NULL) { Py_DECREF(fast); PyErr_NoMemory(); return NULL; }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        out[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
-        if (out[i] == -1 && PyErr_Occurred()) { PyMem_RawFree(out); Py_DECREF(fast); return NULL; }
-    }
-    Py_DECREF(fast);
-    return out;
-}
-
 static void PerfGroups_dealloc(PerfGroups *self) {
     PyMem_RawFree(self->fds);
     PyMem_RawFree(self->sizes);
     PyMem_RawFree(self->offsets);
     PyMem_RawFree(self->buf);
-    PyMem_RawFree(self->value_idx);
-    PyMem_RawFree(self->enabled_idx);
-    PyMem_RawFree(self->running_idx);
+    free(self->value_idx);
+    free(self->enabled_idx);
+    free(self->running_idx);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -140,9 +126,9 @@ static int PerfGroups_init(PerfGroups *self, PyObject *args, PyObject *kwds) {
     self->buf = PyMem_RawCalloc(words ? (size_t)words : 1, sizeof(uint64_t));
     if (self->buf == NULL) { PyErr_NoMemory(); return -1; }
     Py_ssize_t nv, ne, nr;
-    if (!(self->value_idx = ssize_list(vidx, &nv))) return -1;
-    if (!(self->enabled_idx = ssize_list(eidx, &ne))) return -1;
-    if (!(self->running_idx = ssize_list(ridx, &nr))) return -1;
+    if (!(self->value_idx = ssize_array(vidx, &nv))) return -1;
+    if (!(self->enabled_idx = ssize_array(eidx, &ne))) return -1;
+    if (!(self->running_idx = ssize_array(ridx, &nr))) return -1;
     if (nv != ne || nv != nr) {
         PyErr_SetString(PyExc_ValueError, "value_idx, enabled_idx and running_idx differ in length");
         return -1;
@@ -155,18 +141,6 @@ static int PerfGroups_init(PerfGroups *self, PyObject *args, PyObject *kwds) {
         }
     }
     self->nout = nv;
-    return 0;
-}
-
-static int float64_out(PyObject *arg, Py_ssize_t n, Py_buffer *view) {
-    if (PyObject_GetBuffer(arg, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, "d") != 0 ||
-        view->len != n * 8) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "expected a contiguous float64 array of length %zd", n);
-        return -1;
-    }
     return 0;
 }
 
