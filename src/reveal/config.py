@@ -48,6 +48,15 @@ class DetectConfig:
     # level features (mean, median, min, max) of ``state`` channels (free-list
     # fragmentation): off, only their changes within a window are evidence
     state_levels: bool = False
+    # with scale floors: MAHA and GMM give every direction (a combination of columns, and
+    # the residual off their subspace) at least one floor of spread, as the Z detector
+    # and the forest's grid do for every column
+    floor_directions: bool = True
+    # the isolation forest's credits count in attributions too (off: only the Z, MAHA
+    # and GMM detectors explain; their explanations decompose their scores exactly, while
+    # the forest's depend on which columns its random trees drew); the forest always
+    # counts in detection, and explains when it is the only detector
+    explain_forest: bool = False
 
 
 @dataclass(frozen=True)

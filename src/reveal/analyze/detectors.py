@@ -171,11 +171,20 @@ class _PCASubspace:
 
     ``residual_var_`` is the mean variance of the discarded directions: the isotropic noise
     of probabilistic PCA (Tipping & Bishop), used to put the residual on the same scale.
+
+    ``min_variance`` (squared input units): the least variance any direction, kept or
+    discarded, is whitened by. Where the input is in scale-floored z (one unit = the least
+    change that counts), 1 says that a change smaller than one floor along any combination
+    of columns is not evidence; without it a baseline of a few dozen windows in thousands
+    of columns leaves directions, and a residual, of almost no variance, and a one-floor
+    step of a quiet column along them reads as hundreds of sigmas.
     """
 
-    def __init__(self, variance: float, max_components: int | None) -> None:
+    def __init__(self, variance: float, max_components: int | None,
+                 min_variance: float = 0.0) -> None:
         self.variance = variance
         self.max_components = max_components
+        self.min_variance = min_variance
 
     def fit(self, X: np.ndarray) -> _PCASubspace:
         n, k = X.shape
@@ -201,6 +210,9 @@ class _PCASubspace:
         self.n_components_ = q
         rest = max(total - float(self.explained_variance_.sum()), 0.0)
         self.residual_var_ = rest / (k - q) if k > q and rest > 1e-12 * total else 0.0
+        if k > q and self.min_variance > 0:
+            self.residual_var_ = max(self.residual_var_, self.min_variance)
+        self.whiten_var_ = np.maximum(self.explained_variance_, self.min_variance)
         return self
 
     @staticmethod
@@ -241,7 +253,7 @@ class _PCASubspace:
         V = self.components_.astype(X.dtype)
         Xc = X - self.mean_.astype(X.dtype)
         P = Xc @ V
-        W = P.astype(np.float64) / np.sqrt(self.explained_variance_)
+        W = P.astype(np.float64) / np.sqrt(self.whiten_var_)
         if self.residual_var_ <= 0:
             return W, None
         R = (Xc - P @ V.T) * X.dtype.type(1.0 / np.sqrt(self.residual_var_))
@@ -271,6 +283,8 @@ class PCAMahalanobis(Detector):
         Upper bound on the subspace dimension.
     residual : bool
         Add the scaled residual (probabilistic-PCA distance).
+    min_variance : float
+        Least variance of any direction (see :class:`_PCASubspace`); 0 for none.
     """
 
     name = "MAHA"
@@ -278,16 +292,19 @@ class PCAMahalanobis(Detector):
 
     def __init__(self, variance: float = 0.95, max_components: int | None = None,
                  residual: bool = True, threshold_quantile: float = 0.99,
-                 max_fit_rows: int | None = None, random_state: int = 0) -> None:
+                 max_fit_rows: int | None = None, random_state: int = 0,
+                 min_variance: float = 0.0) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
         self.variance = variance
         self.max_components = max_components
         self.residual = residual
+        self.min_variance = min_variance
 
     def _fit(self, X: np.ndarray) -> None:
         if not 0.0 < self.variance <= 1.0:
             raise InputError(f"PCA variance share must be in (0, 1], got {self.variance}")
-        self.pca_ = _PCASubspace(self.variance, self.max_components).fit(X)
+        self.pca_ = _PCASubspace(self.variance, self.max_components,
+                                 self.min_variance).fit(X)
         if not self.residual:
             self.pca_.residual_var_ = 0.0
         self.n_components_ = self.pca_.n_components_
@@ -417,6 +434,10 @@ class GMM(Detector):
         Baseline windows used for the BIC search and the fit (seeded subsample).
     reg_covar : float
         Added to each covariance diagonal (whitened units).
+    min_variance : float
+        With a positive value the mixture lives in the unwhitened subspace (input units)
+        and every covariance gets at least this much variance in every direction (as
+        ``reg_covar``): the least change that counts, as for ``MAHA``. 0: whitened.
     """
 
     name = "GMM"
@@ -425,20 +446,30 @@ class GMM(Detector):
     def __init__(self, max_components: int = 6, variance: float = 0.95, max_dims: int = 30,
                  bic_rows: int = 5000, reg_covar: float = 1e-3,
                  threshold_quantile: float = 0.99, max_fit_rows: int | None = None,
-                 random_state: int = 0) -> None:
+                 random_state: int = 0, min_variance: float = 0.0) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
         self.max_components = max_components
         self.variance = variance
         self.max_dims = max_dims
         self.bic_rows = bic_rows
         self.reg_covar = reg_covar
+        self.min_variance = min_variance
+
+    def _subspace(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Coordinates the mixture lives in (whitened, or input units with
+        ``min_variance``) and the scaled residual."""
+        U, R = self.pca_.project(X)
+        if self.min_variance > 0:
+            U = U * np.sqrt(self.pca_.whiten_var_)
+        return U, R
 
     def _fit(self, X: np.ndarray) -> None:
         from sklearn.mixture import GaussianMixture
         from threadpoolctl import threadpool_limits
 
-        self.pca_ = _PCASubspace(self.variance, self.max_dims).fit(X)
-        U = self.pca_.project(X)[0]
+        self.pca_ = _PCASubspace(self.variance, self.max_dims, self.min_variance).fit(X)
+        U = self._subspace(X)[0]
+        reg_covar = max(self.reg_covar, self.min_variance)
         if U.shape[0] > self.bic_rows:
             rng = np.random.default_rng(self.random_state)
             U = U[rng.choice(U.shape[0], self.bic_rows, replace=False)]
@@ -447,7 +478,7 @@ class GMM(Detector):
             # small matrices: one BLAS thread avoids costly thread hand-offs
             with warnings.catch_warnings(), threadpool_limits(1):
                 warnings.simplefilter("ignore")
-                gm = GaussianMixture(m, covariance_type="full", reg_covar=self.reg_covar,
+                gm = GaussianMixture(m, covariance_type="full", reg_covar=reg_covar,
                                      random_state=self.random_state, n_init=1).fit(U)
             bic = gm.bic(U)
             if bic < best_bic:
@@ -463,7 +494,7 @@ class GMM(Detector):
         self.precision_roots_ = np.array(roots)
 
     def _score_block(self, X: np.ndarray) -> np.ndarray:
-        U, R = self.pca_.project(X)
+        U, R = self._subspace(X)
         s = -self.mixture_.score_samples(U)
         if R is not None:
             s += 0.5 * np.einsum("ij,ij->i", R, R, dtype=np.float64)
@@ -473,7 +504,7 @@ class GMM(Detector):
         return _blockwise(X, self._score_block)
 
     def _explain(self, X: np.ndarray) -> np.ndarray:
-        U, R = self.pca_.project(X)
+        U, R = self._subspace(X)
         comp = self.mixture_.predict(U)
         G = np.empty_like(U)
         for m in np.unique(comp):

@@ -119,7 +119,8 @@ def persistence_windows(persistence_s: float, stride_s: float) -> int:
 
 
 def _make_detectors(config: DetectConfig, options: EnsembleOptions,
-                    grid: np.ndarray | None = None) -> list[Detector]:
+                    grid: np.ndarray | None = None,
+                    min_variance: float = 0.0) -> list[Detector]:
     q = config.threshold_quantile
     rs = config.random_state
     out: list[Detector] = []
@@ -129,14 +130,16 @@ def _make_detectors(config: DetectConfig, options: EnsembleOptions,
         cls = DETECTORS[name]
         if cls is PCAMahalanobis:
             det: Detector = PCAMahalanobis(variance=config.pca_variance, threshold_quantile=q,
-                                           max_fit_rows=options.max_fit_rows, random_state=rs)
+                                           max_fit_rows=options.max_fit_rows, random_state=rs,
+                                           min_variance=min_variance)
         elif cls is IsolationForest:
             det = IsolationForest(n_estimators=config.iforest_trees, threshold_quantile=q,
                                   max_fit_rows=options.max_fit_rows, random_state=rs,
                                   grid=grid)
         elif cls is GMM:
             det = GMM(max_components=config.gmm_max_components, variance=config.pca_variance,
-                      threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
+                      threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs,
+                      min_variance=min_variance)
         else:
             det = cls(threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
             if isinstance(det, ZScore):  # its input is already in baseline sigmas: keep floors
@@ -224,8 +227,12 @@ class Ensemble:
         self.columns_used_ = self.scaler_.columns_used_
         self.n_features_in_ = X.shape[1]
         # floored columns: in z units, 1 is at least the least change that counts
-        self._grid = (np.asarray(scale_floor, dtype=np.float64)[self.columns_used_] > 0
-                      if scale_floor is not None and config.iforest_floor_grid else None)
+        floored = (np.asarray(scale_floor, dtype=np.float64)[self.columns_used_] > 0
+                   if scale_floor is not None else None)
+        self._grid = floored if floored is not None and config.iforest_floor_grid else None
+        # in scaled units one floor is 1: no direction narrower than that
+        self._min_variance = (1.0 if floored is not None and floored.any()
+                              and config.floor_directions else 0.0)
         nothing = InputError(f"none of the {X.shape[1]} feature columns varies on the baseline "
                              f"(all constant or undefined); nothing to detect on")
         if self.columns_used_.size == 0:
@@ -257,11 +264,11 @@ class Ensemble:
         self._combine_how = options.combine
         self.detectors_ = []
         self.fit_seconds_: dict[str, float] = {}
-        for det in _make_detectors(config, options, self._grid):
+        for det in _make_detectors(config, options, self._grid, self._min_variance):
             t0 = time.perf_counter()
             self.detectors_.append(det.fit(Z))
             self.fit_seconds_[det.name] = time.perf_counter() - t0
-        held_out = self._held_out_scores(Z, config, options, self._grid)
+        held_out = self._held_out_scores(Z, config, options, self._grid, self._min_variance)
         if held_out is not None:
             for det in self.detectors_:
                 det.decision_scores_ = held_out[det.name]
@@ -285,7 +292,8 @@ class Ensemble:
 
     @staticmethod
     def _held_out_scores(Z: np.ndarray, config: DetectConfig, options: EnsembleOptions,
-                         grid: np.ndarray | None = None) -> dict[str, np.ndarray] | None:
+                         grid: np.ndarray | None = None,
+                         min_variance: float = 0.0) -> dict[str, np.ndarray] | None:
         """Each baseline window scored by detectors fitted on the other folds (or None)."""
         folds, n = options.cross_fit_folds, Z.shape[0]
         if folds < 2 or n > options.cross_fit_max_windows or n < folds * MIN_BASELINE_WINDOWS:
@@ -294,7 +302,7 @@ class Ensemble:
         out: dict[str, np.ndarray] = {}
         for start, stop in pairwise(edges):
             rest = np.r_[0:start, stop:n]
-            for det in _make_detectors(config, options, grid):
+            for det in _make_detectors(config, options, grid, min_variance):
                 det.fit(Z[rest])
                 out.setdefault(det.name, np.empty(n))[start:stop] = det.score_samples(
                     Z[start:stop])
@@ -368,13 +376,21 @@ class Ensemble:
             warnings=warnings,
         )
 
+    def _explainers(self) -> list[Detector]:
+        """The detectors whose explanations make attributions."""
+        config = self.config or DetectConfig()
+        chosen = [d for d in self.detectors_
+                  if config.explain_forest or not isinstance(d, IsolationForest)]
+        return chosen or list(self.detectors_)
+
     def explain(self, features: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Per-column contributions (len(rows), K) for the windows ``rows`` of ``features``.
 
         Each detector's contributions are turned into shares of its explanation and
         weighted by the window's surprise for that detector (how unusual its score is
-        against the baseline); the weighted shares are summed over detectors. Columns not
-        used by the detectors get 0. ``features`` is the whole scored matrix (the drift
+        against the baseline); the weighted shares are summed over detectors (the forest
+        only with ``DetectConfig.explain_forest`` or when it is the only detector). Columns
+        not used by the detectors get 0. ``features`` is the whole scored matrix (the drift
         centre of a window depends on the windows before it).
         """
         self._check_fitted()
@@ -390,7 +406,7 @@ class Ensemble:
                              f"{self.n_features_in_}")
         Z = self.scaler_.transform(X, self._centres(X), rows=rows)
         used = np.zeros((rows.size, self.columns_used_.size), dtype=np.float64)
-        for det in self.detectors_:
+        for det in self._explainers():
             contrib = np.clip(det.explain(Z).astype(np.float64), 0.0, None)
             total = contrib.sum(axis=1, keepdims=True)
             share = contrib / np.where(total > 0, total, 1.0)

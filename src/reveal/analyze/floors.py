@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 import numpy as np
 
@@ -38,13 +39,20 @@ GRANULE_BY_UNIT = {"bytes": 4096.0, "512-byte sectors": 8.0, "KiB": 4.0, "µs": 
 #: granule (10 percentage points per CPU at 100 ms), and a burst of a few is not evidence.
 JIFFY_PERCENT_METRICS = ("derived.cpu_busy_pct",)
 USER_HZ = 100.0
+#: Least level change of gauges the kernel keeps in batches, in the metric's units. A
+#: protocol's socket memory (``sockstat.*.mem``, pages) is charged through a per-CPU
+#: reserve that reaches the global count only when it passes ``net.core.mem_pcpu_rsv``
+#: (256 pages, 1 MiB, by default): after a burst of traffic the count can stay that far
+#: from its earlier level on an idle host, for as long as no CPU's reserve fills again.
+LEVEL_GRANULES = {"sockstat.*.mem": 256.0}
 
 
 @dataclass(frozen=True)
 class ChannelFloor:
     """Least change that counts for one channel, in its derived units.
 
-    level : ``relative × |baseline median|`` (0 for event counts).
+    level : ``relative × |baseline median|`` (0 for event counts), and at least the
+        metric's :data:`LEVEL_GRANULES`.
     spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events),
     or that many jiffies of one sample as a percentage (per-CPU busy %, the total's
     granule divided by the number of CPUs).
@@ -76,6 +84,9 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
             continue
         info = catalog.lookup(metric)
         level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
+        granule = next((g for pattern, g in LEVEL_GRANULES.items()
+                        if fnmatchcase(metric, pattern)), 0.0)
+        level = max(level, granule)
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
                  if info.kind in COUNT_KINDS else 0.0)
         quantum = spike / SPIKE_GRANULES if info.kind == "counter" else 0.0
