@@ -174,3 +174,36 @@ def test_forest_on_a_grid_does_not_isolate_a_move_below_one_floor():
     assert median(gridded, beyond) < median(gridded, -beyond) + 0.02  # like the other end
     with pytest.raises(InputError, match="grid"):
         IsolationForest(n_estimators=10, grid=np.array([True, False])).fit(base)
+
+
+@pytest.mark.parametrize("cls", [PCAMahalanobis, GMM])
+def test_no_direction_narrower_than_one_floor(cls):
+    """Few baseline windows in many columns (floored z, one unit = the least change that
+    counts), a quarter of them quiet: the baseline leaves directions, and a residual, of
+    almost no variance. With ``min_variance=1`` a one-floor step of a quiet column adds
+    about one floor² to a held-out window's score (MAHA; half that for GMM's
+    log-likelihood), not tens; a step of twelve floors still stands out and is explained
+    by that column."""
+    rng = np.random.default_rng(7)
+
+    def draw(m):
+        x = rng.normal(size=(m, 400))
+        x[:, :100] *= 0.02  # within a fiftieth of a floor
+        return x
+
+    base, fresh = draw(60), draw(20)
+    small, large = fresh.copy(), fresh.copy()
+    small[:, 3] += 1.0
+    large[:, 3] += 12.0
+    kwargs = {"max_components": 3, "bic_rows": 1500} if cls is GMM else {}
+    per_floor = 1.0 if cls is PCAMahalanobis else 0.5
+
+    def excess(det, x):
+        return float(np.median(det.score_samples(x) - det.score_samples(fresh)))
+
+    plain = cls(**kwargs).fit(base)
+    floored = cls(min_variance=1.0, **kwargs).fit(base)
+    assert excess(plain, small) > 3 * per_floor
+    assert excess(floored, small) < 1.5 * per_floor
+    assert excess(floored, large) > 50 * per_floor
+    assert (floored.explain(large).argmax(axis=1) == 3).all()

@@ -159,3 +159,20 @@ def test_persistence_drops_a_lone_window_and_keeps_a_lasting_shift():
     assert not held.flagged[10]
     assert held.flagged[26:32].all() and not held.flagged[25]
     assert (held.combined == lone.combined).all()  # scores unchanged, only the verdict
+
+
+def test_forest_detects_but_explains_only_when_asked_or_alone(setting):
+    """Attributions draw on the detectors whose explanations decompose their scores (Z,
+    MAHA, GMM); the forest's credits join only with ``explain_forest`` or on its own."""
+    base, run, _ = setting
+    rows = np.arange(300, 330)
+    both = DetectConfig(detectors=("zscore", "iforest"), iforest_trees=50)
+    z_only = Ensemble(DetectConfig(detectors=("zscore",))).fit(base).explain(run, rows)
+    without = Ensemble(both).fit(base)
+    assert "IF" in without.score(run).scores  # it still scores
+    np.testing.assert_allclose(without.explain(run, rows), z_only)
+    with_forest = Ensemble(DetectConfig(detectors=("zscore", "iforest"), iforest_trees=50,
+                                        explain_forest=True)).fit(base).explain(run, rows)
+    assert not np.allclose(with_forest, z_only)
+    alone = Ensemble(DetectConfig(detectors=("iforest",), iforest_trees=50)).fit(base)
+    assert alone.explain(run, rows)[:, [3, 4]].sum() > 0
