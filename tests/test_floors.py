@@ -139,3 +139,15 @@ def test_socket_memory_is_floored_at_the_kernels_per_cpu_reserve():
     assert udp.level == pytest.approx(256.0)  # an idle baseline: the reserve
     assert tcp.level == pytest.approx(500.0)  # a busy one: its share of the level
     assert inuse.level == pytest.approx(2.0)  # sockets are counted one by one
+
+
+def test_page_counters_of_a_process_start_need_a_process_worth_of_pages():
+    """A fork's copy-on-write reuses and a start-up's mlock move a few hundred pages at
+    once; on those counters a spike must pass 1 MiB in one sample, elsewhere 3 pages."""
+    reuse, mlocked, faults = channel_floors(
+        ["vmstat.pgreuse", "vmstat.unevictable_pgs_mlocked", "vmstat.pgfault"],
+        np.zeros(3), 0.05, interval_s=0.1)
+    assert reuse.spike == pytest.approx(2560.0)  # 256 pages in one 100 ms sample
+    assert mlocked.spike == pytest.approx(2560.0)
+    assert reuse.quantum == pytest.approx(2560.0 / SPIKE_GRANULES)
+    assert faults.spike == pytest.approx(SPIKE_GRANULES / 0.1)

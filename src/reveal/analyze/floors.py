@@ -45,6 +45,14 @@ USER_HZ = 100.0
 #: (256 pages, 1 MiB, by default): after a burst of traffic the count can stay that far
 #: from its earlier level on an idle host, for as long as no CPU's reserve fills again.
 LEVEL_GRANULES = {"sockstat.*.mem": 256.0}
+#: Page counters that a process's start or exit moves in bulk: copy-on-write pages reused
+#: after a fork, pages that start-up code mlocks and the exit releases. Their spike
+#: granule is one small process's worth, 1 MiB (256 pages) within one sample, not 3 pages:
+#: a process that starts or exits is not a performance anomaly (what it does while it
+#: runs shows in the CPU, memory, disk and network channels). Before this, a load
+#: generator's fork out-shouted the half core it then took.
+LIFECYCLE_METRICS = ("vmstat.pgreuse", "vmstat.unevictable_pgs_*")
+LIFECYCLE_PAGES = 256.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,8 @@ class ChannelFloor:
 
     level : ``relative × |baseline median|`` (0 for event counts), and at least the
         metric's :data:`LEVEL_GRANULES`.
-    spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events),
+    spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events;
+    a process's start or exit for :data:`LIFECYCLE_METRICS`),
     or that many jiffies of one sample as a percentage (per-CPU busy %, the total's
     granule divided by the number of CPUs).
     quantum : the step of a counter's per-sample rate (one granule per sample; one jiffy
@@ -89,6 +98,8 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
         level = max(level, granule)
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
                  if info.kind in COUNT_KINDS else 0.0)
+        if any(fnmatchcase(metric, pattern) for pattern in LIFECYCLE_METRICS):
+            spike = max(spike, LIFECYCLE_PAGES / interval)
         quantum = spike / SPIKE_GRANULES if info.kind == "counter" else 0.0
         if metric in JIFFY_PERCENT_METRICS:
             spike = SPIKE_GRANULES * jiffy_pct / (1 if per_cpu[i] else n_cpus)
