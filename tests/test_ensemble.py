@@ -161,18 +161,25 @@ def test_persistence_drops_a_lone_window_and_keeps_a_lasting_shift():
     assert (held.combined == lone.combined).all()  # scores unchanged, only the verdict
 
 
-def test_forest_detects_but_explains_only_when_asked_or_alone(setting):
-    """Attributions draw on the detectors whose explanations decompose their scores (Z,
-    MAHA, GMM); the forest's credits join only with ``explain_forest`` or on its own."""
+def test_forest_explains_floored_columns_only_when_asked_or_alone(setting):
+    """On floored columns attributions draw on Z, MAHA and GMM; the forest's credits join
+    only with ``explain_forest`` or on its own. Unfloored data keep them."""
     base, run, _ = setting
     rows = np.arange(300, 330)
+    floors = 0.5 * base.std(axis=0)
+
+    def explained(config, scale_floor=floors):
+        return Ensemble(config).fit(base, scale_floor=scale_floor).explain(run, rows)
+
     both = DetectConfig(detectors=("zscore", "iforest"), iforest_trees=50)
-    z_only = Ensemble(DetectConfig(detectors=("zscore",))).fit(base).explain(run, rows)
-    without = Ensemble(both).fit(base)
+    z_only = explained(DetectConfig(detectors=("zscore",)))
+    without = Ensemble(both).fit(base, scale_floor=floors)
     assert "IF" in without.score(run).scores  # it still scores
     np.testing.assert_allclose(without.explain(run, rows), z_only)
-    with_forest = Ensemble(DetectConfig(detectors=("zscore", "iforest"), iforest_trees=50,
-                                        explain_forest=True)).fit(base).explain(run, rows)
-    assert not np.allclose(with_forest, z_only)
-    alone = Ensemble(DetectConfig(detectors=("iforest",), iforest_trees=50)).fit(base)
-    assert alone.explain(run, rows)[:, [3, 4]].sum() > 0
+    asked = explained(DetectConfig(detectors=("zscore", "iforest"), iforest_trees=50,
+                                   explain_forest=True))
+    assert not np.allclose(asked, z_only)
+    unfloored = explained(both, None)
+    assert not np.allclose(unfloored, explained(DetectConfig(detectors=("zscore",)), None))
+    alone = explained(DetectConfig(detectors=("iforest",), iforest_trees=50))
+    assert alone[:, [3, 4]].sum() > 0

@@ -52,10 +52,11 @@ class DetectConfig:
     # the residual off their subspace) at least one floor of spread, as the Z detector
     # and the forest's grid do for every column
     floor_directions: bool = True
-    # the isolation forest's credits count in attributions too (off: only the Z, MAHA
-    # and GMM detectors explain; their explanations decompose their scores exactly, while
-    # the forest's depend on which columns its random trees drew); the forest always
-    # counts in detection, and explains when it is the only detector
+    # the isolation forest's credits count in attributions on floored columns too (off:
+    # there only Z, MAHA and GMM explain, whose explanations decompose their scores; on
+    # the floor grid the forest isolates a rarely seen one-floor step at once and credits
+    # it). The forest always counts in detection, explains unfloored data (SMD, ASD), and
+    # explains when it is the only detector
     explain_forest: bool = False
 
 

@@ -377,10 +377,13 @@ class Ensemble:
         )
 
     def _explainers(self) -> list[Detector]:
-        """The detectors whose explanations make attributions."""
+        """The detectors whose explanations make attributions: all, but the forest when it
+        sees floored columns on their grid (there it isolates a rarely seen whole-floor
+        value at once, so its credits go to one-floor steps) unless ``explain_forest``."""
         config = self.config or DetectConfig()
-        chosen = [d for d in self.detectors_
-                  if config.explain_forest or not isinstance(d, IsolationForest)]
+        if config.explain_forest or self._grid is None:
+            return list(self.detectors_)
+        chosen = [d for d in self.detectors_ if not isinstance(d, IsolationForest)]
         return chosen or list(self.detectors_)
 
     def explain(self, features: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -388,9 +391,9 @@ class Ensemble:
 
         Each detector's contributions are turned into shares of its explanation and
         weighted by the window's surprise for that detector (how unusual its score is
-        against the baseline); the weighted shares are summed over detectors (the forest
-        only with ``DetectConfig.explain_forest`` or when it is the only detector). Columns
-        not used by the detectors get 0. ``features`` is the whole scored matrix (the drift
+        against the baseline); the weighted shares are summed over detectors (on floored
+        columns the forest only with ``DetectConfig.explain_forest`` or when it is the only
+        detector). Columns not used by the detectors get 0. ``features`` is the whole scored matrix (the drift
         centre of a window depends on the windows before it).
         """
         self._check_fitted()
