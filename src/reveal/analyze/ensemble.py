@@ -393,8 +393,8 @@ class Ensemble:
         weighted by the window's surprise for that detector (how unusual its score is
         against the baseline); the weighted shares are summed over detectors (on floored
         columns the forest only with ``DetectConfig.explain_forest`` or when it is the only
-        detector). Columns not used by the detectors get 0. ``features`` is the whole scored matrix (the drift
-        centre of a window depends on the windows before it).
+        detector). Columns not used by the detectors get 0. ``features`` is the whole
+        scored matrix (the drift centre of a window depends on the windows before it).
         """
         self._check_fitted()
         X = check_matrix(features, "features")
