@@ -247,13 +247,17 @@ class _PCASubspace:
                 return None
             want *= 2
 
-    def project(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Whitened coordinates (n, q) and, when the residual counts, the residual (n, K)
-        divided by its noise standard deviation."""
+    def project(self, X: np.ndarray,
+                whiten: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Coordinates in the subspace (n, q), whitened unless ``whiten`` is False, and,
+        when the residual counts, the residual (n, K) divided by its noise standard
+        deviation."""
         V = self.components_.astype(X.dtype)
         Xc = X - self.mean_.astype(X.dtype)
         P = Xc @ V
-        W = P.astype(np.float64) / np.sqrt(self.whiten_var_)
+        W = P.astype(np.float64)
+        if whiten:
+            W /= np.sqrt(self.whiten_var_)
         if self.residual_var_ <= 0:
             return W, None
         R = (Xc - P @ V.T) * X.dtype.type(1.0 / np.sqrt(self.residual_var_))
@@ -458,10 +462,7 @@ class GMM(Detector):
     def _subspace(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Coordinates the mixture lives in (whitened, or input units with
         ``min_variance``) and the scaled residual."""
-        U, R = self.pca_.project(X)
-        if self.min_variance > 0:
-            U = U * np.sqrt(self.pca_.whiten_var_)
-        return U, R
+        return self.pca_.project(X, whiten=self.min_variance <= 0)
 
     def _fit(self, X: np.ndarray) -> None:
         from sklearn.mixture import GaussianMixture

@@ -51,8 +51,12 @@ LEVEL_GRANULES = {"sockstat.*.mem": 256.0}
 #: a process that starts or exits is not a performance anomaly (what it does while it
 #: runs shows in the CPU, memory, disk and network channels). Before this, a load
 #: generator's fork out-shouted the half core it then took.
-LIFECYCLE_METRICS = ("vmstat.pgreuse", "vmstat.unevictable_pgs_*")
-LIFECYCLE_PAGES = 256.0
+LIFECYCLE_PAGES = {"vmstat.pgreuse": 256.0, "vmstat.unevictable_pgs_*": 256.0}
+
+
+def _granule(metric: str, table: dict[str, float]) -> float:
+    """The granule of the first pattern of ``table`` that ``metric`` matches (else 0)."""
+    return next((g for pattern, g in table.items() if fnmatchcase(metric, pattern)), 0.0)
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class ChannelFloor:
     level : ``relative × |baseline median|`` (0 for event counts), and at least the
         metric's :data:`LEVEL_GRANULES`.
     spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events;
-    a process's start or exit for :data:`LIFECYCLE_METRICS`),
+    a process's start or exit for :data:`LIFECYCLE_PAGES`),
     or that many jiffies of one sample as a percentage (per-CPU busy %, the total's
     granule divided by the number of CPUs).
     quantum : the step of a counter's per-sample rate (one granule per sample; one jiffy
@@ -93,13 +97,10 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
             continue
         info = catalog.lookup(metric)
         level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
-        granule = next((g for pattern, g in LEVEL_GRANULES.items()
-                        if fnmatchcase(metric, pattern)), 0.0)
-        level = max(level, granule)
+        level = max(level, _granule(metric, LEVEL_GRANULES))
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
                  if info.kind in COUNT_KINDS else 0.0)
-        if any(fnmatchcase(metric, pattern) for pattern in LIFECYCLE_METRICS):
-            spike = max(spike, LIFECYCLE_PAGES / interval)
+        spike = max(spike, _granule(metric, LIFECYCLE_PAGES) / interval)
         quantum = spike / SPIKE_GRANULES if info.kind == "counter" else 0.0
         if metric in JIFFY_PERCENT_METRICS:
             spike = SPIKE_GRANULES * jiffy_pct / (1 if per_cpu[i] else n_cpus)
