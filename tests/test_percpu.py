@@ -10,6 +10,8 @@ from reveal.analyze.percpu import (
     cpu_order,
     cpu_siblings,
     rank_cpu_columns,
+    rank_cpu_rows,
+    sample_order,
     unrank,
     window_busy,
 )
@@ -55,15 +57,19 @@ def test_window_busy_is_the_mean_over_each_window():
 
 
 def _two_cpus(seconds: float, seed: int, swap_at: float | None = None,
-              both_busy: tuple[float, float] | None = None) -> Telemetry:
+              both_busy: tuple[float, float] | None = None,
+              hops: tuple[float, ...] = ()) -> Telemetry:
     """A job keeps one of two CPUs busy; ``swap_at``: the scheduler moves it to the other
-    CPU for good; ``both_busy``: contention makes the idle CPU busy too."""
+    CPU for good; ``both_busy``: contention makes the idle CPU busy too; ``hops``: it moves
+    to the other CPU at each of these times for 1.5 s, and back."""
     rng = np.random.default_rng(seed)
     n = int(seconds * 10)
     ts = np.arange(n, dtype=np.int64) * 100_000_000
     busy_cpu = np.zeros(n, dtype=int)
     if swap_at is not None:
         busy_cpu[int(swap_at * 10):] = 1
+    for at in hops:
+        busy_cpu[int(at * 10):int(at * 10) + 15] ^= 1
     busy = np.where(np.arange(2) == busy_cpu[:, None], 92.0, 4.0) + rng.normal(0, 2, (n, 2))
     sched = np.where(np.arange(2) == busy_cpu[:, None], 40.0, 400.0) + rng.normal(0, 8, (n, 2))
     if both_busy is not None:
@@ -98,6 +104,40 @@ def test_a_job_moved_to_the_other_cpu_is_not_an_anomaly_by_rank(baseline):
     assert _flagged_share(by_rank, 45) < 0.05
 
 
+def test_sample_ranks_follow_each_sample_and_break_ties_by_the_last_second():
+    busy = np.array([[0, 100], [0, 100], [100, 0], [0, 0], [50, 50], [100, 100]], float)
+    order = sample_order(busy, interval_s=0.1)
+    # a move shows at once; ties go to the CPU busier over the last second (cpu1 here)
+    assert order.tolist() == [[1, 0], [1, 0], [0, 1], [1, 0], [1, 0], [1, 0]]
+    assert sample_order(np.array([[5.0, 5.0]]), 0.1).tolist() == [[0, 1]]  # then CPU order
+
+
+def test_rank_rows_moves_a_cpus_channels_together_and_keeps_names():
+    ts = np.arange(3, dtype=np.int64) * 100_000_000
+    channels = ["derived.cpu_busy_pct{cpu=0}", "derived.cpu_busy_pct{cpu=1}",
+                "irq.count{cpu=0,irq=CAL}", "irq.count{cpu=1,irq=CAL}", "mem.Dirty"]
+    values = np.array([[90, 5, 10, 300, 1], [4, 95, 280, 12, 2], [92, 3, 11, 290, 3]], float)
+    ranked = rank_cpu_rows(Telemetry("h", ts, values, channels, {"interval_s": 0.1}))
+    assert ranked.channels == channels
+    np.testing.assert_array_equal(ranked.values, [[90, 5, 10, 300, 1], [95, 4, 12, 280, 2],
+                                                  [92, 3, 11, 290, 3]])
+    one_cpu = Telemetry("h", ts, values[:, [0, 2, 4]], [channels[0], channels[2], channels[4]])
+    assert rank_cpu_rows(one_cpu) is one_cpu
+
+
+def test_a_job_that_hops_to_the_other_cpu_within_a_window_is_not_an_anomaly(baseline):
+    hops = (40.3, 62.6, 81.1, 100.8)
+    run = _two_cpus(120, seed=4, hops=hops)
+    by_window = analyze_run(run, baseline)
+    by_sample = analyze_run(run, baseline, AnalyzeConfig(rank_cpu_samples=True))
+    start = np.asarray(by_window.windows.start_ns) / 1e9
+    near = np.zeros(len(start), dtype=bool)
+    for at in hops:  # windows that hold part of a hop
+        near |= (start < at + 1.5) & (start + 3.0 > at)
+    assert np.asarray(by_window.windows.flagged)[near].mean() > 0.5
+    assert not np.asarray(by_sample.windows.flagged).any()
+
+
 def test_contention_is_still_found_and_reported_on_the_cpu_it_hit(baseline):
     run = _two_cpus(120, seed=3, both_busy=(50, 70))
     report = analyze_run(run, baseline)
@@ -107,3 +147,25 @@ def test_contention_is_still_found_and_reported_on_the_cpu_it_hit(baseline):
     named = {r.channel for a in inside for r in a.reasons}
     assert any("cpu=1" in c for c in named)  # the idle CPU that became busy, by number
     assert not any("cpu=r" in c for c in named) and not any("cpu=r" in a.claim for a in inside)
+
+
+def test_the_cli_chooses_how_cpus_are_compared(baseline, tmp_path, capsys):
+    import json
+
+    from reveal.cli import main
+    from reveal.store.run_writer import write_run
+
+    base = write_run(baseline, tmp_path / "base")
+    run = write_run(_two_cpus(60, seed=5, hops=(20.3, 40.6)), tmp_path / "run")
+    flagged = {}
+    for mode in ("rank", "sample-rank"):
+        out = tmp_path / f"{mode}.json"
+        assert main(["analyze", str(run), "--baseline", str(base), "--cpus", mode,
+                     "--json", str(out), "--format", "none", "--quiet"]) == 0
+        payload = json.loads(out.read_text())
+        assert payload["config"]["rank_cpu_samples"] == (mode == "sample-rank")
+        flagged[mode] = sum(payload["windows"]["flagged"])
+    assert flagged["rank"] > 0 and flagged["sample-rank"] == 0
+    with pytest.raises(SystemExit):
+        main(["analyze", str(run), "--cpus", "by-socket"])
+    assert "--cpus" in capsys.readouterr().err

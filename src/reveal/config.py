@@ -68,6 +68,10 @@ class AnalyzeConfig:
     # per-CPU channels by rank (busiest CPU of the window first) instead of by CPU number,
     # so a job the scheduler moved to another CPU is not an anomaly
     rank_cpus: bool = True
+    # with rank_cpus: rank the CPUs in every sample, not only in every window, so a job
+    # moved to the other CPU for part of a window is not a change either (off: see
+    # docs/detectors.md for what it did to the validation figures)
+    rank_cpu_samples: bool = False
     top_reasons: int = 5  # metric-feature pairs kept per anomaly
     min_rows_per_window: int = 3  # fewer rows per duration window → fall back to row windows
     fallback_rows: tuple[int, int] = (5, 1)  # (size, stride) rows for minute-level data

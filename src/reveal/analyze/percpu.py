@@ -12,6 +12,14 @@ window, renamed ``cpu=r0`` (busiest), ``cpu=r1``, ... All channels of one CPU mo
 (its softirqs, interrupts and times stay with its load). Totals over CPUs, the spread
 between CPUs and any change that makes a CPU busier or idler are kept; which CPU carries
 the load is not.
+
+The scheduler also moves a job for a second and back (a load generator starts, a kernel
+thread wakes): within one window the job is then on one CPU for part of it and on the
+other for the rest, and both CPUs' channels swing between busy and idle, which a window
+rank cannot undo. :func:`rank_cpu_rows` (``AnalyzeConfig.rank_cpu_samples``, off by
+default) ranks the CPUs in every sample instead (by that sample's busy %, ties by the
+mean of the last second), so each rank's series is an order statistic ("the busiest CPU
+at each instant") and a job's move, however brief, is not a change of it.
 """
 
 from __future__ import annotations
@@ -39,18 +47,77 @@ def _cpu_of(channel: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], str]
 
 def window_busy(tel: Telemetry, starts: np.ndarray, size: int) -> tuple[list[str], np.ndarray]:
     """CPU numbers and their mean busy % over each window (W, n_cpus); NaN counts as 0."""
-    cpus, cols = [], []
-    for i, channel in enumerate(tel.channels):
-        metric, labels = parse_channel(channel)
-        if metric == BUSY_METRIC and labels.get("cpu", "").isdigit() and len(labels) == 1:
-            cpus.append(labels["cpu"])
-            cols.append(i)
+    cpus, cols = _busy_columns(tel.channels)
     if len(cols) < 2 or len(starts) == 0:
         return cpus, np.zeros((len(starts), len(cols)))
     x = np.nan_to_num(tel.values[:, cols], nan=0.0)
     c = np.vstack([np.zeros((1, len(cols))), np.cumsum(x, axis=0)])
     starts = np.asarray(starts, dtype=np.int64)
     return cpus, (c[starts + size] - c[starts]) / size
+
+
+def _busy_columns(channels: list[str]) -> tuple[list[str], list[int]]:
+    """CPU numbers and the columns of their ``derived.cpu_busy_pct{cpu=N}``."""
+    cpus, cols = [], []
+    for i, channel in enumerate(channels):
+        metric, labels = parse_channel(channel)
+        if metric == BUSY_METRIC and labels.get("cpu", "").isdigit() and len(labels) == 1:
+            cpus.append(labels["cpu"])
+            cols.append(i)
+    return cpus, cols
+
+
+TIE_BREAK_S = 1.0  # equal busy % in a sample: the CPU busier over this many seconds first
+
+
+def sample_order(busy: np.ndarray, interval_s: float) -> np.ndarray:
+    """Per sample, the CPU indices from busiest to idlest, (T, n).
+
+    ``busy`` (T, n) is each CPU's busy % per sample (NaN counts as 0). A sample's busy %
+    moves in whole jiffies, so ties are common (two idle CPUs, two saturated ones): they
+    go to the CPU with the higher mean over the last :data:`TIE_BREAK_S` seconds, then to
+    the lower CPU index, so that ranks do not flap between equals.
+    """
+    x = np.nan_to_num(np.asarray(busy, dtype=np.float64), nan=0.0)
+    if x.shape[0] == 0:
+        return np.zeros(x.shape, dtype=np.intp)
+    k = max(1, round(TIE_BREAK_S / interval_s)) if interval_s > 0 else 1
+    c = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
+    hi = np.arange(1, x.shape[0] + 1)
+    lo = np.maximum(hi - k, 0)
+    trailing = (c[hi] - c[lo]) / (hi - lo)[:, None]
+    # lexicographic (sample busy, trailing mean) via a composite key: the trailing mean
+    # (0..100 %) is scaled below the smallest step of a sample's busy % that matters
+    key = np.round(x, 6) + trailing * 1e-4
+    return np.argsort(-key, axis=1, kind="stable")
+
+
+def rank_cpu_rows(tel: Telemetry) -> Telemetry:
+    """``tel`` with every complete group of per-CPU channels permuted in each sample by
+    :func:`sample_order`: the column of the group's k-th CPU (in the order of the busy
+    channels) holds, in every sample, the values of the CPU that was k-th busiest then.
+
+    Channel names are unchanged (the window ranking that follows, see
+    :func:`rank_cpu_columns`, then finds the CPUs in busy order in every window and names
+    them ``cpu=rK``). A source without per-CPU busy % is returned as is.
+    """
+    cpus, busy_cols = _busy_columns(tel.channels)
+    if len(cpus) < 2 or tel.n_samples == 0:
+        return tel
+    order = sample_order(tel.values[:, busy_cols], tel.interval_s)
+    position = {cpu: i for i, cpu in enumerate(cpus)}
+    groups: dict[tuple, dict[str, int]] = defaultdict(dict)
+    for k, channel in enumerate(tel.channels):
+        found = _cpu_of(channel)
+        if found is not None and found[1] in position:
+            groups[found[0]][found[1]] = k
+    values = tel.values.copy()
+    for by_cpu in groups.values():
+        if len(by_cpu) != len(cpus):
+            continue
+        cols = np.array([by_cpu[c] for c in cpus])
+        values[:, cols] = np.take_along_axis(tel.values[:, cols], order, axis=1)
+    return Telemetry(tel.host, tel.timestamps_ns, values, list(tel.channels), dict(tel.meta))
 
 
 def cpu_order(busy: np.ndarray) -> np.ndarray:

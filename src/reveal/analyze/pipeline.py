@@ -26,7 +26,14 @@ from reveal.analyze.floors import (
     feature_floors,
     flat_shape_mask_plan,
 )
-from reveal.analyze.percpu import cpu_order, cpu_siblings, rank_cpu_columns, unrank, window_busy
+from reveal.analyze.percpu import (
+    cpu_order,
+    cpu_siblings,
+    rank_cpu_columns,
+    rank_cpu_rows,
+    unrank,
+    window_busy,
+)
 from reveal.analyze.select import prune
 from reveal.analyze.subsystems import channel_subsystems, irq_names
 from reveal.analyze.windows import make_windows
@@ -135,11 +142,15 @@ class _Ranks:
         return text if self.order is None else unrank(text, self.order[window], self.cpus)
 
 
-def _ranked(fm: FeatureMatrix, tel: Telemetry) -> tuple[FeatureMatrix, _Ranks]:
+def _ranked(fm: FeatureMatrix, tel: Telemetry,
+            named_by: Telemetry | None = None) -> tuple[FeatureMatrix, _Ranks]:
     """``fm`` with per-CPU columns ranked per window by CPU busy share (see
-    :func:`reveal.analyze.percpu.rank_cpu_columns`)."""
+    :func:`reveal.analyze.percpu.rank_cpu_columns`); reports name the CPUs by their order
+    in ``named_by`` (the telemetry before any per-sample ranking; default ``tel``)."""
     cpus, busy = window_busy(tel, fm.windows.start, fm.windows.size)
     values, names, sources = rank_cpu_columns(fm.values, fm.channels, fm.features, cpus, busy)
+    if named_by is not None and named_by is not tel:
+        busy = window_busy(named_by, fm.windows.start, fm.windows.size)[1]
     ranks = _Ranks(sources, cpus, cpu_order(busy) if sources else None)
     return FeatureMatrix(values, names, list(fm.features), fm.windows), ranks
 
@@ -240,13 +251,17 @@ def analyze_run(
     window = _window_config(config, interval, warnings)
     say(f"computing features for {len(usable)} channels")
     state_levels = config.detect.state_levels
-    fm_run = _features(d_run, usable, window, interval, state_levels)
-    fm_base = fm_run if self_fit else _features(d_base, usable, window, d_base.interval_s,
+    s_run, s_base = d_run, d_base  # per-CPU channels by rank in every sample
+    if config.rank_cpus and config.rank_cpu_samples:
+        s_run = rank_cpu_rows(d_run)
+        s_base = s_run if self_fit else rank_cpu_rows(d_base)
+    fm_run = _features(s_run, usable, window, interval, state_levels)
+    fm_base = fm_run if self_fit else _features(s_base, usable, window, d_base.interval_s,
                                                 state_levels)
     ranks = _Ranks()
     if config.rank_cpus:
-        fm_run, ranks = _ranked(fm_run, d_run)
-        fm_base = fm_run if self_fit else _ranked(fm_base, d_base)[0]
+        fm_run, ranks = _ranked(fm_run, s_run, named_by=d_run)
+        fm_base = fm_run if self_fit else _ranked(fm_base, s_base)[0]
     if self_fit:
         warnings.append("no baseline given: detectors were fitted on the run itself "
                         "(robustly, median/MAD); a persistent anomaly may look normal")

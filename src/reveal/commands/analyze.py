@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=DetectConfig().persistence_s,
                         help="flag windows only once the score has stayed above the threshold "
                              "this long (0: every window on its own)")
+    parser.add_argument("--cpus", choices=("rank", "sample-rank", "number"), default="rank",
+                        help="compare per-CPU channels by the CPUs' busy rank in each window "
+                             "(default: a job the scheduler moved is no anomaly), by rank in "
+                             "each sample (a job that hops for part of a window is none "
+                             "either), or by CPU number")
     parser.add_argument("--no-prune", action="store_true",
                         help="keep correlated channels (no pruning)")
     parser.add_argument("--top", type=int, default=5, help="reasons kept per anomaly")
@@ -63,6 +68,8 @@ def build_config(args: argparse.Namespace) -> AnalyzeConfig:
                          detect=DetectConfig(detectors=detectors,
                                              threshold_quantile=args.quantile,
                                              persistence_s=args.persistence),
+                         rank_cpus=args.cpus != "number",
+                         rank_cpu_samples=args.cpus == "sample-rank",
                          top_reasons=args.top)
 
 
