@@ -1,4 +1,5 @@
-"""Run the validation suite and record its figures in ``bench/results/validate.json``.
+"""Run the validation suite and record its figures in ``bench/results/validate.json`` (and
+its table in ``validate.md``).
 
     python bench/bench_validate.py            # full suite (≈ 20–30 min, root)
     python bench/bench_validate.py --quick    # the ≤ 5 min subset
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from reveal.inject.cleanup import install_signal_handlers
-from reveal.inject.validation import SuiteOptions, run_suite, write_result
+from reveal.inject.validation import SuiteOptions, render_markdown, run_suite, write_result
 
 RESULT = Path(__file__).resolve().parent / "results" / "validate.json"
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.result.parent.mkdir(parents=True, exist_ok=True)
     args.result.write_text(json.dumps(bench, indent=1, default=str) + "\n", encoding="utf-8")
+    args.result.with_suffix(".md").write_text(render_markdown(result), encoding="utf-8")
     print(json.dumps(bench["total"], indent=1))
     return 0
 

@@ -79,3 +79,26 @@ def test_separation_auc_is_threshold_free_ranking() -> None:
     assert separation_auc(np.array([5.0, 6.0]), np.array([1.0, 2.0, 3.0])) == 1.0
     assert separation_auc(np.array([1.0]), np.array([1.0, 2.0])) == pytest.approx(0.25)
     assert separation_auc(np.array([np.nan]), np.array([1.0])) is None
+
+
+def test_clean_windows_are_also_counted_at_longer_settle_times() -> None:
+    """A flag 12 s after an episode is clean at a 10 s settle time and not at 15 s or
+    more; a flag long after it stays clean at every settle time."""
+    from reveal.inject.scoring import SETTLE_STUDY_S, merge_by_settle, score_report
+    from reveal.report.model import Report, WindowTable
+
+    start, end = _windows(80)
+    flagged = np.zeros(80, dtype=bool)
+    flagged[[22, 70]] = True  # windows starting 22 s (12 s after the end) and 70 s
+    table = WindowTable(start, end, {}, {}, np.zeros(80), flagged)
+    report = Report({}, {}, {}, {}, [], table, [], [])
+    episodes = [Episode(5 * S, 10 * S, "cpu_contention", "cpu", "high")]
+    _, clean = score_report(report, episodes, settle_s=10.0)
+    by_settle = clean["clean_by_settle"]
+    assert set(by_settle) == {f"{s:g}" for s in SETTLE_STUDY_S}
+    assert by_settle["10"] == [clean["clean_windows"], clean["clean_flagged"]] == [63, 2]
+    assert by_settle["15"][1] == 1 and by_settle["30"][1] == 1
+    assert by_settle["30"][0] == 80 - 37  # windows starting 3..39 s touch [5, 40)
+    merged = merge_by_settle([by_settle, {"10": [37, 0]}])
+    assert merged["10"] == {"windows": 100, "flagged": 2, "share": 0.02}
+    assert list(merged) == ["10", "15", "20", "30"]

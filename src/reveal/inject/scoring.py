@@ -28,6 +28,11 @@ import numpy as np
 from reveal.inject.groundtruth import Episode
 
 DEFAULT_SETTLE_S = 10.0
+#: Settle times (s) the clean windows are also counted with: a flagged share that falls
+#: as the settle time grows says the flags are the host catching up after the faults
+#: (writeback, reclaim, free lists draining); one that stays says false alarms on a
+#: settled host.
+SETTLE_STUDY_S = (10.0, 15.0, 20.0, 30.0)
 
 
 @dataclass
@@ -153,8 +158,27 @@ def score_report(report: Any, episodes: Sequence[Episode], settle_s: float = DEF
                 if auc is not None:
                     score.auc[name] = round(auc, 3)
     flagged = np.asarray(table.flagged, dtype=bool)
+    by_settle = {}
+    for settle in sorted({*SETTLE_STUDY_S, float(settle_s)}):
+        mask = clean_mask(np.asarray(table.start_ns), np.asarray(table.end_ns), episodes,
+                          settle)
+        by_settle[f"{settle:g}"] = [int(mask.sum()), int((mask & flagged).sum())]
     return scored, {"clean_windows": int(clean.sum()),
-                    "clean_flagged": int((clean & flagged).sum())}
+                    "clean_flagged": int((clean & flagged).sum()),
+                    "clean_by_settle": by_settle}
+
+
+def merge_by_settle(counts: Sequence[dict[str, list[int]]]) -> dict[str, dict[str, Any]]:
+    """Per settle time (s, as text), the clean windows, flagged ones and their share,
+    summed over runs (each ``{settle: [windows, flagged]}`` from :func:`score_report`)."""
+    total: dict[str, list[int]] = {}
+    for run in counts:
+        for settle, (windows, flagged) in run.items():
+            acc = total.setdefault(settle, [0, 0])
+            acc[0] += windows
+            acc[1] += flagged
+    return {settle: {"windows": w, "flagged": f, "share": f / w if w else None}
+            for settle, (w, f) in sorted(total.items(), key=lambda kv: float(kv[0]))}
 
 
 def summarise(scores: Sequence[EpisodeScore], clean_windows: int,

@@ -21,7 +21,13 @@ from reveal.frame import Telemetry
 from reveal.inject.faults import FAULTS
 from reveal.inject.groundtruth import Episode
 from reveal.inject.scenario import RecordedScenario, Say, Scenario, plan_runs, run_scenario
-from reveal.inject.scoring import DEFAULT_SETTLE_S, EpisodeScore, score_report, summarise
+from reveal.inject.scoring import (
+    DEFAULT_SETTLE_S,
+    EpisodeScore,
+    merge_by_settle,
+    score_report,
+    summarise,
+)
 from reveal.report.escape import markdown
 
 SINGLE_FAULTS = ("cpu_contention", "memory_pressure", "writeback_storm", "disk_burst")
@@ -240,6 +246,7 @@ def score_recorded(recorded_list: list[RecordedScenario], options: SuiteOptions,
     clean_flagged = sum(r["clean_flagged"] for r in runs)
     summary = summarise(all_scores, clean_windows, clean_flagged)
     total = summary["total"]
+    total["clean_by_settle"] = merge_by_settle([r.get("clean_by_settle", {}) for r in runs])
     met = {
         "recall": _ge(total["recall"], TARGETS["recall"]),
         "median_ttd_s": _le(total["median_ttd_s"], TARGETS["median_ttd_s"]),
@@ -316,6 +323,14 @@ def render_markdown(result: dict[str, Any]) -> str:
               "Separation AUC: probability that a window overlapping an episode scores above "
               "a clean window of the same run (threshold-free; 0.5 = chance). Per detector: "
               + ", ".join(f"{k} {v:.2f}" for k, v in total.get("auc", {}).items()) + "."]
+    by_settle = total.get("clean_by_settle") or {}
+    if len(by_settle) > 1:
+        lines += ["", "Clean windows flagged when the clean time starts this long after each "
+                  "episode's end: " + ", ".join(
+                      f"{settle} s: {_pct(c['share'])} ({c['flagged']}/{c['windows']})"
+                      for settle, c in by_settle.items()) + ". A share that falls as the "
+                  "settle time grows says the flags are the host catching up after the "
+                  "faults; one that stays says false alarms on a settled host."]
     share = total.get("clean_flag_share")
     if share is not None and share > 0.2:
         lines += ["", f"**Caution:** {_pct(share)} of the clean windows are flagged, so an "
