@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.attribute import attribute, robust_z
+from reveal.analyze.attribute import ROBUST_Z_CAP, attribute, robust_z
 from reveal.catalog import Catalog, MetricInfo
 
 CATALOG = Catalog([
@@ -36,8 +36,8 @@ def test_top_reason_subsystems_and_claim():
 
 
 def test_robust_z_is_finite_on_flat_baselines():
-    z = robust_z(np.array([0.0, 3.0]), np.array([0.0, 0.0]), np.array([0.0, 0.0]))
-    assert z[0] == 0.0 and np.isfinite(z[1]) and z[1] > 1e5
+    z = robust_z(np.array([0.0, 3.0, -3.0]), np.zeros(3), np.zeros(3))
+    assert z[0] == 0.0 and z[1] == ROBUST_Z_CAP and z[2] == -ROBUST_Z_CAP  # not 3·10⁶
 
 
 def test_no_windows_no_attributions():
@@ -112,6 +112,8 @@ def test_reasons_quote_the_floored_robust_z_and_claims_name_a_channel_once():
                      catalog)[0]
     floored = attribute(contributions, values, channels, ["mean", "mean", "max"], med, mad,
                         catalog, scale_floor=np.array([5e7, 1.0, 1.0]))[0]
-    assert bare.reasons[0].robust_z > 1e4  # a quiet baseline: absurd sigmas
+    assert bare.reasons[0].robust_z == ROBUST_Z_CAP  # a quiet baseline: capped sigmas
+    assert "robust z beyond +1000, a baseline that barely moved" in bare.claim
+    assert "robust z +2.0" in floored.claim
     assert floored.reasons[0].robust_z == pytest.approx(2.0)  # 1e8 / 5 % of 1e9
     assert floored.claim.count("disk reads") == 1

@@ -42,16 +42,31 @@ class Attribution:
     claim: str
 
 
+#: Largest robust z a reason quotes. A channel flat on the baseline with no scale floor
+#: (a gauge at 0, such as pages under writeback on an idle disk) would otherwise quote
+#: 10¹³ sigmas for its first movement; the detectors clip at 100 anyway.
+ROBUST_Z_CAP = 1000.0
+
+
 def robust_z(values: np.ndarray, median: np.ndarray, mad: np.ndarray,
              least: np.ndarray | None = None) -> np.ndarray:
     """(value − median) / (1.4826·MAD), the scale never below ``least`` (the detectors'
-    scale floor, same units) nor a tiny share of the level, so flat baselines stay finite."""
+    scale floor, same units) nor a tiny share of the level, so flat baselines stay finite;
+    at most ±:data:`ROBUST_Z_CAP`."""
     scale = MAD_TO_SIGMA * mad
     floor = 1e-6 * np.maximum(np.abs(median), 1.0)
     if least is not None:
         floor = np.maximum(floor, least)
     with np.errstate(invalid="ignore"):
-        return (values - median) / np.maximum(scale, floor)
+        return np.clip((values - median) / np.maximum(scale, floor), -ROBUST_Z_CAP,
+                       ROBUST_Z_CAP)
+
+
+def _z_text(z: float) -> str:
+    if abs(z) >= ROBUST_Z_CAP:
+        return f"robust z beyond {'+' if z > 0 else '-'}{ROBUST_Z_CAP:g}, a baseline that " \
+               "barely moved"
+    return f"robust z {z:+.1f}"
 
 
 def _describe(channel: str, catalog: Catalog) -> str:
@@ -79,8 +94,8 @@ def claim_for(reason: Reason, catalog: Catalog, others: list[str]) -> str:
     else:
         direction = "a higher" if reason.robust_z > 0 else "a lower"
     text = (f"{subject[0].upper()}{subject[1:]} shows {direction} {phrase} than the baseline "
-            f"({_fmt(reason.value)} vs median {_fmt(reason.baseline_median)}, robust z "
-            f"{reason.robust_z:+.1f})" if np.isfinite(reason.robust_z) else
+            f"({_fmt(reason.value)} vs median {_fmt(reason.baseline_median)}, "
+            f"{_z_text(reason.robust_z)})" if np.isfinite(reason.robust_z) else
             f"{subject[0].upper()}{subject[1:]} shows {direction} {phrase} than the baseline")
     if reason.feature == "max" and reason.robust_z > 0:
         text += ", a spike within the window"
