@@ -92,6 +92,21 @@ def sample_order(busy: np.ndarray, interval_s: float) -> np.ndarray:
     return np.argsort(-key, axis=1, kind="stable")
 
 
+def cpu_groups(channels: list[str], cpus: list[str],
+               features: list[str] | None = None) -> dict[tuple, np.ndarray]:
+    """Complete groups of per-CPU columns: channels (with ``features``: columns of one
+    feature) that differ only by their ``cpu`` label, one for each CPU of ``cpus``.
+    Key: ((metric, other labels), feature or None); value: the columns in ``cpus`` order."""
+    position = {cpu: i for i, cpu in enumerate(cpus)}
+    groups: dict[tuple, dict[str, int]] = defaultdict(dict)
+    for k, channel in enumerate(channels):
+        found = _cpu_of(channel)
+        if found is not None and found[1] in position:
+            groups[(found[0], features[k] if features is not None else None)][found[1]] = k
+    return {key: np.array([by_cpu[c] for c in cpus]) for key, by_cpu in groups.items()
+            if len(by_cpu) == len(cpus)}
+
+
 def rank_cpu_rows(tel: Telemetry) -> Telemetry:
     """``tel`` with every complete group of per-CPU channels permuted in each sample by
     :func:`sample_order`: the column of the group's k-th CPU (in the order of the busy
@@ -105,17 +120,8 @@ def rank_cpu_rows(tel: Telemetry) -> Telemetry:
     if len(cpus) < 2 or tel.n_samples == 0:
         return tel
     order = sample_order(tel.values[:, busy_cols], tel.interval_s)
-    position = {cpu: i for i, cpu in enumerate(cpus)}
-    groups: dict[tuple, dict[str, int]] = defaultdict(dict)
-    for k, channel in enumerate(tel.channels):
-        found = _cpu_of(channel)
-        if found is not None and found[1] in position:
-            groups[found[0]][found[1]] = k
     values = tel.values.copy()
-    for by_cpu in groups.values():
-        if len(by_cpu) != len(cpus):
-            continue
-        cols = np.array([by_cpu[c] for c in cpus])
+    for cols in cpu_groups(tel.channels, cpus).values():
         values[:, cols] = np.take_along_axis(tel.values[:, cols], order, axis=1)
     return Telemetry(tel.host, tel.timestamps_ns, values, list(tel.channels), dict(tel.meta))
 
@@ -154,19 +160,10 @@ def rank_cpu_columns(values: np.ndarray, channels: list[str], features: list[str
     if len(cpus) < 2 or busy.shape[0] != values.shape[0]:
         return values, channels, {}
     order = cpu_order(busy)  # (W, n): CPU index by rank
-    position = {cpu: i for i, cpu in enumerate(cpus)}
-    groups: dict[tuple, dict[str, int]] = defaultdict(dict)
-    for k, (channel, feature) in enumerate(zip(channels, features, strict=True)):
-        found = _cpu_of(channel)
-        if found is not None and found[1] in position:
-            groups[(found[0], feature)][found[1]] = k
     out = values.copy()
     names = list(channels)
     sources: dict[str, list[str]] = {}
-    for ((metric, rest), _feature), by_cpu in groups.items():
-        if len(by_cpu) != len(cpus):
-            continue
-        cols = np.array([by_cpu[c] for c in cpus])
+    for ((metric, rest), _feature), cols in cpu_groups(channels, cpus, features).items():
         out[:, cols] = np.take_along_axis(values[:, cols], order, axis=1)
         for rank, col in enumerate(cols):
             name = format_channel(metric, dict(rest) | {"cpu": f"{RANK_PREFIX}{rank}"})

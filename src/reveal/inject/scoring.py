@@ -145,9 +145,12 @@ def score_report(report: Any, episodes: Sequence[Episode], settle_s: float = DEF
     thresholds = {d.name: d.threshold for d in report.detectors}
     scored = score_episodes(episodes, table.start_ns, table.end_ns, table.flagged, shares,
                             table.scores, thresholds, run)
-    clean = clean_mask(np.asarray(table.start_ns), np.asarray(table.end_ns), episodes, settle_s)
+    start, end = np.asarray(table.start_ns), np.asarray(table.end_ns)
+    masks = {settle: clean_mask(start, end, episodes, settle)
+             for settle in sorted({*SETTLE_STUDY_S, float(settle_s)})}
+    clean = masks[float(settle_s)]
     if episodes:
-        over = overlap_matrix(np.asarray(table.start_ns), np.asarray(table.end_ns),
+        over = overlap_matrix(start, end,
                               np.array([e.start_ns for e in episodes], dtype=np.int64),
                               np.array([e.end_ns for e in episodes], dtype=np.int64))
         columns = {**{k: np.asarray(v, dtype=float) for k, v in table.scores.items()},
@@ -158,11 +161,8 @@ def score_report(report: Any, episodes: Sequence[Episode], settle_s: float = DEF
                 if auc is not None:
                     score.auc[name] = round(auc, 3)
     flagged = np.asarray(table.flagged, dtype=bool)
-    by_settle = {}
-    for settle in sorted({*SETTLE_STUDY_S, float(settle_s)}):
-        mask = clean_mask(np.asarray(table.start_ns), np.asarray(table.end_ns), episodes,
-                          settle)
-        by_settle[f"{settle:g}"] = [int(mask.sum()), int((mask & flagged).sum())]
+    by_settle = {f"{settle:g}": [int(mask.sum()), int((mask & flagged).sum())]
+                 for settle, mask in masks.items()}
     return scored, {"clean_windows": int(clean.sum()),
                     "clean_flagged": int((clean & flagged).sum()),
                     "clean_by_settle": by_settle}
