@@ -52,6 +52,10 @@ class Probe(ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     default_enabled: ClassVar[bool] = True
+    #: Options this probe reads (``reveal collect --probe-option NAME.KEY=VALUE`` or a
+    #: ``[probes.NAME]`` table of ``--config``): key → one line saying what it does and its
+    #: default. Keys not listed here are refused by the command line.
+    options_help: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **options: Any) -> None:
         self.options = options
