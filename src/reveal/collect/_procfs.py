@@ -1,6 +1,6 @@
 """Fast readers shared by the procfs, sysfs and cgroup probes.
 
-The hot path of every file-based probe is the same: one ``pread`` per file kept open,
+The hot path of every file-based probe is the same: ``pread`` to end of file per file kept open,
 then one vectorised parse of all its files at once. Layouts are worked out once (at
 ``open()``/``refresh()``): *which whitespace-separated tokens* hold the wanted values. Each
 tick the joined text is reduced to digits (one ``bytes.translate``), parsed in one call
@@ -11,7 +11,8 @@ channels at its next ``refresh()``.
 
 Building blocks:
 
-- :class:`OpenFile`: a descriptor read from offset 0 with ``os.pread`` each tick.
+- :class:`OpenFile`: a descriptor read from offset 0 to end of file with ``os.pread``
+  each tick (a short read is not the end of a seq_file: reads go on until one returns 0).
 - :class:`NumberParser`: pulls chosen tokens of one text out as float64.
 - :class:`Source`: one file and its ``discover`` (text → ``{channel: (token, scale)}``).
 - :class:`FileGroup`: several sources read and parsed together.
@@ -109,12 +110,42 @@ def roots(options: dict[str, Any]) -> tuple[str, str]:
 
 
 def read_bytes(path: str, limit: int = 1 << 22) -> bytes | None:
-    """The content of ``path`` (one-shot, for discovery), or None when it cannot be read."""
+    """The content of ``path`` up to ``limit`` bytes (one-shot, for discovery), read to end
+    of file, or None when it cannot be read."""
     try:
-        with open(path, "rb", buffering=0) as handle:
-            return handle.read(limit)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return pread_all(fd, min(limit, 1 << 16), limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def pread_all(fd: int, size: int, limit: int | None = None) -> bytes:
+    """Everything ``fd`` holds from offset 0 to end of file (at most ``limit`` bytes).
+
+    procfs and sysfs files made with the kernel's seq_file hand out about one page per read
+    whatever the buffer, so a short read is not the end: ``pread`` goes on at the running
+    offset until it returns nothing. ``size`` is the bytes asked for per read.
+    """
+    data = os.pread(fd, size, 0)
+    if not data or (limit is not None and len(data) >= limit):
+        return data[:limit] if limit is not None else data
+    chunks = [data]
+    offset = len(data)
+    while True:
+        ask = size if limit is None else min(size, limit - offset)
+        if ask <= 0:
+            break
+        more = os.pread(fd, ask, offset)
+        if not more:
+            break
+        chunks.append(more)
+        offset += len(more)
+    return b"".join(chunks) if len(chunks) > 1 else data
 
 
 def read_str(path: str) -> str | None:
@@ -138,7 +169,7 @@ def list_dir(path: str) -> list[str]:
 
 
 class OpenFile:
-    """A file descriptor kept open and re-read from offset 0 with one ``pread`` per tick."""
+    """A file descriptor kept open and re-read from offset 0 to end of file each tick."""
 
     __slots__ = ("fd", "path", "size")
 
@@ -148,11 +179,12 @@ class OpenFile:
         self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     def read(self) -> bytes:
-        """The whole current content (the buffer grows when the file outgrows it)."""
-        data = os.pread(self.fd, self.size, 0)
+        """The whole current content: ``pread`` from offset 0, then at the running offset
+        until end of file (seq_file hands out one page per read); the per-read size grows
+        to the file's size so that a regular file takes one read plus the end check."""
+        data = pread_all(self.fd, self.size)
         while len(data) >= self.size:
             self.size *= 4
-            data = os.pread(self.fd, self.size, 0)
         return data
 
     def close(self) -> None:

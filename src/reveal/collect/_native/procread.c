@@ -3,14 +3,14 @@
  *
  * A Plan holds the open descriptors of one file group and the layout worked out in Python
  * (reveal.collect._procfs.NumberParser): how many numbers the group's text holds and which
- * of them go to which output slot. Plan.read(out) preads every file from offset 0 (without
- * the GIL), reduces the text to numbers exactly as the Python fast path does (bytes that are
- * neither digits nor blanks are deleted; a per-file "split" byte counts as a blank; the
- * "intr" line of /proc/stat is cut to its total), checks that the count of numbers is the
- * expected one, and writes the picked values (times their decimal places and scale) into
- * the float64 output (mode 2: every token a hex number, /proc/net/softnet_stat). It returns False, writing nothing, when a file cannot be read, a
- * number does not parse, or the count differs: the caller then takes the Python path, which
- * re-discovers the layout.
+ * of them go to which output slot. Plan.read(out) preads every file from offset 0 to end of
+ * file (without the GIL), reduces the text to numbers exactly as the Python fast path does
+ * (bytes that are neither digits nor blanks are deleted; a per-file "split" byte counts as a
+ * blank; the "intr" line of /proc/stat is cut to its total), checks that the count of
+ * numbers is the expected one, and writes the picked values (times their decimal places and
+ * scale) into the float64 output (mode 2: every token a hex number, /proc/net/softnet_stat).
+ * It returns False, writing nothing, when a file cannot be read, a number does not parse, or
+ * the count differs: the caller then takes the Python path, which re-discovers the layout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -76,16 +76,25 @@ static size_t compact_stat(char *buf, size_t len) {
     return (size_t)(first - buf) + tail;
 }
 
-/* Read one file whole; -1 on error. */
+/* Read one file whole, to end of file; -1 on error. A short read is not the end: files made
+ * with the kernel's seq_file hand out about one page per read whatever the buffer, so pread
+ * goes on at the running offset until it returns 0 (the buffer grows when it fills). */
 static ssize_t read_file(File *f) {
+    size_t have = 0;
     for (;;) {
-        ssize_t n = pread(f->fd, f->buf, f->size, 0);
-        if (n < 0) return -1;
-        if ((size_t)n < f->size) return n;
-        char *bigger = realloc(f->buf, f->size * 4);
-        if (bigger == NULL) return -1;
-        f->buf = bigger;
-        f->size *= 4;
+        if (have == f->size) {
+            char *bigger = realloc(f->buf, f->size * 4);
+            if (bigger == NULL) return -1;
+            f->buf = bigger;
+            f->size *= 4;
+        }
+        ssize_t n = pread(f->fd, f->buf + have, f->size - have, (off_t)have);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (n == 0) return (ssize_t)have;
+        have += (size_t)n;
     }
 }
 
