@@ -339,3 +339,34 @@ def test_collector_records_how_its_ticks_were_taken(tmp_path: Path) -> None:
     result = collector.run()
     stats = result.meta["stats"]
     assert stats["ticks_taken_by"] == "c-thread" and stats["ticks_realtime"] is False
+
+
+def test_switch_to_python_in_the_refresh_that_changes_the_channel_count(
+        tmp_path: Path) -> None:
+    """A refresh that adds a channel in the same step as a probe starts needing Python:
+    recording goes on in Python with the new channels, and no tick is lost or repeated."""
+    path = tmp_path / "kv"
+    path.write_bytes(b"a 1\n")
+    TurnsPythonProbe.python_after.clear()
+    probe = _opened(TurnsPythonProbe(path))
+    sampler = Sampler([probe], INTERVAL_S, refresh_s=0.3)
+    sink = MemorySink(sampler.channels)
+
+    def change_both() -> None:
+        path.write_bytes(b"a 1\nb 2\n")
+        TurnsPythonProbe.python_after.set()
+
+    timer = threading.Timer(1.2, change_both)
+    timer.start()
+    sampler.run(sink, duration_s=3.0)
+    timer.join()
+    probe.close()
+    assert sampler.mode == "python"
+    assert [part[0] for part in sink.parts] == [["kv.a"], ["kv.a", "kv.b"]]
+    before, after = (np.asarray(part[2]) for part in sink.parts)
+    assert before.shape[1] == 1 and after.shape[1] == 2
+    assert after[-1].tolist() == [1.0, 2.0]
+    ts = np.concatenate([np.asarray(part[1]) for part in sink.parts])
+    k = np.rint((ts - sampler.start_ns) / (INTERVAL_S * 1e9))
+    assert np.all(np.diff(k) >= 1)  # no tick twice across the switch
+    assert len(ts) + sampler.stats.missed_ticks == 60

@@ -377,13 +377,13 @@ class Sampler:
                     if now >= next_refresh:
                         next_refresh = now + self.refresh_ns
                         self.refresh(sink)
-                        buffers = buffers.fit(len(self._channels))
                     fresh = self._native_items()
                     if fresh is None:  # a probe now needs Python each tick
-                        to_python = True
+                        to_python = True  # the ticker keeps its width: so do the buffers
                         break
                     items = fresh
                     ticker.set_items(items.readers, len(self._channels))
+                    buffers = buffers.fit(len(self._channels))  # the ticker's new width
                 finally:
                     ticker.release()
         finally:
