@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
                                  formatter_class=HelpFormatter)
         module.add_arguments(command)
-        command.set_defaults(_module=module)
+        command.set_defaults(_module=module, _parser=command)
     return parser
 
 
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "config", None) is not None and hasattr(args._module, "apply_config"):
+            args = args._module.apply_config(parser, args, argv)
         return int(args._module.run(args) or 0)
     except RevealError as exc:
         print(f"reveal {args.command}: error: {exc}", file=sys.stderr)

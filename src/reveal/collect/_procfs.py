@@ -35,7 +35,7 @@ import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -539,6 +539,12 @@ class FileProbe(Probe):
 
     #: True for probes whose sources come and go (cgroups): an empty start is not an error.
     empty_ok: bool = False
+    options_help: ClassVar[dict[str, str]] = {
+        "root": "read /proc and /sys under this directory instead of / (default: /)",
+        "proc_root": "read procfs here, e.g. /proc/PID to see the network namespace of PID "
+                     "(default: ROOT/proc)",
+        "sys_root": "read sysfs here (default: ROOT/sys)",
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

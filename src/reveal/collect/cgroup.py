@@ -40,6 +40,7 @@ import fnmatch
 import hashlib
 import os
 from collections.abc import Callable
+from typing import ClassVar
 
 from reveal.collect._procfs import (
     FileProbe,
@@ -53,6 +54,7 @@ from reveal.collect._procfs import (
     read_bytes,
     single_value,
 )
+from reveal.collect.options import as_list
 from reveal.collect.probe import ProbeUnavailable, register
 from reveal.errors import InputError
 from reveal.frame import format_channel
@@ -210,11 +212,24 @@ class CgroupProbe(FileProbe):
     """CPU, throttling, memory, I/O and pressure per container/cgroup (v2 and v1)."""
 
     name = "cgroup"
+    options_help: ClassVar[dict[str, str]] = {
+        "patterns": "cgroups to record, shell patterns on their paths (default: container, "
+                    "pod, service and slice patterns)",
+        "max_depth": "deepest cgroup level looked at (default: 4)",
+        "max_cgroups": "most cgroups recorded at once (default: 16)",
+        "max_label": "longest cgroup label kept, characters (default: 64)",
+        "detail": "full or basic (default: full)",
+        "memory_stat": "memory.stat keys: default (a dozen), all or none (default: default; "
+                       "none with detail=basic)",
+        "psi_avgs": "also the PSI 10/60/300 s averages (default: false)",
+        "cgroup_root": "the cgroup hierarchy's mount point (default: from mountinfo)",
+    }
     description = "per-cgroup CPU, throttling, memory, I/O, pressure (cgroup v2 and v1)"
 
     def __init__(self, **options):
         super().__init__(**options)
-        self.patterns: tuple[str, ...] = tuple(options.get("patterns", DEFAULT_PATTERNS))
+        self.patterns: tuple[str, ...] = tuple(as_list(options.get("patterns",
+                                                                   DEFAULT_PATTERNS)))
         self.max_depth = int(options.get("max_depth", 4))
         self.max_cgroups = int(options.get("max_cgroups", 16))
         self.max_label = int(options.get("max_label", 64))

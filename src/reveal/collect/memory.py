@@ -21,6 +21,8 @@ more NUMA nodes (on one node they repeat the system-wide numbers); ``True`` alwa
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from reveal.collect._procfs import (
     FileProbe,
     GroupSpec,
@@ -112,6 +114,11 @@ class MemoryProbe(FileProbe):
     """Memory usage, VM event counters, NUMA and HugePages (/proc, /sys)."""
 
     name = "memory"
+    options_help: ClassVar[dict[str, str]] = {
+        "numa": "per-NUMA-node meminfo and numastat: true, false or auto (on with two or "
+                "more nodes; default: auto)",
+        "hugepages": "HugePages pools of every size, host-wide and per node (default: true)",
+    }
     description = "meminfo, vmstat, per-NUMA-node memory, HugePages (/proc, /sys)"
 
     def plan(self) -> dict[str, PlanItem]:

@@ -20,7 +20,7 @@ Channels (counters as read; the network namespace is the collector's own):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -218,6 +218,11 @@ class NetworkProbe(FileProbe):
     """Interface counters, IP/TCP/UDP counters, sockets, InfiniBand ports."""
 
     name = "network"
+    options_help: ClassVar[dict[str, str]] = {
+        "infiniband": "InfiniBand port counters where present (default: true)",
+        "snmp6": "IPv6 counters of /proc/net/snmp6 (default: false)",
+        "softnet": "per-CPU packet processing of /proc/net/softnet_stat (default: true)",
+    }
     description = "interfaces, SNMP/netstat protocol counters, sockets, InfiniBand (/proc, /sys)"
 
     def plan(self) -> dict[str, PlanItem]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import ClassVar
 
 import numpy as np
 
@@ -126,6 +127,9 @@ class PowerProbe(FileProbe):
     """Frequencies, C-state residency, RAPL energy, temperatures, fans, power sensors."""
 
     name = "power"
+    options_help: ClassVar[dict[str, str]] = {
+        "cpuinfo": "CPU frequency from /proc/cpuinfo where cpufreq is absent (default: true)",
+    }
     description = "cpufreq, cpuidle, RAPL energy, thermal zones, hwmon sensors (sysfs)"
 
     def _cpus(self) -> list[str]:

@@ -54,7 +54,8 @@ class Probe(ABC):
     default_enabled: ClassVar[bool] = True
     #: Options this probe reads (``reveal collect --probe-option NAME.KEY=VALUE`` or a
     #: ``[probes.NAME]`` table of ``--config``): key → one line saying what it does and its
-    #: default. Keys not listed here are refused by the command line.
+    #: default. A subclass lists only its own: its bases' options are added to them. Keys
+    #: listed nowhere are refused by the command line.
     options_help: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **options: Any) -> None:

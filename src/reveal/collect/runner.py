@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 from reveal.collect.hostinfo import host_meta, wall_offset_ns
+from reveal.collect.options import check_probe_options
 from reveal.collect.probe import REGISTRY, Probe, ProbeUnavailable
 from reveal.collect.sampler import Sampler
 from reveal.errors import InputError
@@ -36,7 +37,7 @@ def _quiet(level: str, message: str) -> None:
 
 
 #: Modules of :mod:`reveal.collect` that hold no probes.
-_NOT_PROBES = frozenset({"probe", "sampler", "runner", "hostinfo"})
+_NOT_PROBES = frozenset({"probe", "sampler", "runner", "hostinfo", "options"})
 
 #: Probe modules that failed to import: module name → "ExceptionType: message".
 IMPORT_ERRORS: dict[str, str] = {}
@@ -118,6 +119,8 @@ class CollectOptions:
     realtime: bool = True  # the C tick thread asks for SCHED_FIFO (see Sampler)
     source: str = "reveal collect"
     command: list[str] | None = None
+    #: probe name → {option: value}, checked against each probe's ``options_help``
+    probe_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -183,8 +186,9 @@ class Collector:
             raise InputError(f"--segment-seconds must be at least 1 and at least the "
                              f"interval, got {opts.segment_seconds}")
         classes, self.disabled = select_probes(opts.include, opts.exclude)
+        check_probe_options(opts.probe_options, registered_probes())
         prepare_run_dir(opts.out)
-        self.states = [open_probe(cls) for cls in classes]
+        self.states = [open_probe(cls, opts.probe_options.get(cls.name)) for cls in classes]
         for state in self.states:
             if state.status == "unavailable":
                 self.notify("info", f"probe {state.name} unavailable: {state.reason}")
@@ -229,6 +233,8 @@ class Collector:
         })
         if opts.command is not None:
             meta["command"] = list(opts.command)
+        if opts.probe_options:
+            meta["probe_options"] = opts.probe_options
         meta.update(opts.extra_meta)
         gpus = list(meta.get("gpus") or [])
         for state in self.states:

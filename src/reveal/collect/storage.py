@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from typing import ClassVar
 
 from reveal.collect._procfs import FileProbe, GroupSpec, Layout, PlanItem, Source
+from reveal.collect.options import as_list
 from reveal.collect.probe import register
 from reveal.frame import format_channel
 
@@ -32,10 +34,16 @@ class StorageProbe(FileProbe):
     """Per-device block I/O counters (/proc/diskstats)."""
 
     name = "storage"
+    options_help: ClassVar[dict[str, str]] = {
+        "devices": "only devices matching these shell patterns, e.g. nvme*,sd* (default: "
+                   "every whole, non-virtual device)",
+        "virtual": "also loop, ram, dm and other virtual devices (default: false)",
+        "partitions": "also partitions (default: false)",
+    }
     description = "block device I/O counters (/proc/diskstats)"
 
     def _keep(self, dev: str) -> bool:
-        patterns = self.options.get("devices")
+        patterns = as_list(self.options.get("devices"))
         if patterns:
             return any(fnmatch.fnmatchcase(dev, p) for p in patterns)
         if not self.options.get("virtual", False) and dev.startswith(_VIRTUAL):

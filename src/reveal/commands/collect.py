@@ -42,6 +42,15 @@ def add_collect_options(parser: argparse.ArgumentParser) -> None:
                         help="seconds between status lines on stderr")
     parser.add_argument("--quiet", action="store_true",
                         help="no status lines (warnings are still printed)")
+    parser.add_argument("--probe-option", action="append", default=[], metavar="P.KEY=VALUE",
+                        dest="probe_option",
+                        help="an option of one probe, e.g. gpu.pcie_throughput=false or "
+                             "storage.devices=nvme*,sd*; repeat for more (`reveal probes "
+                             "--options` lists them)")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="TOML file with a [collect] table (these options by their long "
+                             "names) and [probes.NAME] tables of probe options; the command "
+                             "line wins over it")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,16 +63,46 @@ def default_out() -> Path:
     return Path("runs") / f"{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                 argv: list[str] | None) -> argparse.Namespace:
+    """Parse again with the ``[collect]`` table of ``--config`` as the command's defaults
+    (so that what the command line gives still wins); its ``[probes.NAME]`` tables are kept
+    in ``args.config_probe_options``."""
+    from reveal.collect.options import load_config
+    from reveal.errors import InputError
+
+    config = load_config(args.config)
+    command = args._parser
+    dests = {a.dest for a in command._actions} - {"help", "config", "probe_option"}
+    unknown = sorted(set(config["collect"]) - dests)
+    if unknown:
+        raise InputError(f"[collect] has no option {', '.join(map(repr, unknown))}; known: "
+                         f"{', '.join(sorted(d.replace('_', '-') for d in dests))}",
+                         str(args.config))
+    values = dict(config["collect"])
+    for key in ("probes", "exclude"):
+        if isinstance(values.get(key), str):
+            values[key] = _names(values[key])
+    if isinstance(values.get("out"), str):
+        values["out"] = Path(values["out"])
+    command.set_defaults(**values, config_probe_options=config["probes"])
+    return parser.parse_args(argv)
+
+
 def options_from_args(args: argparse.Namespace, source: str,
                       command: list[str] | None = None) -> Any:
+    from reveal.collect.options import merge
+    from reveal.collect.options import options_from_args as probe_options_from_args
     from reveal.collect.runner import CollectOptions
 
+    probe_options = merge(getattr(args, "config_probe_options", None) or {},
+                          probe_options_from_args(getattr(args, "probe_option", None) or []))
     return CollectOptions(
         out=args.out or default_out(), interval_s=args.interval,
         duration_s=getattr(args, "duration", None), include=args.probes, exclude=args.exclude,
         segment_seconds=args.segment_seconds, progress_s=args.progress_every,
         self_channels=args.self_channels, realtime=args.realtime, source=source,
-        command=command)
+        command=command, probe_options=probe_options)
 
 
 def human_bytes(n: float) -> str:

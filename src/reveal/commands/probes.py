@@ -17,15 +17,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--channels", action="store_true",
                         help="also list every channel name")
+    parser.add_argument("--options", action="store_true",
+                        help="list the options of every probe (for --probe-option and the "
+                             "[probes.NAME] tables of --config) instead of opening them")
+    parser.add_argument("--probe-option", action="append", default=[], metavar="P.KEY=VALUE",
+                        dest="probe_option", help="open a probe with this option (repeat)")
 
 
-def probe_rows() -> list[dict[str, Any]]:
+def option_rows() -> list[dict[str, str]]:
+    """Every probe's options: ``{"probe", "option", "help"}`` rows."""
+    from reveal.collect.options import probe_options_help
+    from reveal.collect.runner import registered_probes
+
+    return [{"probe": name, "option": key, "help": text}
+            for name, cls in registered_probes().items()
+            for key, text in sorted(probe_options_help(cls).items())]
+
+
+def render_options(rows: list[dict[str, str]]) -> str:
+    width = max([len(f"{r['probe']}.{r['option']}") for r in rows] or [0])
+    return "\n".join(f"{(r['probe'] + '.' + r['option']).ljust(width)}  {plain(r['help'], 300)}"
+                     for r in rows)
+
+
+def probe_rows(probe_options: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Open every registered probe once (then close it) and describe the outcome."""
+    from reveal.collect.options import check_probe_options
     from reveal.collect.runner import IMPORT_ERRORS, open_probe, registered_probes
 
     rows: list[dict[str, Any]] = []
-    for name, cls in registered_probes().items():
-        state = open_probe(cls)
+    known = registered_probes()
+    check_probe_options(probe_options or {}, known)
+    for name, cls in known.items():
+        state = open_probe(cls, (probe_options or {}).get(name))
         row: dict[str, Any] = {
             "name": name, "default": bool(cls.default_enabled), "status": state.status,
             "channels": 0, "reason": state.reason, "description": cls.description,
@@ -81,7 +105,13 @@ def ticks_line(used: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = probe_rows()
+    from reveal.collect.options import options_from_args
+
+    if args.options:
+        listed = option_rows()
+        print(json.dumps(listed, indent=2) if args.json else render_options(listed))
+        return 0
+    rows = probe_rows(options_from_args(args.probe_option))
     if args.json:
         if not args.channels:
             for row in rows:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from reveal.commands.collect import add_collect_options, make_printers, options_from_args
+from reveal.commands.collect import apply_config as apply_config  # --config, as collect
 from reveal.commands.collect import summary_lines as _summary_lines
 from reveal.errors import InputError, RevealError
 
