@@ -57,7 +57,7 @@ def test_every_probe_declares_the_options_it_reads_including_its_bases() -> None
     assert {"root", "proc_root", "sys_root", "softnet"} <= set(probe_options_help(
         known["network"]))
     check_probe_options({"network": {"softnet": False, "proc_root": "/proc"}}, known)
-    with pytest.raises(InputError, match="no option 'sofnet'.*softnet"):
+    with pytest.raises(InputError, match=r"no option 'sofnet'.*softnet"):
         check_probe_options({"network": {"sofnet": False}}, known)
     with pytest.raises(InputError, match="unknown probe 'netwrok'"):
         check_probe_options({"netwrok": {}}, known)
