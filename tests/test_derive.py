@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.derive import counter_deltas, derive, to_rates
-from reveal.catalog import Catalog, MetricInfo
+from reveal.analyze.derive import (
+    counter_deltas,
+    derive,
+    multiplex_columns,
+    multiplex_factor,
+    to_rates,
+)
+from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.frame import Telemetry
 
 CATALOG = Catalog([
@@ -101,3 +107,92 @@ def test_recorded_wrap_range_is_used_for_rapl_like_counters():
     rated, report = to_rates(tel, CATALOG)
     np.testing.assert_allclose(rated.column(channel), [90.0, 40.0])
     assert report.wraps == {channel: 1} and not report.resets
+
+
+def _multiplexed_run(rate: float, shares: list[float], step_s: float = 0.1,
+                     ipc: float = 2.0) -> tuple[Telemetry, np.ndarray]:
+    """A CPU's cycles/instructions group counting ``shares`` of each interval at a true
+    ``rate`` (cycles/s), stored raw with its time enabled and running (ns); also returns
+    the scaled running estimate that runs recorded before stored (enabled/running × raw)."""
+    per_step = rate * step_s
+    counted = np.concatenate([[0.0], np.cumsum(np.rint(per_step * np.array(shares)))])
+    enabled = np.rint(np.arange(len(shares) + 1) * step_s * 1e9)  # whole ns, as read
+    running = np.concatenate([[0.0], np.cumsum(np.rint(np.array(shares) * step_s * 1e9))])
+    start = 1e6  # opened a while before the first sample
+    cycles, instructions = start + counted, ipc * (start + counted)
+    enabled, running = enabled + 5e6, running + 5e6
+    tel = _tel({"perf.cycles{cpu=0}": cycles, "perf.instructions{cpu=0}": instructions,
+                "perf.time_enabled_ns{cpu=0,group=cycles}": enabled,
+                "perf.time_running_ns{cpu=0,group=cycles}": running}, step_s=step_s)
+    return tel, np.rint(cycles * enabled / running)
+
+
+def test_multiplexed_raw_counts_give_the_true_rate_never_a_reset():
+    # 500 k cycles/s: 50 k per 100 ms interval, the group counting part of each interval
+    shares = [1.0, 0.25, 1.0, 0.5, 0.0, 0.2, 1.0, 0.75, 0.3, 1.0]
+    tel, old_estimate = _multiplexed_run(500_000.0, shares)
+    # the stored running estimate goes down: rated as a plain counter it reads as resets
+    assert (np.diff(old_estimate) < 0).any()
+    _, old_report = to_rates(_tel({"perf.cycles{cpu=0}": old_estimate}, 0.1), default_catalog())
+    assert old_report.resets
+    rated, report = derive(tel, default_catalog())
+    rate = rated.column("perf.cycles{cpu=0}")
+    counted = np.array(shares) > 0
+    np.testing.assert_allclose(rate[counted], 500_000.0, rtol=1e-4)
+    assert np.isnan(rate[~counted]).all()  # not counted that interval: unknown, not zero
+    assert not report.resets and not report.wraps
+    assert report.not_counted == {"perf.cycles{cpu=0}": 1, "perf.instructions{cpu=0}": 1}
+    assert report.multiplexed["perf.cycles{cpu=0}"] == int((np.array(shares) % 1 > 0).sum())
+    np.testing.assert_allclose(rated.column("perf.instructions{cpu=0}")[counted], 1e6,
+                               rtol=1e-4)
+    np.testing.assert_allclose(rated.column("derived.ipc{cpu=0}")[counted], 2.0, rtol=1e-4)
+    # the group's own times are plain counters: enabled advances 1 s/s
+    np.testing.assert_allclose(rated.column("perf.time_enabled_ns{cpu=0,group=cycles}"), 1e9)
+
+
+def test_reset_of_a_multiplexed_group_is_found_on_the_raw_counts():
+    """A group reopened (CPU hotplug) restarts counts and times from zero: one reset on
+    each, and the interval's rate still comes from the new values, scaled."""
+    tel, _ = _multiplexed_run(400_000.0, [1.0, 0.5, 1.0])
+    values = tel.values.copy()
+    values[3] = [10_000.0, 20_000.0, 0.1e9, 0.05e9]  # reopened: 0.1 s enabled, half counted
+    tel = Telemetry("h", tel.timestamps_ns, values, tel.channels)
+    rated, report = derive(tel, default_catalog())
+    np.testing.assert_allclose(rated.column("perf.cycles{cpu=0}"), [400e3, 400e3, 200e3])
+    assert set(report.resets) == set(tel.channels)
+    assert all(n == 1 for n in report.resets.values())
+
+
+def test_runs_without_group_times_rate_their_counts_as_before():
+    """Runs recorded before the raw format stored scaled estimates and no enabled/running
+    channels: those counters are rated like any counter, unscaled."""
+    cycles = np.array([0.0, 1e5, 2.1e5, 2.9e5, 4.0e5])
+    misses = np.array([0.0, 10.0, 30.0, 30.0, 70.0])
+    tel = _tel({"perf.cycles{cpu=0}": cycles, "perf.cache_misses{cpu=0}": misses}, 0.1)
+    rated, report = derive(tel, default_catalog())
+    np.testing.assert_allclose(rated.column("perf.cycles{cpu=0}"), np.diff(cycles) / 0.1)
+    np.testing.assert_allclose(rated.column("perf.cache_misses{cpu=0}"), np.diff(misses) / 0.1)
+    assert not report.multiplexed and not report.not_counted and not report.resets
+    # and a group time channel under other labels does not pair with them
+    other = dict(zip(tel.channels, tel.values.T, strict=True))
+    other["perf.time_enabled_ns{cpu=1,group=cycles}"] = np.arange(5) * 1e8
+    other["perf.time_running_ns{cpu=1,group=cycles}"] = np.arange(5) * 0.5e8
+    rated2, _ = derive(_tel(other, 0.1), default_catalog())
+    np.testing.assert_allclose(rated2.column("perf.cycles{cpu=0}"), np.diff(cycles) / 0.1)
+
+
+def test_multiplex_factor_bounds():
+    enabled = np.array([100.0, 100.0, 100.0, 0.0, np.nan, 100.0])
+    running = np.array([100.0, 25.0, 0.0, 0.0, 50.0, 101.0])
+    np.testing.assert_allclose(multiplex_factor(enabled, running),
+                               [1.0, 4.0, np.nan, np.nan, np.nan, 1.0])
+
+
+def test_glob_catalog_entry_carries_its_multiplex_group():
+    catalog = Catalog([MetricInfo("perf.x_*", "cpu", "counter", "", 0, "",
+                                  multiplex_group="g")])
+    assert catalog.lookup("perf.x_one{cpu=0}").multiplex_group == "g"
+    counter, enabled, running = multiplex_columns(
+        ["perf.x_one{cpu=0}", "perf.time_enabled_ns{cpu=0,group=g}",
+         "perf.time_running_ns{cpu=0,group=g}", "perf.x_two{cpu=1}"], catalog)
+    assert counter.tolist() == [0] and enabled.tolist() == [1] and running.tolist() == [2]

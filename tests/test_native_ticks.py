@@ -150,30 +150,32 @@ def test_perf_groups_read_what_the_probe_reads() -> None:
         probe.close()
 
 
-def test_perf_groups_scale_multiplexed_counts_and_nan_when_never_run(tmp_path: Path) -> None:
+def test_perf_groups_give_raw_words_and_nan_when_a_group_read_fails(tmp_path: Path) -> None:
     # a pipe stands in for a perf fd: it returns the bytes written to it, in one read each
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     try:
-        groups = native.PerfGroups([(r1, 40), (r2, 32)], [3, 4, 8], [1, 1, 6], [2, 2, 7])
+        # channels: two counts and enabled/running of group 1, the count of group 2
+        groups = native.PerfGroups([(r1, 40), (r2, 32)], [3, 4, 1, 2, 8])
         words1 = np.array([2, 1000, 250, 7, 40], dtype=np.uint64)  # ran a quarter of the time
         words2 = np.array([1, 500, 0, 9], dtype=np.uint64)  # never ran
         os.write(w1, words1.tobytes())
         os.write(w2, words2.tobytes())
-        out = np.empty(3)
+        out = np.empty(5)
         groups.read(out)
-        assert out[0] == 28.0 and out[1] == 160.0 and np.isnan(out[2])
-        os.write(w1, np.array([2, 1000, 1000, 7, 40], dtype=np.uint64).tobytes())
+        assert out.tolist() == [7.0, 40.0, 1000.0, 250.0, 9.0]  # as read, never scaled
+        os.write(w1, np.array([2, 2000, 1250, 2**60 + 1, 41], dtype=np.uint64).tobytes())
         os.write(w2, np.array([1, 500], dtype=np.uint64).tobytes())  # short read
         groups.read(out)
-        assert out[:2].tolist() == [7.0, 40.0] and np.isnan(out[2])
+        assert out[:4].tolist() == [float(2**60 + 1), 41.0, 2000.0, 1250.0]
+        assert np.isnan(out[4])
     finally:
         for fd in (r1, w1, r2, w2):
             os.close(fd)
     with pytest.raises(IndexError):
-        native.PerfGroups([(0, 32)], [4], [1], [2])
+        native.PerfGroups([(0, 32)], [4])
     with pytest.raises(ValueError):
-        native.PerfGroups([(0, 20)], [0], [1], [2])
+        native.PerfGroups([(0, 20)], [0])
 
 
 def test_ticker_copies_constants_counts_missed_ticks_while_held_and_stops_at_end() -> None:

@@ -5,21 +5,33 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from reveal.analyze.derive import derive
+from reveal.catalog import (
+    TIME_ENABLED_METRIC,
+    TIME_RUNNING_METRIC,
+    Catalog,
+    MetricInfo,
+    default_catalog,
+)
 from reveal.collect.perf import (
     HARDWARE_GROUPS,
     PERF_TYPE_SOFTWARE,
+    SOFTWARE_GROUP,
+    TASK_CLOCK,
     PerfEvent,
     PerfProbe,
     perf_event_open,
-    scale_counts,
 )
 from reveal.collect.probe import ProbeUnavailable
+from reveal.frame import Telemetry, parse_channel
 
 
 @pytest.fixture
@@ -83,8 +95,8 @@ def test_software_events_count_real_context_switches_and_faults(probe):
 
 
 def test_channels_are_per_cpu_counters(probe):
-    cpus = {c.split("cpu=")[1].rstrip("}") for c in probe.channels}
-    assert cpus == {str(c) for c in range(len(cpus))} or len(cpus) >= 1
+    cpus = {parse_channel(c)[1]["cpu"] for c in probe.channels}
+    assert cpus == {str(c) for c in probe._cpus}
     assert len(probe.channels) == len(set(probe.channels))
     for metric in ("perf.context_switches", "perf.cpu_migrations", "perf.page_faults",
                    "perf.minor_faults", "perf.major_faults", "perf.task_clock"):
@@ -121,15 +133,141 @@ def test_refresh_without_hotplug_keeps_channels(probe):
     assert probe.channels == channels
 
 
-def test_multiplexed_counts_are_scaled_and_unscheduled_are_nan():
-    values = np.array([100.0, 100.0, 7.0, 0.0])
-    enabled = np.array([1000.0, 1000.0, 1000.0, 1000.0])
-    running = np.array([1000.0, 250.0, 333.0, 0.0])
-    scaled = scale_counts(values, enabled, running)
-    assert scaled[0] == 100.0  # ran the whole time: the count as read
-    assert scaled[1] == 400.0  # ran a quarter of the time: ×4
-    assert scaled[2] == np.rint(7.0 * 1000.0 / 333.0)  # estimates are whole counts
-    assert np.isnan(scaled[3])  # never scheduled: unknown, not zero
+def _columns(probe: PerfProbe, metric: str) -> list[int]:
+    return [i for i, c in enumerate(probe.channels) if c.startswith(metric + "{")]
+
+
+def test_counts_are_stored_raw_beside_each_groups_enabled_and_running_times(probe):
+    """Raw counts never decrease; every opened group has its time enabled and time running
+    per CPU, both advancing with wall time (system-wide software groups are never
+    multiplexed here: running equals enabled)."""
+    rows = []
+    for _ in range(6):
+        rows.append(_read(probe))
+        os.sched_yield()
+        time.sleep(0.03)
+    values = np.array(rows)
+    assert np.isfinite(values).all()
+    assert (values == np.rint(values)).all()  # whole counts and nanoseconds, as read
+    assert (np.diff(values, axis=0) >= 0).all()
+    enabled, running = _columns(probe, TIME_ENABLED_METRIC), _columns(probe, TIME_RUNNING_METRIC)
+    cpus = {parse_channel(c)[1]["cpu"] for c in probe.channels}
+    groups = {(parse_channel(probe.channels[i])[1]["cpu"],
+               parse_channel(probe.channels[i])[1]["group"]) for i in enabled}
+    assert groups == {(cpu, "software") for cpu in cpus} | {
+        (str(g.cpu), g.name) for g in probe._groups}
+    assert [probe.channels[i].replace("enabled", "running") for i in enabled] == \
+        [probe.channels[i] for i in running]
+    steps = np.diff(values[:, enabled], axis=0)
+    assert (steps > 0).all() and np.median(steps) > 10_000_000  # ≥ 10 ms of 30 ms sleeps
+    assert np.array_equal(values[:, running], values[:, enabled])
+    # the task clock is the software group's time enabled, per CPU
+    clock = _columns(probe, TASK_CLOCK.metric)
+    software = [i for i in enabled if "group=software" in probe.channels[i]]
+    assert np.array_equal(values[:, clock], values[:, software])
+
+
+def test_catalog_names_each_event_group_and_knows_every_channel(probe):
+    catalog = default_catalog()
+    for group in (SOFTWARE_GROUP, *HARDWARE_GROUPS):
+        for event in group:
+            assert catalog.lookup(event.metric).multiplex_group == group.name
+    for channel in probe.channels:
+        metric = parse_channel(channel)[0]
+        assert metric in catalog and catalog.lookup(metric).kind == "counter"
+    assert catalog.lookup(TIME_ENABLED_METRIC).unit == "ns"
+    assert catalog.lookup(TIME_RUNNING_METRIC).unit == "ns"
+
+
+def test_a_failed_group_read_is_nan_for_that_group_only(probe):
+    """A group whose read comes back short is NaN (counts and times), in Python and in C;
+    the other groups keep their values."""
+    with open(os.devnull, "rb") as empty:  # reads 0 bytes
+        victim = probe._groups[0]
+        leader, victim.fd = victim.fd, empty.fileno()
+        try:
+            out = _read(probe)
+            parts = probe.native_parts()
+            by_c = np.full(len(probe.channels), -1.0)
+            if parts:
+                parts[0].reader.read(by_c)
+        finally:
+            victim.fd = leader
+    cpu = str(victim.cpu)
+    mine = np.array([parse_channel(c)[1]["cpu"] == cpu
+                     and parse_channel(c)[1].get("group", victim.name) == victim.name
+                     and (parse_channel(c)[0] in {e.metric for e in victim.events}
+                          | {TIME_ENABLED_METRIC, TIME_RUNNING_METRIC, TASK_CLOCK.metric})
+                     for c in probe.channels])
+    assert mine.any() and (~mine).any()
+    assert np.isnan(out[mine]).all() and np.isfinite(out[~mine]).all()
+    if parts:
+        assert np.array_equal(np.isnan(by_c), mine)
+    assert np.isfinite(_read(probe)).all()  # the next tick reads it again
+
+
+def _read_group(fd: int, members: int) -> tuple[int, int, list[int]]:
+    words = struct.unpack(f"{3 + members}Q", os.read(fd, 8 * (3 + members)))
+    return words[1], words[2], list(words[3:])
+
+
+def _spin(cpu: int, seconds: float) -> None:
+    os.sched_setaffinity(0, {cpu})
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_real_running_below_enabled_is_scaled_to_the_true_rate_at_analysis():
+    """Software events never multiplex, but the kernel's time running falls below time
+    enabled the same way for this thread's task clock counted only on CPU 0: while the
+    thread runs on CPU 1 the group is enabled and not counting. Stored raw, derive scales
+    each interval back to the thread's CPU time (CLOCK_THREAD_CPUTIME_ID); an interval
+    spent wholly on CPU 1 is NaN, and nothing reads as a reset."""
+    allowed = os.sched_getaffinity(0)
+    if not {0, 1} <= allowed:
+        pytest.skip("needs CPUs 0 and 1")
+    try:
+        leader = perf_event_open(TASK_CLOCK, 0, pid=0)
+    except OSError as exc:
+        pytest.skip(f"perf_event_open refused a per-thread event: {exc}")
+    # share of each 60 ms interval spent on CPU 0 (the rest on CPU 1)
+    shares = [1.0, 0.5, 0.0, 0.25, 0.75, 0.0, 1.0]
+    rows, ts, cpu_time = [], [], []
+    try:
+        def sample() -> None:
+            ts.append(time.monotonic_ns())
+            cpu_time.append(time.thread_time_ns())
+            enabled, running, (count,) = _read_group(leader, 1)
+            rows.append([count, enabled, running])
+
+        _spin(0, 0.01)
+        sample()
+        for share in shares:
+            if share:
+                _spin(0, 0.06 * share)
+            if share < 1:
+                _spin(1, 0.06 * (1 - share))
+            sample()
+    finally:
+        os.sched_setaffinity(0, allowed)
+        os.close(leader)
+    raw = np.array(rows, dtype=np.float64)
+    assert (raw[:, 2] < raw[:, 1]).any()  # the kernel reported running < enabled
+    channels = ["perf.thread_clock{cpu=0}", f"{TIME_ENABLED_METRIC}{{cpu=0,group=own}}",
+                f"{TIME_RUNNING_METRIC}{{cpu=0,group=own}}"]
+    catalog = Catalog([MetricInfo("perf.thread_clock", "cpu", "counter", "ns",
+                                  multiplex_group="own"),
+                       MetricInfo("perf.time_*", "cpu", "counter", "ns")])
+    tel = Telemetry("h", np.array(ts, dtype=np.int64), raw, channels)
+    rated, report = derive(tel, catalog)
+    rate = rated.column(channels[0])
+    truth = np.diff(cpu_time) / (np.diff(ts) / 1e9)  # this thread's CPU ns per second
+    counted = np.array(shares) > 0
+    assert np.isnan(rate[~counted]).all()
+    np.testing.assert_allclose(rate[counted], truth[counted], rtol=0.1)
+    assert not report.resets and report.not_counted == {channels[0]: int((~counted).sum())}
+    assert report.multiplexed.get(channels[0], 0) >= 2  # the split intervals were scaled up
 
 
 def _threads() -> int:

@@ -25,12 +25,16 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 SUBSYSTEMS = ("cpu", "gpu", "memory", "network", "storage", "software", "unknown")
 KINDS = ("gauge", "counter", "event", "state", "static", "smoothed")
 NOT_DETECTED = ("static", "smoothed")  # kinds left out of detection
+#: The per-group channels that scale a multiplexed counter (``MetricInfo.multiplex_group``):
+#: nanoseconds its event group was enabled and actually counting, labelled ``group=NAME``.
+TIME_ENABLED_METRIC = "perf.time_enabled_ns"
+TIME_RUNNING_METRIC = "perf.time_running_ns"
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,10 @@ class MetricInfo:
 
     ``priority``: higher is kept first when pruning correlated metrics (utilisation and
     throughput metrics rank highest). ``description``: a noun phrase used in claims,
-    e.g. "CPU busy percentage".
+    e.g. "CPU busy percentage". ``multiplex_group``: for a counter the kernel may
+    time-multiplex (perf), the name of its event group; its raw count is scaled per interval
+    by the channels ``TIME_ENABLED_METRIC`` / ``TIME_RUNNING_METRIC`` with the same labels
+    plus ``group=NAME`` (see ``reveal.analyze.derive``).
     """
 
     name: str
@@ -48,6 +55,7 @@ class MetricInfo:
     unit: str = ""
     priority: int = 0
     description: str = ""
+    multiplex_group: str = ""
 
     def __post_init__(self) -> None:
         if self.subsystem not in SUBSYSTEMS:
@@ -101,8 +109,8 @@ class Catalog:
             return hit
         for entry in self._globs:
             if fnmatch.fnmatchcase(metric, entry.name):
-                return MetricInfo(metric, entry.subsystem, entry.kind, entry.unit,
-                                  entry.priority, entry.description or _humanise(metric))
+                return replace(entry, name=metric,
+                               description=entry.description or _humanise(metric))
         return MetricInfo(metric, infer_subsystem(metric), "gauge", "", 0, _humanise(metric))
 
 

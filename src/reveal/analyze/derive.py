@@ -7,6 +7,14 @@ a 32- or 64-bit range and the wrapped delta is smaller than half that range; any
 decrease is a **reset** (the counter restarted from zero, as Prometheus' ``rate()`` assumes),
 whose delta is the new value. Gauges pass through unchanged.
 
+**Multiplexed counters** (perf): a counter whose catalog entry names a ``multiplex_group``
+is stored raw, beside its group's ``perf.time_enabled_ns`` / ``perf.time_running_ns``
+channels (same labels plus ``group=NAME``). When the kernel multiplexes the PMU the group
+counts only part of the time, so each interval's delta is scaled by Δenabled / Δrunning
+(1 when it ran the whole interval; NaN when it did not run at all, Δrunning = 0). Resets
+and wraps are found on the raw counts as for any counter. Runs recorded without the time
+channels (counts already scaled when read) are rated like any counter.
+
 Derived metrics, added when their inputs exist (names under ``derived.``):
 IPC, cache-miss ratio, branch-miss ratio, backend/L3 stall ratio (per CPU label set and
 host total), CPU busy % (per CPU and total), memory used %, disk read/write throughput
@@ -21,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reveal.catalog import Catalog, default_catalog
+from reveal.catalog import TIME_ENABLED_METRIC, TIME_RUNNING_METRIC, Catalog, default_catalog
 from reveal.frame import Telemetry, format_channel, parse_channel
 
 _WRAPS = (2.0**32, 2.0**64)
@@ -30,11 +38,15 @@ SECTOR_BYTES = 512.0
 
 @dataclass
 class DeriveReport:
-    """What derive did: resets and wraps seen per channel, derived channels added."""
+    """What derive did: resets and wraps seen per channel, derived channels added, and per
+    multiplexed counter the intervals scaled up (``multiplexed``: its group counted part of
+    the interval) or left NaN (``not_counted``: its group did not count at all)."""
 
     resets: dict[str, int] = field(default_factory=dict)
     wraps: dict[str, int] = field(default_factory=dict)
     derived: list[str] = field(default_factory=list)
+    multiplexed: dict[str, int] = field(default_factory=dict)
+    not_counted: dict[str, int] = field(default_factory=dict)
 
 
 def counter_deltas(
@@ -70,6 +82,44 @@ def counter_deltas(
     return delta, wrap_mask, reset_mask
 
 
+def multiplex_factor(enabled_delta: np.ndarray, running_delta: np.ndarray) -> np.ndarray:
+    """Per-interval scale Δenabled / Δrunning (ns / ns) of a multiplexed counter's delta.
+
+    1 where the group ran the whole interval (Δrunning ≥ Δenabled), NaN where it did not
+    run (Δrunning ≤ 0) or a time is missing; same shape as the inputs.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(running_delta >= enabled_delta, 1.0, enabled_delta / running_delta)
+    factor[~(running_delta > 0)] = np.nan
+    return factor
+
+
+def multiplex_columns(channels: list[str],
+                      catalog: Catalog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns of multiplexed counters and of their group's time channels.
+
+    A channel pairs when its metric has a catalog ``multiplex_group`` and both
+    ``TIME_ENABLED_METRIC`` and ``TIME_RUNNING_METRIC`` exist with its labels plus
+    ``group=NAME``. Returns ``(counter, enabled, running)`` index arrays into ``channels``.
+    """
+    position = {name: i for i, name in enumerate(channels)}
+    found: list[tuple[int, int, int]] = []
+    for i, name in enumerate(channels):
+        group = catalog.lookup(name).multiplex_group
+        if not group:
+            continue
+        labels = {**parse_channel(name)[1], "group": group}
+        enabled = position.get(format_channel(TIME_ENABLED_METRIC, labels))
+        running = position.get(format_channel(TIME_RUNNING_METRIC, labels))
+        if enabled is not None and running is not None:
+            found.append((i, enabled, running))
+    if not found:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty, empty
+    counter, enabled, running = (np.array(c, dtype=np.intp) for c in zip(*found, strict=True))
+    return counter, enabled, running
+
+
 def recorded_wrap_ranges(meta: dict) -> dict[str, float]:
     """Per-channel wrap values that probes recorded in the run metadata (``info.wrap``)."""
     out: dict[str, float] = {}
@@ -100,6 +150,7 @@ def to_rates(
         known = recorded_wrap_ranges(telemetry.meta)
         ranges = np.array([known.get(c, np.nan) for c in names]) if known else None
         deltas, wraps, resets = counter_deltas(telemetry.values[:, counter_cols], ranges)
+        _scale_multiplexed(deltas, names, catalog, report)
         values[:, counter_cols] = deltas / dt_s[:, None]
         names = np.asarray(telemetry.channels, dtype=object)[counter_cols]
         for name, n in zip(names, wraps.sum(axis=0), strict=True):
@@ -111,6 +162,25 @@ def to_rates(
     rated = Telemetry(telemetry.host, telemetry.timestamps_ns[1:], values,
                       list(telemetry.channels), dict(telemetry.meta))
     return rated, report
+
+
+def _scale_multiplexed(deltas: np.ndarray, names: list[str], catalog: Catalog,
+                       report: DeriveReport) -> None:
+    """Scale, in place, the deltas ``(T-1, C)`` of multiplexed counters among ``names`` by
+    their group's Δenabled / Δrunning; count the intervals scaled up or not counted."""
+    counter, enabled, running = multiplex_columns(names, catalog)
+    if not len(counter):
+        return
+    d_enabled, d_running = deltas[:, enabled], deltas[:, running]
+    factor = multiplex_factor(d_enabled, d_running)
+    deltas[:, counter] *= factor
+    scaled_up = (factor > 1.0).sum(axis=0)
+    idle = (np.isnan(factor) & np.isfinite(d_enabled) & np.isfinite(d_running)).sum(axis=0)
+    for i, up, none in zip(counter, scaled_up, idle, strict=True):
+        if up:
+            report.multiplexed[names[i]] = int(up)
+        if none:
+            report.not_counted[names[i]] = int(none)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> np.ndarray:

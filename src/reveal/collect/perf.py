@@ -1,17 +1,21 @@
 """perf_event_open counters, per CPU, system-wide (the ``perf`` probe).
 
 Opens counting (not sampling) events with the raw ``perf_event_open`` system call through
-ctypes: no ``perf`` subprocess. Events are opened in small groups per CPU so one ``read`` per
-group returns every member with the group's ``time_enabled``/``time_running``; counts are
-scaled by ``enabled / running`` when the kernel multiplexes hardware counters, and a group
-that has not run at all reads NaN. Values are cumulative since the probe opened (counters;
-rated at analysis time). Software events (task clock, context switches, migrations, page
-faults) exist everywhere; hardware events (cycles, instructions, caches, branches, stalls,
-LLC) only where a PMU is exposed, so a virtual machine without one gives a ``degraded``
-probe whose ``info["unsupported_events"]`` lists each refused event once.
+ctypes: no ``perf`` subprocess. Events are opened in small named groups per CPU so one
+``read`` per group returns every member with the group's ``time_enabled``/``time_running``.
+Everything is stored raw, as read: the counts (unscaled, cumulative since the probe opened)
+and the group's two times. When the kernel multiplexes hardware counters a count covers
+only the time its group ran; analysis scales each interval's delta by Δenabled / Δrunning
+(``reveal.analyze.derive``), which a stored running estimate cannot do (it can go down). A
+group whose read fails reads NaN. Software events (task clock, context switches, migrations,
+page faults) exist everywhere; hardware events (cycles, instructions, caches, branches,
+stalls, LLC) only where a PMU is exposed, so a virtual machine without one gives a
+``degraded`` probe whose ``info["unsupported_events"]`` lists each refused event once.
 
-Channels: ``perf.<event>{cpu=N}``; ``perf.task_clock`` is in nanoseconds, the rest are
-counts of events.
+Channels: ``perf.<event>{cpu=N}`` (counts of events); ``perf.task_clock{cpu=N}`` (ns);
+``perf.time_enabled_ns{cpu=N,group=G}`` and ``perf.time_running_ns{cpu=N,group=G}`` (ns)
+for each opened group, ``G`` its name (``software``, ``cycles``, ``cache``, ``branches``,
+``stalls``, ``llc``): the catalog's ``multiplex_group`` of its events.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import errno
 import os
 import platform
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from reveal.catalog import TIME_ENABLED_METRIC, TIME_RUNNING_METRIC
 from reveal.collect import _procfs
 from reveal.collect.hostinfo import online_cpus
 from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
@@ -65,32 +71,45 @@ class PerfEvent:
 TASK_CLOCK = PerfEvent("perf.task_clock", PERF_TYPE_SOFTWARE, 1)
 
 
-# Each inner tuple is one group: its members are always scheduled together, so ratios
-# inside a group (IPC, miss rates) compare counts taken over the same time.
-HARDWARE_GROUPS: tuple[tuple[PerfEvent, ...], ...] = (
-    (PerfEvent("perf.cycles", PERF_TYPE_HARDWARE, 0),
-     PerfEvent("perf.instructions", PERF_TYPE_HARDWARE, 1)),
-    (PerfEvent("perf.cache_references", PERF_TYPE_HARDWARE, 2),
-     PerfEvent("perf.cache_misses", PERF_TYPE_HARDWARE, 3)),
-    (PerfEvent("perf.branches", PERF_TYPE_HARDWARE, 4),
-     PerfEvent("perf.branch_misses", PERF_TYPE_HARDWARE, 5)),
-    (PerfEvent("perf.stalled_cycles_frontend", PERF_TYPE_HARDWARE, 7),
-     PerfEvent("perf.stalled_cycles_backend", PERF_TYPE_HARDWARE, 8)),
-    (PerfEvent("perf.llc_loads", PERF_TYPE_HW_CACHE,
-               _LL | (_OP_READ << 8) | (_RESULT_ACCESS << 16)),
-     PerfEvent("perf.llc_load_misses", PERF_TYPE_HW_CACHE,
-               _LL | (_OP_READ << 8) | (_RESULT_MISS << 16))),
+@dataclass(frozen=True)
+class EventGroup:
+    """Events scheduled together (one fd group per CPU), under a name that labels the
+    group's ``time_enabled``/``time_running`` channels (``group=NAME``). Iterating it gives
+    its events."""
+
+    name: str
+    events: tuple[PerfEvent, ...]
+
+    def __iter__(self) -> Iterator[PerfEvent]:
+        return iter(self.events)
+
+
+# Each group's members are always scheduled together, so ratios inside a group (IPC, miss
+# rates) compare counts taken over the same time.
+HARDWARE_GROUPS: tuple[EventGroup, ...] = (
+    EventGroup("cycles", (PerfEvent("perf.cycles", PERF_TYPE_HARDWARE, 0),
+                          PerfEvent("perf.instructions", PERF_TYPE_HARDWARE, 1))),
+    EventGroup("cache", (PerfEvent("perf.cache_references", PERF_TYPE_HARDWARE, 2),
+                         PerfEvent("perf.cache_misses", PERF_TYPE_HARDWARE, 3))),
+    EventGroup("branches", (PerfEvent("perf.branches", PERF_TYPE_HARDWARE, 4),
+                            PerfEvent("perf.branch_misses", PERF_TYPE_HARDWARE, 5))),
+    EventGroup("stalls", (PerfEvent("perf.stalled_cycles_frontend", PERF_TYPE_HARDWARE, 7),
+                          PerfEvent("perf.stalled_cycles_backend", PERF_TYPE_HARDWARE, 8))),
+    EventGroup("llc", (PerfEvent("perf.llc_loads", PERF_TYPE_HW_CACHE,
+                                 _LL | (_OP_READ << 8) | (_RESULT_ACCESS << 16)),
+                       PerfEvent("perf.llc_load_misses", PERF_TYPE_HW_CACHE,
+                                 _LL | (_OP_READ << 8) | (_RESULT_MISS << 16)))),
 )
 # The software group's leader must be a software event: the task clock is another PMU whose
 # siblings do not count. System-wide, the task clock of a CPU equals the time the group was
 # enabled, so ``perf.task_clock`` is read from the group's ``time_enabled`` (no extra fd).
-SOFTWARE_GROUP: tuple[PerfEvent, ...] = (
+SOFTWARE_GROUP = EventGroup("software", (
     PerfEvent("perf.context_switches", PERF_TYPE_SOFTWARE, 3),
     PerfEvent("perf.cpu_migrations", PERF_TYPE_SOFTWARE, 4),
     PerfEvent("perf.page_faults", PERF_TYPE_SOFTWARE, 2),
     PerfEvent("perf.minor_faults", PERF_TYPE_SOFTWARE, 5),
     PerfEvent("perf.major_faults", PERF_TYPE_SOFTWARE, 6),
-)
+))
 
 
 class PerfEventAttr(ctypes.Structure):
@@ -124,7 +143,6 @@ class PerfEventAttr(ctypes.Structure):
 
 
 _libc: ctypes.CDLL | None = None
-_ZERO16 = bytes(16)
 
 
 def _syscall_number() -> int:
@@ -135,8 +153,11 @@ def _syscall_number() -> int:
     return number
 
 
-def perf_event_open(event: PerfEvent, cpu: int, group_fd: int = -1) -> int:
-    """Open a system-wide counting event on ``cpu``; returns the fd or raises OSError."""
+def perf_event_open(event: PerfEvent, cpu: int, group_fd: int = -1, pid: int = -1) -> int:
+    """Open a counting event on ``cpu`` (``-1``: any); returns the fd or raises OSError.
+
+    ``pid = -1`` (the probe's) counts every task on that CPU; ``0`` only the calling thread.
+    """
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -146,7 +167,7 @@ def perf_event_open(event: PerfEvent, cpu: int, group_fd: int = -1) -> int:
     attr.size = ctypes.sizeof(PerfEventAttr)
     attr.config = event.config
     attr.read_format = _READ_FORMAT
-    fd = _libc.syscall(ctypes.c_long(_syscall_number()), ctypes.byref(attr), ctypes.c_int(-1),
+    fd = _libc.syscall(ctypes.c_long(_syscall_number()), ctypes.byref(attr), ctypes.c_int(pid),
                        ctypes.c_int(cpu), ctypes.c_int(group_fd),
                        ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
     if fd < 0:
@@ -163,21 +184,13 @@ def _paranoid() -> str:
         return "?"
 
 
-def scale_counts(values: np.ndarray, enabled: np.ndarray, running: np.ndarray) -> np.ndarray:
-    """Counts scaled by ``enabled / running`` (a multiplexed PMU counted only part of the
-    time), rounded to whole events; NaN where the counter never ran."""
-    scale = np.divide(enabled, running, out=np.full_like(enabled, np.nan), where=running > 0)
-    scaled = np.where(running >= enabled, values, np.rint(values * scale))
-    scaled[running == 0] = np.nan
-    return scaled
-
-
 @dataclass
 class _Group:
     fd: int  # leader fd (read returns every member)
     member_fds: list[int]
     events: list[PerfEvent]
     cpu: int
+    name: str  # EventGroup.name: the group=NAME label of its time channels
 
 
 @register
@@ -195,11 +208,9 @@ class PerfProbe(Probe):
         self._buffer = bytearray()
         self._views: list[memoryview] = []
         self._words = np.zeros(0, dtype=np.uint64)
-        self._value_idx = np.zeros(0, dtype=np.intp)
-        self._enabled_idx = np.zeros(0, dtype=np.intp)
-        self._running_idx = np.zeros(0, dtype=np.intp)
-        self._group_enabled = np.zeros(0, dtype=np.intp)
-        self._group_running = np.zeros(0, dtype=np.intp)
+        self._word_idx = np.zeros(0, dtype=np.intp)  # per channel: its word of the buffer
+        self._channel_group = np.zeros(0, dtype=np.intp)  # per channel: its group's index
+        self._failed = np.zeros(0, dtype=bool)  # per group: this tick's read failed
         self._grid: tuple[int, int] | None = None  # the sampler's (start_ns, interval_ns)
         self._local: Any = None  # _procread.LocalReader, when running
         self._local_timeout_ns = 0
@@ -209,12 +220,12 @@ class PerfProbe(Probe):
         self._cpus = online_cpus()
         self._open_all()
 
-    def _open_group(self, events: tuple[PerfEvent, ...], cpu: int,
+    def _open_group(self, spec: EventGroup, cpu: int,
                     refused: dict[str, int]) -> _Group | None:
         leader = -1
         fds: list[int] = []
         opened: list[PerfEvent] = []
-        for event in events:
+        for event in spec.events:
             try:
                 fd = perf_event_open(event, cpu, leader)
             except OSError as exc:
@@ -226,14 +237,14 @@ class PerfProbe(Probe):
             opened.append(event)
         if leader < 0:
             return None
-        return _Group(leader, fds, opened, cpu)
+        return _Group(leader, fds, opened, cpu, spec.name)
 
     def _open_all(self) -> None:
         refused: dict[str, int] = {}
         groups: list[_Group] = []
         for cpu in self._cpus:
-            for events in (SOFTWARE_GROUP, *HARDWARE_GROUPS):
-                group = self._open_group(events, cpu, refused)
+            for spec in (SOFTWARE_GROUP, *HARDWARE_GROUPS):
+                group = self._open_group(spec, cpu, refused)
                 if group is not None:
                     groups.append(group)
         if not groups:
@@ -273,39 +284,37 @@ class PerfProbe(Probe):
             self.status, self.reason = "ok", ""
 
     def _layout(self) -> None:
-        """One buffer for every group read; index arrays turn it into scaled counts."""
+        """One buffer for every group read; each channel is one 64-bit word of it."""
         sizes = [8 * (3 + len(g.events)) for g in self._groups]
         self._buffer = bytearray(sum(sizes))
         whole = memoryview(self._buffer)
         self._views = []
         channels: list[str] = []
-        value_idx: list[int] = []
-        enabled_idx: list[int] = []
-        running_idx: list[int] = []
+        word_idx: list[int] = []
+        channel_group: list[int] = []
         offset = 0
-        for group, size in zip(self._groups, sizes, strict=True):
+        for g, (group, size) in enumerate(zip(self._groups, sizes, strict=True)):
             self._views.append(whole[offset:offset + size])
             word = offset // 8  # layout: nr, time_enabled, time_running, value...
-            for i, event in enumerate(group.events):
-                channels.append(format_channel(event.metric, {"cpu": str(group.cpu)}))
-                value_idx.append(word + 3 + i)
-                enabled_idx.append(word + 1)
-                running_idx.append(word + 2)
+            cpu = {"cpu": str(group.cpu)}
+            named = {**cpu, "group": group.name}
+            fields = [(format_channel(event.metric, cpu), word + 3 + i)
+                      for i, event in enumerate(group.events)]
+            fields += [(format_channel(TIME_ENABLED_METRIC, named), word + 1),
+                       (format_channel(TIME_RUNNING_METRIC, named), word + 2)]
             if group.events[0].type == PERF_TYPE_SOFTWARE:
-                channels.append(format_channel(TASK_CLOCK.metric, {"cpu": str(group.cpu)}))
-                value_idx.append(word + 1)
-                enabled_idx.append(word + 1)
-                running_idx.append(word + 1)
+                fields.append((format_channel(TASK_CLOCK.metric, cpu), word + 1))
+            for channel, index in fields:
+                channels.append(channel)
+                word_idx.append(index)
+                channel_group.append(g)
             offset += size
         self._words = np.frombuffer(self._buffer, dtype=np.uint64)
-        starts = np.cumsum([0, *sizes[:-1]]) // 8
-        self._group_enabled = (starts + 1).astype(np.intp)
-        self._group_running = (starts + 2).astype(np.intp)
+        self._failed = np.zeros(len(self._groups), dtype=bool)
         order = np.argsort(channels, kind="stable")
         self.channels = [channels[i] for i in order]
-        self._value_idx = np.asarray(value_idx, dtype=np.intp)[order]
-        self._enabled_idx = np.asarray(enabled_idx, dtype=np.intp)[order]
-        self._running_idx = np.asarray(running_idx, dtype=np.intp)[order]
+        self._word_idx = np.asarray(word_idx, dtype=np.intp)[order]
+        self._channel_group = np.asarray(channel_group, dtype=np.intp)[order]
 
     # -- reading on each CPU -------------------------------------------------------------
     def schedule(self, start_ns: int, interval_ns: int) -> None:
@@ -334,15 +343,14 @@ class PerfProbe(Probe):
         self.info["read_on_cpu"] = self._local.pinned()
 
     def native_parts(self) -> list[NativePart] | None:
-        """Every group read by C, counts scaled there (see ``_procread.PerfGroups``)."""
+        """Every group read by C into the same raw words (see ``_procread.PerfGroups``)."""
         native = _procfs._procread
         if native is None or not hasattr(native, "PerfGroups"):
             return None
         if not self._groups:
             return []
         groups = [(g.fd, len(view)) for g, view in zip(self._groups, self._views, strict=True)]
-        reader = native.PerfGroups(groups, self._value_idx.tolist(), self._enabled_idx.tolist(),
-                                   self._running_idx.tolist())
+        reader = native.PerfGroups(groups, self._word_idx.tolist())
         return [NativePart(reader, 0, len(self.channels), self.read)]
 
     def _stop_local(self) -> None:
@@ -352,6 +360,9 @@ class PerfProbe(Probe):
 
     # -- sampling ------------------------------------------------------------------------
     def read(self, out: np.ndarray) -> None:
+        """Raw counts and group times as read (float64); NaN for a group whose read failed."""
+        failed = self._failed
+        failed[:] = False
         local = self._local
         if local is not None:
             stale = local.collect(self._buffer, time.monotonic_ns(), self._local_timeout_ns)
@@ -360,13 +371,9 @@ class PerfProbe(Probe):
         else:
             for i in range(len(self._groups)):
                 self._read_group(i)
-        words = self._words
-        enabled = words.take(self._group_enabled)
-        running = words.take(self._group_running)
-        if (running == enabled).all() and running.all():
-            out[:] = words.take(self._value_idx)  # not multiplexed: counts as read
-            return
-        self._read_scaled(out)
+        out[:] = self._words.take(self._word_idx)
+        if failed.any():
+            out[failed[self._channel_group]] = np.nan
 
     def _read_group(self, i: int) -> None:
         view = self._views[i]
@@ -374,14 +381,7 @@ class PerfProbe(Probe):
             complete = os.readv(self._groups[i].fd, [view]) == len(view)
         except OSError:
             complete = False
-        if not complete:
-            view[8:24] = _ZERO16  # enabled = running = 0 → NaN
-
-    def _read_scaled(self, out: np.ndarray) -> None:
-        words = self._words
-        out[:] = scale_counts(words.take(self._value_idx).astype(np.float64),
-                              words.take(self._enabled_idx).astype(np.float64),
-                              words.take(self._running_idx).astype(np.float64))
+        self._failed[i] = not complete
 
     def refresh(self) -> bool:
         """Reopen every event when the set of online CPUs changed (hotplug)."""

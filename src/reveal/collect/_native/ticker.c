@@ -12,7 +12,7 @@
  *   - a Plan (procread.c): the group's files, parsed; a Plan that does not fit (a file
  *     unreadable, a count changed) leaves NaN there and is reported by drain() so that
  *     Python can re-discover its layout;
- *   - a PerfGroups: perf_event group reads, counts scaled by time enabled / running;
+ *   - a PerfGroups: perf_event group reads, raw counts and group times as read;
  *   - a contiguous float64 buffer: values that change only when Python refreshes them.
  * A tick whose deadline passed by more than half an interval is skipped and counted, and
  * so is a tick that finds the ring full (Python not draining). hold() keeps the thread
@@ -53,28 +53,24 @@ typedef struct {
     int *fds;
     Py_ssize_t *sizes;    /* bytes one group read returns */
     Py_ssize_t *offsets;  /* in 64-bit words of buf */
+    char *ok;             /* per group: its last read was complete */
     uint64_t *buf;
     Py_ssize_t nwords;
     Py_ssize_t nout;
-    Py_ssize_t *value_idx, *enabled_idx, *running_idx; /* words, per output channel */
+    Py_ssize_t *word_idx;  /* per output channel: its word of buf */
+    Py_ssize_t *group_of;  /* per output channel: the group that word belongs to */
 } PerfGroups;
 
-/* Read every group; each channel is its count, scaled by enabled / running when the
- * counter was multiplexed, NaN when it never ran or its group read failed. */
+/* Read every group; each channel is its word as read (a raw count, time_enabled or
+ * time_running, never scaled here: analysis scales per interval), NaN when its group's
+ * read failed or came back short. */
 int perf_groups_fill(PerfGroups *p, double *out) {
     for (Py_ssize_t g = 0; g < p->ngroups; g++) {
-        uint64_t *words = p->buf + p->offsets[g];
-        ssize_t n = read(p->fds[g], words, (size_t)p->sizes[g]);
-        if (n != p->sizes[g]) { words[1] = 0; words[2] = 0; } /* enabled = running = 0 */
+        ssize_t n = read(p->fds[g], p->buf + p->offsets[g], (size_t)p->sizes[g]);
+        p->ok[g] = n == p->sizes[g];
     }
-    for (Py_ssize_t i = 0; i < p->nout; i++) {
-        uint64_t value = p->buf[p->value_idx[i]];
-        uint64_t enabled = p->buf[p->enabled_idx[i]];
-        uint64_t running = p->buf[p->running_idx[i]];
-        if (running == 0) out[i] = NAN;
-        else if (running >= enabled) out[i] = (double)value;
-        else out[i] = rint((double)value * ((double)enabled / (double)running));
-    }
+    for (Py_ssize_t i = 0; i < p->nout; i++)
+        out[i] = p->ok[p->group_of[i]] ? (double)p->buf[p->word_idx[i]] : NAN;
     return 0;
 }
 
@@ -82,17 +78,17 @@ static void PerfGroups_dealloc(PerfGroups *self) {
     PyMem_RawFree(self->fds);
     PyMem_RawFree(self->sizes);
     PyMem_RawFree(self->offsets);
+    PyMem_RawFree(self->ok);
     PyMem_RawFree(self->buf);
-    free(self->value_idx);
-    free(self->enabled_idx);
-    free(self->running_idx);
+    free(self->word_idx);
+    PyMem_RawFree(self->group_of);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int PerfGroups_init(PerfGroups *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"groups", "value_idx", "enabled_idx", "running_idx", NULL};
-    PyObject *groups, *vidx, *eidx, *ridx;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO", kwlist, &groups, &vidx, &eidx, &ridx))
+    static char *kwlist[] = {"groups", "word_idx", NULL};
+    PyObject *groups, *widx;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", kwlist, &groups, &widx))
         return -1;
     if (self->fds != NULL) { PyErr_SetString(PyExc_RuntimeError, "already initialised"); return -1; }
     PyObject *fast = PySequence_Fast(groups, "groups: a sequence of (fd, nbytes)");
@@ -101,7 +97,10 @@ static int PerfGroups_init(PerfGroups *self, PyObject *args, PyObject *kwds) {
     self->fds = PyMem_RawCalloc(ng ? (size_t)ng : 1, sizeof(int));
     self->sizes = PyMem_RawCalloc(ng ? (size_t)ng : 1, sizeof(Py_ssize_t));
     self->offsets = PyMem_RawCalloc(ng ? (size_t)ng : 1, sizeof(Py_ssize_t));
-    if (!self->fds || !self->sizes || !self->offsets) { Py_DECREF(fast); PyErr_NoMemory(); return -1; }
+    self->ok = PyMem_RawCalloc(ng ? (size_t)ng : 1, 1);
+    if (!self->fds || !self->sizes || !self->offsets || !self->ok) {
+        Py_DECREF(fast); PyErr_NoMemory(); return -1;
+    }
     Py_ssize_t words = 0;
     for (Py_ssize_t g = 0; g < ng; g++) {
         int fd;
@@ -125,20 +124,22 @@ static int PerfGroups_init(PerfGroups *self, PyObject *args, PyObject *kwds) {
     self->nwords = words;
     self->buf = PyMem_RawCalloc(words ? (size_t)words : 1, sizeof(uint64_t));
     if (self->buf == NULL) { PyErr_NoMemory(); return -1; }
-    Py_ssize_t nv, ne, nr;
-    if (!(self->value_idx = ssize_array(vidx, &nv))) return -1;
-    if (!(self->enabled_idx = ssize_array(eidx, &ne))) return -1;
-    if (!(self->running_idx = ssize_array(ridx, &nr))) return -1;
-    if (nv != ne || nv != nr) {
-        PyErr_SetString(PyExc_ValueError, "value_idx, enabled_idx and running_idx differ in length");
-        return -1;
-    }
+    Py_ssize_t nv;
+    if (!(self->word_idx = ssize_array(widx, &nv))) return -1;
+    self->group_of = PyMem_RawCalloc(nv ? (size_t)nv : 1, sizeof(Py_ssize_t));
+    if (self->group_of == NULL) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t i = 0; i < nv; i++) {
-        Py_ssize_t a = self->value_idx[i], b = self->enabled_idx[i], c = self->running_idx[i];
-        if (a < 0 || b < 0 || c < 0 || a >= words || b >= words || c >= words) {
+        Py_ssize_t w = self->word_idx[i];
+        if (w < 0 || w >= words) {
             PyErr_SetString(PyExc_IndexError, "a word index is outside the group reads");
             return -1;
         }
+        Py_ssize_t lo = 0, hi = ng - 1; /* the last group whose offset is <= w */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi + 1) / 2;
+            if (self->offsets[mid] <= w) lo = mid; else hi = mid - 1;
+        }
+        self->group_of[i] = lo;
     }
     self->nout = nv;
     return 0;
@@ -161,7 +162,7 @@ static PyObject *PerfGroups_len(PerfGroups *self, PyObject *unused) {
 
 static PyMethodDef PerfGroups_methods[] = {
     {"read", (PyCFunction)PerfGroups_read, METH_O,
-     "read(out): fill out (float64, one per channel) with the scaled counts"},
+     "read(out): fill out (float64, one per channel) with the words as read"},
     {"nout", (PyCFunction)PerfGroups_len, METH_NOARGS, "number of output channels"},
     {NULL, NULL, 0, NULL},
 };
@@ -171,10 +172,10 @@ static PyTypeObject PerfGroupsType = {
     .tp_name = "reveal.collect._procread.PerfGroups",
     .tp_basicsize = sizeof(PerfGroups),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "PerfGroups(groups=[(fd, nbytes)], value_idx, enabled_idx, running_idx): "
-              "perf_event group reads (PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED | "
-              "TOTAL_TIME_RUNNING) into scaled counts; indices are 64-bit words of the "
-              "groups' reads laid end to end.",
+    .tp_doc = "PerfGroups(groups=[(fd, nbytes)], word_idx): perf_event group reads "
+              "(PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING); channel i is "
+              "64-bit word word_idx[i] of the groups' reads laid end to end, unscaled "
+              "(raw counts, time_enabled, time_running), NaN when its group's read failed.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)PerfGroups_init,
     .tp_dealloc = (destructor)PerfGroups_dealloc,
