@@ -41,7 +41,9 @@ CPU = [
     MetricInfo("loadavg.runnable", "cpu", "gauge", "tasks", 65, "runnable scheduling entities"),
     MetricInfo("loadavg.tasks", "cpu", "gauge", "tasks", 35, "scheduling entities in existence"),
     MetricInfo("softirq.count", "cpu", "counter", "softirqs", 55, "softirqs handled"),
-    MetricInfo("irq.count", "cpu", "counter", "interrupts", 50, "interrupts handled"),
+    # {cpu,irq}: one IRQ on one CPU; {irq}: summed over CPUs; {cpu}: summed over IRQs
+    MetricInfo("irq.count", "cpu", "counter", "interrupts", 50,
+               "interrupts handled (of one IRQ, one CPU, or both)"),
 ]
 
 _MEM_ROWS = (
