@@ -1,199 +1,116 @@
-"""NVIDIA GPUs through NVML (the ``pynvml`` module of nvidia-ml-py).
+"""NVIDIA GPUs through NVML (the ``pynvml`` module of nvidia-ml-py), polled off the tick path.
+
+NVML calls can block: ``nvmlDeviceGetPcieThroughput`` measures for 20 ms before it
+answers, and a GPU in trouble may not answer at all. So no NVML call runs on the sampler's
+tick: each GPU has its own poller thread (``reveal-gpuN``) that discovers the GPU and then
+polls it, fast queries every ``interval_s``, slow ones every ``slow_interval_s``, into one
+float64 array of latest values (:class:`~reveal.collect._gpu_board.Board`). ``read(out)``
+only copies that array, and ``native_parts()`` hands the array itself to the C tick thread,
+which copies it every tick: a GPU present keeps the ticks in C. A group of values whose
+poller has not published for ``stale_intervals`` of its periods reads NaN (a watchdog
+thread, ``reveal-gpu-watch``, sets it), so a stuck GPU shows as missing, not frozen, and
+delays neither the other GPUs nor the other probes.
 
 The probe talks to a *pynvml-shaped* object: the real ``pynvml`` module by default, or any
 object with the same function names, ``NVML_*`` constants and ``NVMLError`` class (option
-``nvml=``; the tests replay recorded NVML answers this way). Each per-GPU reading is one
-NVML call; at ``open()`` every call is tried once and a call answering ``NOT_SUPPORTED``
-(or ``NO_PERMISSION``, ``FUNCTION_NOT_FOUND``, ``INVALID_ARGUMENT``) drops its channels,
-listed in ``info["unsupported"]``. A call failing later reads as NaN for that tick.
+``nvml``; the tests replay recorded NVML answers this way).
 
-Channels, label ``{gpu=INDEX}`` (NVLink ones add ``link=N``), units as NVML reports them:
+Channels, label ``{gpu=INDEX}`` (NVLink ones add ``link=N``, MIG ones ``mig=GI/CI``), units
+as NVML reports them; see :mod:`reveal.catalog_entries.gpu` for each metric, and
+``docs/collector.md`` (GPU) for rates and figures:
 
-- ``gpu.sm_util``, ``gpu.mem_util`` (percent of the last sample period, busy SM / memory
-  controller), ``gpu.mem_used_bytes``, ``gpu.mem_free_bytes``, ``gpu.mem_total_bytes``;
-- ``gpu.power_mw``, ``gpu.power_limit_mw`` (milliwatts), ``gpu.energy_mj`` (cumulative
-  millijoules since the driver loaded), ``gpu.temp_c``, ``gpu.mem_temp_c`` (°C),
-  ``gpu.fan_pct``, ``gpu.pstate`` (0 = P0, fastest);
-- ``gpu.sm_clock_mhz``, ``gpu.mem_clock_mhz``, ``gpu.graphics_clock_mhz`` (MHz);
-- ``gpu.pcie_gen``, ``gpu.pcie_width`` (current link), ``gpu.pcie_gen_max``,
-  ``gpu.pcie_width_max``; ``gpu.pcie_tx_kbps``, ``gpu.pcie_rx_kbps`` (KB/s measured by the
-  driver over 20 ms, which each call waits for: ``pcie_throughput=False`` leaves them out);
-  ``gpu.pcie_replay`` (cumulative link replays);
-- ``gpu.ecc_corrected_volatile``, ``gpu.ecc_uncorrected_volatile`` (since the driver
-  loaded), ``gpu.ecc_corrected_aggregate``, ``gpu.ecc_uncorrected_aggregate`` (lifetime);
-  ``gpu.retired_pages_sbe``, ``gpu.retired_pages_dbe`` (pre-Ampere);
-  ``gpu.remapped_rows_corr``, ``gpu.remapped_rows_unc``, ``gpu.remap_pending``,
-  ``gpu.remap_failed`` (Ampere and later);
-- ``gpu.clocks_event.<reason>``: 1 while that reason holds clocks down (``gpu_idle``,
-  ``sw_power_cap``, ``hw_slowdown``, ``sw_thermal``, ``hw_thermal``, ``hw_power_brake``,
-  ``sync_boost``, ``app_clocks``, ``display_clocks``);
-- ``gpu.nvlink_tx_kib{link}``, ``gpu.nvlink_rx_kib{link}`` (cumulative data KiB per active
-  link) and ``gpu.nvlink_crc_flit_errors``, ``gpu.nvlink_crc_data_errors``,
-  ``gpu.nvlink_replay_errors``, ``gpu.nvlink_recovery_errors`` (all links), read with one
-  ``nvmlDeviceGetFieldValues`` call per GPU per tick.
+- ``gpu.kernel_active_pct``: NVML's ``utilization.gpu``, the percent of the last sample
+  period during which one or more kernels ran (not how many SMs were busy; runs recorded
+  before this name have it as ``gpu.sm_util``), ``gpu.mem_util``;
+- from GPM (Hopper and later; option ``gpm``): ``gpu.sm_active_pct``,
+  ``gpu.sm_occupancy_pct``, ``gpu.tensor_active_pct``, ``gpu.dram_bw_util_pct``;
+- memory, power, energy, temperatures, fan, P-state, clocks, PCIe link and throughput (slow
+  rate; option ``pcie_throughput``), ECC, retired pages and row remapping, clock-event
+  reasons, NVLink counters (one ``nvmlDeviceGetFieldValues`` batch per poll);
+- MIG (option ``mig``): ``gpu.mig.mem_used_bytes``, ``gpu.mig.mem_free_bytes``,
+  ``gpu.mig.mem_total_bytes`` per MIG device;
+- XID (option ``xid``): ``gpu.xid_errors`` (XID critical errors since the probe opened,
+  from NVML events waited for on ``reveal-gpu-xid``) and ``gpu.xid_last`` (the last code).
 
-GPU identity (index, name, uuid, PCI bus id) goes to ``info["gpus"]``.
+GPU identity (index, name, UUID, PCI bus id, MIG devices) goes to ``info["gpus"]``; calls
+NVML answers NOT_SUPPORTED to, to ``info["unsupported"]``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import threading
+import time
+from typing import Any, ClassVar
 
 import numpy as np
 
-from reveal.collect._nvml import error_is, load_nvml, start_nvml
-from reveal.collect.probe import Probe, ProbeUnavailable, register
-from reveal.frame import format_channel
+from reveal.collect._gpu_board import Board
+from reveal.collect._gpu_device import GROUPS, Device, GpuLayout, free_gpm
+from reveal.collect._gpu_poller import GpuPoller, Timing, Watchdog, XidWatcher
+from reveal.collect._gpu_readings import FIELDS, READINGS
+from reveal.collect._nvml import load_nvml, option_bool, option_float, start_nvml, text
+from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
 
-Extract = Callable[[Any], float]
+__all__ = ["FIELDS", "READINGS", "GpuProbe"]
 
-_DROP_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION",
-                "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT")
-
-CLOCK_EVENT_BITS = (
-    ("gpu_idle", 0x1), ("app_clocks", 0x2), ("sw_power_cap", 0x4), ("hw_slowdown", 0x8),
-    ("sync_boost", 0x10), ("sw_thermal", 0x20), ("hw_thermal", 0x40),
-    ("hw_power_brake", 0x80), ("display_clocks", 0x100),
-)
-
-# NVML field values read in one batch: (metric, field constant name, per link?)
-FIELDS = (
-    ("gpu.mem_temp_c", "NVML_FI_DEV_MEMORY_TEMP", False),
-    ("gpu.nvlink_crc_flit_errors", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", False),
-    ("gpu.nvlink_crc_data_errors", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", False),
-    ("gpu.nvlink_replay_errors", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", False),
-    ("gpu.nvlink_recovery_errors", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", False),
-    ("gpu.nvlink_tx_kib", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", True),
-    ("gpu.nvlink_rx_kib", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", True),
-)
-
-# nvmlValueType_t → the union member holding the value
-_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                 6: "usVal"}
-
-
-def _same(value: Any) -> float:
-    return float(value)
-
-
-def _attr(name: str) -> Extract:
-    return lambda value: float(getattr(value, name))
-
-
-def _item(index: int) -> Extract:
-    return lambda value: float(value[index])
-
-
-def _bit(mask: int) -> Extract:
-    return lambda value: float(bool(int(value) & mask))
-
-
-def _count(value: Any) -> float:
-    return float(len(value))
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One NVML call per GPU per tick and the channels its answer fills.
-
-    ``funcs``: the function name, then older names to try when the module lacks it.
-    ``args``: arguments after the device handle; strings name ``NVML_*`` constants.
-    ``outputs``: ``(metric, extractor)`` pairs applied to the call's answer.
-    """
-
-    funcs: tuple[str, ...]
-    args: tuple[str | int, ...]
-    outputs: tuple[tuple[str, Extract], ...]
-    option: str = ""  # probe option that turns the reading off when False
-
-
-def _one(func: str, metric: str, *args: str | int, option: str = "") -> Reading:
-    return Reading((func,), args, ((metric, _same),), option)
-
-
-READINGS: tuple[Reading, ...] = (
-    Reading(("nvmlDeviceGetUtilizationRates",), (),
-            (("gpu.sm_util", _attr("gpu")), ("gpu.mem_util", _attr("memory")))),
-    Reading(("nvmlDeviceGetMemoryInfo",), (),
-            (("gpu.mem_used_bytes", _attr("used")), ("gpu.mem_free_bytes", _attr("free")),
-             ("gpu.mem_total_bytes", _attr("total")))),
-    _one("nvmlDeviceGetPowerUsage", "gpu.power_mw"),
-    _one("nvmlDeviceGetEnforcedPowerLimit", "gpu.power_limit_mw"),
-    _one("nvmlDeviceGetTotalEnergyConsumption", "gpu.energy_mj"),
-    _one("nvmlDeviceGetTemperature", "gpu.temp_c", "NVML_TEMPERATURE_GPU"),
-    _one("nvmlDeviceGetFanSpeed", "gpu.fan_pct"),
-    _one("nvmlDeviceGetPerformanceState", "gpu.pstate"),
-    _one("nvmlDeviceGetClockInfo", "gpu.sm_clock_mhz", "NVML_CLOCK_SM"),
-    _one("nvmlDeviceGetClockInfo", "gpu.mem_clock_mhz", "NVML_CLOCK_MEM"),
-    _one("nvmlDeviceGetClockInfo", "gpu.graphics_clock_mhz", "NVML_CLOCK_GRAPHICS"),
-    _one("nvmlDeviceGetCurrPcieLinkGeneration", "gpu.pcie_gen"),
-    _one("nvmlDeviceGetCurrPcieLinkWidth", "gpu.pcie_width"),
-    _one("nvmlDeviceGetMaxPcieLinkGeneration", "gpu.pcie_gen_max"),
-    _one("nvmlDeviceGetMaxPcieLinkWidth", "gpu.pcie_width_max"),
-    _one("nvmlDeviceGetPcieThroughput", "gpu.pcie_tx_kbps", "NVML_PCIE_UTIL_TX_BYTES",
-         option="pcie_throughput"),
-    _one("nvmlDeviceGetPcieThroughput", "gpu.pcie_rx_kbps", "NVML_PCIE_UTIL_RX_BYTES",
-         option="pcie_throughput"),
-    _one("nvmlDeviceGetPcieReplayCounter", "gpu.pcie_replay"),
-    _one("nvmlDeviceGetTotalEccErrors", "gpu.ecc_corrected_volatile",
-         "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
-    _one("nvmlDeviceGetTotalEccErrors", "gpu.ecc_uncorrected_volatile",
-         "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
-    _one("nvmlDeviceGetTotalEccErrors", "gpu.ecc_corrected_aggregate",
-         "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
-    _one("nvmlDeviceGetTotalEccErrors", "gpu.ecc_uncorrected_aggregate",
-         "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
-    Reading(("nvmlDeviceGetRetiredPages",),
-            ("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",),
-            (("gpu.retired_pages_sbe", _count),)),
-    Reading(("nvmlDeviceGetRetiredPages",), ("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",),
-            (("gpu.retired_pages_dbe", _count),)),
-    Reading(("nvmlDeviceGetRemappedRows",), (),
-            (("gpu.remapped_rows_corr", _item(0)), ("gpu.remapped_rows_unc", _item(1)),
-             ("gpu.remap_pending", _item(2)), ("gpu.remap_failed", _item(3)))),
-    Reading(("nvmlDeviceGetCurrentClocksEventReasons",
-             "nvmlDeviceGetCurrentClocksThrottleReasons"), (),
-            tuple((f"gpu.clocks_event.{name}", _bit(mask)) for name, mask in CLOCK_EVENT_BITS)),
-)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-@dataclass
-class _Bound:
-    """A reading resolved for one GPU: the callable, its arguments (handle first), slots."""
-
-    func: Callable[..., Any]
-    args: tuple[Any, ...]
-    slots: list[tuple[Extract, int]]
+# whole-GPU activity a MIG-mode GPU may not report (named in the reason when dropped)
+_WHOLE_GPU_ACTIVITY = ("gpu.kernel_active_pct", "gpu.mem_util", "gpu.sm_active_pct",
+                       "gpu.sm_occupancy_pct", "gpu.tensor_active_pct", "gpu.dram_bw_util_pct")
 
 
 @register
 class GpuProbe(Probe):
-    """Per-GPU utilisation, memory, power, clocks, PCIe, ECC, throttling, NVLink (NVML)."""
+    """Per-GPU utilisation, SM activity, memory, power, clocks, PCIe, ECC, NVLink, MIG, XID."""
 
     name = "gpu"
-    description = "NVIDIA GPU utilisation, memory, power, clocks, PCIe, ECC, NVLink (NVML)"
+    description = ("NVIDIA GPU utilisation, SM activity, memory, power, clocks, PCIe, ECC, "
+                   "NVLink, MIG, XID (NVML, polled on its own threads)")
+    options_help: ClassVar[dict[str, str]] = {
+        "nvml": "a pynvml-shaped object to use instead of the pynvml module (default: pynvml)",
+        "interval_s": "seconds between polls of the fast NVML queries (default 0.1)",
+        "slow_interval_s": "seconds between polls of the slow queries: PCIe throughput "
+                           "(20 ms per call), limits, lifetime ECC, retired pages, MIG "
+                           "re-scan (default 1.0)",
+        "stale_intervals": "a group of values not refreshed for this many of its poll "
+                           "periods reads NaN (default 3)",
+        "pcie_throughput": "read PCIe TX/RX throughput, 20 ms per direction per GPU, at the "
+                           "slow rate (default true)",
+        "gpm": "SM activity, occupancy, tensor and DRAM use from GPM where the GPU has it "
+               "(default true)",
+        "mig": "per-MIG-device memory channels on GPUs in MIG mode (default true)",
+        "xid": "count XID critical errors through NVML events (default true)",
+        "xid_wait_ms": "longest single wait for an NVML event, milliseconds (default 100)",
+        "open_timeout_s": "seconds open() waits for every GPU's first answers; a GPU later "
+                          "than that joins at a refresh (default 5)",
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._nvml: Any = None
-        self._calls: list[_Bound] = []
-        self._fields: list[tuple[Any, list[Any], list[int]]] = []
         self._initialised = False
+        self._board = Board()
+        self._lock = threading.Lock()
+        self._posted: dict[int, tuple[GpuLayout | None, str]] = {}
+        self._posted_event = threading.Condition(self._lock)
+        self._layouts: dict[int, GpuLayout] = {}
+        self._failures: dict[int, str] = {}
+        self._pollers: list[GpuPoller] = []
+        self._watchdog: Watchdog | None = None
+        self._xid: XidWatcher | None = None
+        self._event_set: Any = None
+        self._count = 0
+        self.timing = Timing()
+        self.stale_intervals = 3.0
 
-    # -- setup -----------------------------------------------------------------------------
-    def _error_name(self, exc: Exception) -> str:
-        return next((n for n in _DROP_ERRORS if error_is(self._nvml, exc, n)), "")
-
+    # -- open --------------------------------------------------------------------------------
     def open(self) -> None:
-        nvml = self._nvml = load_nvml(self.options, "gpu")
+        opts = self.options
+        self.timing = Timing(option_float(opts, "interval_s", 0.1),
+                             option_float(opts, "slow_interval_s", 1.0),
+                             round(option_float(opts, "xid_wait_ms", 100)))
+        self.stale_intervals = option_float(opts, "stale_intervals", 3.0)
+        nvml = self._nvml = load_nvml(opts, "gpu")
         try:
             start_nvml(nvml, "gpu")
         except ProbeUnavailable as exc:
@@ -201,11 +118,10 @@ class GpuProbe(Probe):
             raise
         self._initialised = True
         try:
-            count = int(nvml.nvmlDeviceGetCount())
-            if count == 0:
+            self._count = int(nvml.nvmlDeviceGetCount())
+            if self._count == 0:
                 raise ProbeUnavailable("gpu: NVML started but reports no GPU")
-            self.info["driver_version"] = _text(nvml.nvmlSystemGetDriverVersion())
-            self._setup(count)
+            self.info["driver_version"] = text(nvml.nvmlSystemGetDriverVersion())
         except ProbeUnavailable as exc:
             self.status, self.reason = "unavailable", str(exc)
             self.close()
@@ -214,151 +130,186 @@ class GpuProbe(Probe):
             self.status, self.reason = "unavailable", f"gpu: NVML query failed at start: {exc}"
             self.close()
             raise ProbeUnavailable(self.reason) from exc
+        self._open_events()
+        self._start_pollers()
+        self._wait_for_discovery(option_float(opts, "open_timeout_s", 5.0))
+        self._adopt()
+        answered = len(self._layouts) + len(self._failures) == self._count
+        if not self.channels and answered:
+            reason = "gpu: " + ("; ".join(self._failures.values()) if self._failures else
+                                "every NVML query is unsupported on these GPUs")
+            self.status, self.reason = "unavailable", reason
+            self.close()
+            raise ProbeUnavailable(reason)
+        self._watchdog = Watchdog(self._board, self.timing.interval_s)
+        self._watchdog.start()
+        if self._xid is not None:
+            self._xid.start()
 
-    def _setup(self, count: int) -> None:
+    def _open_events(self) -> None:
         nvml = self._nvml
-        channels: list[str] = []
-        unsupported: list[str] = []
-        gpus: list[dict[str, Any]] = []
-        self._calls, self._fields = [], []
-        for index in range(count):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            gpus.append(self._identity(index, handle))
-            labels = {"gpu": str(index)}
-            for reading in READINGS:
-                if reading.option and not self.options.get(reading.option, True):
-                    continue
-                bound = self._bind(reading, handle, labels, channels, unsupported)
-                if bound is not None:
-                    self._calls.append(bound)
-            self._bind_fields(handle, labels, channels, unsupported)
-        self.channels = channels
-        self.info["gpus"] = gpus
-        self.info["unsupported"] = unsupported
-        if not channels:
-            raise ProbeUnavailable("gpu: every NVML query is unsupported on these GPUs")
-
-    def _identity(self, index: int, handle: Any) -> dict[str, Any]:
-        nvml = self._nvml
-        ident: dict[str, Any] = {"index": index}
-        for key, func in (("name", "nvmlDeviceGetName"), ("uuid", "nvmlDeviceGetUUID")):
-            try:
-                ident[key] = _text(getattr(nvml, func)(handle))
-            except nvml.NVMLError:
-                ident[key] = ""
-        try:
-            ident["pci_bus_id"] = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
-        except nvml.NVMLError:
-            ident["pci_bus_id"] = ""
-        return ident
-
-    def _bind(self, reading: Reading, handle: Any, labels: dict[str, str],
-              channels: list[str], unsupported: list[str]) -> _Bound | None:
-        nvml = self._nvml
-        func = next((getattr(nvml, f) for f in reading.funcs if hasattr(nvml, f)), None)
-        names = [format_channel(metric, labels) for metric, _ in reading.outputs]
-        if func is None:
-            unsupported += [f"{n}: {reading.funcs[0]} missing from the NVML bindings"
-                            for n in names]
-            return None
-        args = tuple(getattr(nvml, a) if isinstance(a, str) else a for a in reading.args)
-        try:
-            answer = func(handle, *args)
-        except nvml.NVMLError as exc:
-            if self._error_name(exc):
-                unsupported += [f"{n}: {exc}" for n in names]
-                return None
-            answer = None  # transient failure: keep the channels, NaN until it answers
-        slots: list[tuple[Extract, int]] = []
-        for (_, extract), name in zip(reading.outputs, names, strict=True):
-            if answer is not None:
-                try:
-                    extract(answer)
-                except (TypeError, ValueError, AttributeError, IndexError):
-                    unsupported.append(f"{name}: unexpected answer {type(answer).__name__}")
-                    continue
-            slots.append((extract, len(channels)))
-            channels.append(name)
-        return _Bound(func, (handle, *args), slots) if slots else None
-
-    def _links(self, handle: Any) -> list[int]:
-        nvml = self._nvml
-        links: list[int] = []
-        if not hasattr(nvml, "nvmlDeviceGetNvLinkState"):
-            return links
-        for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
-            try:
-                state = nvml.nvmlDeviceGetNvLinkState(handle, link)
-            except nvml.NVMLError:
-                break  # no NVLink, or past the last link
-            if state == getattr(nvml, "NVML_FEATURE_ENABLED", 1):
-                links.append(link)
-        return links
-
-    def _bind_fields(self, handle: Any, labels: dict[str, str], channels: list[str],
-                     unsupported: list[str]) -> None:
-        nvml = self._nvml
-        if not hasattr(nvml, "nvmlDeviceGetFieldValues"):
+        if not option_bool(self.options, "xid", True) or not hasattr(nvml, "nvmlEventSetCreate"):
             return
-        links = self._links(handle)
-        wanted: list[tuple[str, tuple[int, int]]] = []
-        for metric, constant, per_link in FIELDS:
-            field_id = getattr(nvml, constant, None)
-            if field_id is None:
-                continue
-            if per_link:
-                wanted += [(format_channel(metric, {**labels, "link": str(link)}),
-                            (field_id, link)) for link in links]
+        try:
+            self._event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            self.info["xid"] = f"no XID counts: nvmlEventSetCreate: {exc}"
+            return
+        self._xid = XidWatcher(nvml, self._event_set, self._board, self.timing)
+
+    def _start_pollers(self) -> None:
+        xid_types = int(getattr(self._nvml, "nvmlEventTypeXidCriticalError", 0x8))
+        for index in range(self._count):
+            device = Device(self._nvml, index, self.options)
+            registered = [False]
+
+            def discover(device: Device = device, registered: list[bool] = registered
+                         ) -> GpuLayout:
+                # XID events are registered once per GPU, at its first discovery
+                event_set = None if registered[0] else self._event_set
+                layout = device.discover(event_set, xid_types)
+                registered[0] = registered[0] or layout.xid
+                layout.xid = registered[0]
+                if layout.xid and not layout.names["xid"]:
+                    layout.names["xid"] = device.xid_channels()
+                return layout
+
+            poller = GpuPoller(device, self._board, self.timing, self._post, discover)
+            self._pollers.append(poller)
+            poller.start()
+
+    def _post(self, index: int, layout: GpuLayout | None, failure: str) -> None:
+        with self._posted_event:
+            self._posted[index] = (layout, failure)
+            self._posted_event.notify_all()
+
+    def _wait_for_discovery(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._posted_event:
+            while len(self._posted) < self._count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._posted_event.wait(left)
+
+    # -- layout ------------------------------------------------------------------------------
+    def _adopt(self) -> bool:
+        """Take the layouts the pollers posted; True when the channels changed."""
+        with self._posted_event:
+            posted, self._posted = self._posted, {}
+        if not posted:
+            return False
+        for index, (layout, failure) in posted.items():
+            if layout is None:
+                self._failures[index] = failure
+                self._layouts.pop(index, None)
             else:
-                wanted.append((format_channel(metric, labels), (field_id, 0)))
-        if not wanted:
-            return
-        try:
-            answers = nvml.nvmlDeviceGetFieldValues(handle, [ids for _, ids in wanted])
-        except nvml.NVMLError as exc:
-            unsupported += [f"{name}: {exc}" for name, _ in wanted]
-            return
-        success = getattr(nvml, "NVML_SUCCESS", 0)
-        kept: list[tuple[int, int]] = []
-        slots: list[int] = []
-        for (name, ids), answer in zip(wanted, answers, strict=False):
-            if answer.nvmlReturn != success:
-                unsupported.append(f"{name}: {nvml.NVMLError(answer.nvmlReturn)}")
-                continue
-            kept.append(ids)
-            slots.append(len(channels))
-            channels.append(name)
-        if kept:
-            self._fields.append((handle, kept, slots))
+                self._failures.pop(index, None)
+                self._layouts[index] = layout
+                if layout.xid and self._xid is not None:
+                    self._xid.watch(index)
+        blocks: list[tuple[Any, int, float]] = []
+        channels: list[str] = []
+        for index in sorted(self._layouts):
+            layout = self._layouts[index]
+            for group in GROUPS:
+                names = layout.names[group]
+                if names:
+                    blocks.append(((index, group), len(names), self._stale_s(group)))
+                    channels += names
+        before = self.channels
+        self._board.layout(blocks)
+        self.channels = channels
+        self._describe()
+        return channels != before
 
-    # -- sampling --------------------------------------------------------------------------
+    def _stale_s(self, group: str) -> float:
+        period = {"fast": self.timing.interval_s, "slow": self.timing.slow_interval_s,
+                  "xid": max(self.timing.interval_s, self.timing.xid_wait_ms / 1e3)}[group]
+        return self.stale_intervals * period
+
+    def _describe(self) -> None:
+        """Status, reason and info from the adopted layouts and the GPUs without one."""
+        layouts = [self._layouts[i] for i in sorted(self._layouts)]
+        self.info["gpus"] = [layout.identity for layout in layouts]
+        self.info["unsupported"] = [u for layout in layouts for u in layout.unsupported]
+        self.info["rates_s"] = {"fast": self.timing.interval_s,
+                                "slow": self.timing.slow_interval_s}
+        notes: list[str] = []
+        for layout in layouts:
+            if layout.mig is not None:
+                labels = ", ".join(m.label for m in layout.mig) or "none"
+                dropped = sorted({u.split("{", 1)[0] for u in layout.unsupported
+                                  if u.split("{", 1)[0] in _WHOLE_GPU_ACTIVITY})
+                collected = ("per-instance memory collected (gpu.mig.*)"
+                             if option_bool(self.options, "mig", True)
+                             else "per-instance channels off (option mig)")
+                notes.append(f"GPU {layout.index} in MIG mode, instances GI/CI {labels}: "
+                             f"{collected}" + (f"; NVML does not answer {', '.join(dropped)} "
+                                               "for the whole GPU" if dropped else ""))
+        missing = [i for i in range(self._count) if i not in self._layouts]
+        for index in missing:
+            notes.append(self._failures.get(index) or
+                         f"GPU {index}: no answer yet; its channels join at a refresh")
+        self.info["mig_gpus"] = [layout.index for layout in layouts if layout.mig is not None]
+        self.status = "degraded" if notes else "ok"
+        self.reason = "gpu: " + "; ".join(notes) if notes else ""
+
+    # -- sampling ----------------------------------------------------------------------------
     def read(self, out: np.ndarray) -> None:
-        error = self._nvml.NVMLError
-        for bound in self._calls:
-            try:
-                answer = bound.func(*bound.args)
-            except error:
-                for _, slot in bound.slots:
-                    out[slot] = math.nan
-                continue
-            for extract, slot in bound.slots:
-                try:
-                    out[slot] = extract(answer)
-                except (TypeError, ValueError, AttributeError, IndexError):
-                    out[slot] = math.nan  # an answer of an unexpected shape
-        success = getattr(self._nvml, "NVML_SUCCESS", 0)
-        for handle, ids, slots in self._fields:
-            try:
-                answers = self._nvml.nvmlDeviceGetFieldValues(handle, ids)
-            except error:
-                out[slots] = math.nan
-                continue
-            out[slots] = [getattr(a.value, _VALUE_MEMBER.get(a.valueType, "ullVal"))
-                          if a.nvmlReturn == success else math.nan for a in answers]
+        """Copy the latest polled values (no NVML call); stale groups read NaN."""
+        self._board.expire()
+        self._board.copy_to(out)
+
+    def native_parts(self) -> list[NativePart] | None:
+        """The latest-values array itself: the C tick thread copies it every tick."""
+        values = self._board.values
+        if len(values) != len(self.channels):
+            return None
+        return [NativePart(values, 0, len(values), self.read)] if len(values) else []
+
+    def refresh(self) -> bool:
+        """Adopt layouts the pollers found (a late GPU, a MIG change); no NVML call."""
+        changed = self._adopt()
+        stale = self._board.stale_keys()
+        self.info["stale_groups"] = [f"gpu={i}:{g}" for i, g in stale]
+        self.info["stale_expiries"] = self._board.expired
+        self.info["poll_overruns"] = {p.device.index: p.overruns for p in self._pollers}
+        if self._xid is not None:
+            self.info["xid_unattributed"] = self._xid.unattributed
+        if stale:
+            gpus = sorted({i for i, _ in stale})
+            self.status = "degraded"
+            self.reason = (f"gpu: GPU {', '.join(map(str, gpus))} not answering within "
+                           f"{self.stale_intervals:g} poll periods; those values read NaN")
+        elif not changed:
+            self._describe()
+        return changed
 
     def close(self) -> None:
-        if self._initialised and self._nvml is not None:
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlShutdown()
+        threads: list[Any] = [*self._pollers, self._watchdog, self._xid]
+        for thread in threads:
+            if thread is not None:
+                thread.stop()
+        deadline = time.monotonic() + max(1.0, 3 * self.timing.interval_s)
+        stuck = []
+        for thread in threads:
+            if thread is not None and thread.is_alive():
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    stuck.append(thread.name)
+        nvml = self._nvml
+        if stuck:
+            # a thread still inside NVML: shutting NVML down under it is not safe
+            self.info["left_running"] = stuck
+        elif self._initialised and nvml is not None:
+            for layout in self._layouts.values():
+                if layout.gpm is not None:
+                    free_gpm(nvml, layout.gpm)
+            if self._event_set is not None:
+                with contextlib.suppress(nvml.NVMLError):
+                    nvml.nvmlEventSetFree(self._event_set)
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
             self._initialised = False
-        self._calls, self._fields = [], []
+        self._pollers, self._watchdog, self._xid, self._event_set = [], None, None, None

@@ -1,0 +1,192 @@
+"""Threads that keep the GPU probe's latest values: one poller per GPU, one XID watcher.
+
+A poller discovers its GPU, then polls the fast group every ``interval_s`` and the slow
+group every ``slow_interval_s`` (after the fast one, so a slow call never delays a fast
+value), on its own grid of ``CLOCK_MONOTONIC``; polls whose time passed while a call
+blocked are skipped and counted (``overruns``), never replayed. It publishes each group as
+one block of the :class:`~reveal.collect._gpu_board.Board`. A GPU in MIG mode is re-scanned
+at the slow rate; a changed set of instances is re-discovered on the poller and posted for
+the probe to adopt at its next refresh.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from reveal.collect._gpu_board import Board
+from reveal.collect._gpu_device import Device, GpuLayout
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Poll periods (seconds) and how long the XID watcher waits per call (ms)."""
+
+    interval_s: float = 0.1
+    slow_interval_s: float = 1.0
+    xid_wait_ms: int = 100
+
+
+class GpuPoller(threading.Thread):
+    """Discovers one GPU, then polls it until :meth:`stop`."""
+
+    def __init__(self, device: Device, board: Board, timing: Timing,
+                 post: Callable[[int, GpuLayout | None, str], None],
+                 discover: Callable[[], GpuLayout]) -> None:
+        super().__init__(name=f"reveal-gpu{device.index}", daemon=True)
+        self.device = device
+        self.board = board
+        self.timing = timing
+        self._post = post
+        self._discover = discover
+        self._stop_event = threading.Event()
+        self.layout: GpuLayout | None = None
+        self.polls = 0
+        self.overruns = 0
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        index = self.device.index
+        try:
+            self.layout = self._discover()
+        except Exception as exc:  # one GPU failing must not stop the others
+            self._post(index, None, f"GPU {index}: discovery failed: {exc}")
+            return
+        self._post(index, self.layout, "")
+        interval = round(self.timing.interval_s * 1e9)
+        slow = round(self.timing.slow_interval_s * 1e9)
+        start = time.monotonic_ns()
+        k = 0
+        next_slow = start
+        while not self._stop_event.is_set():
+            deadline = start + k * interval
+            now = time.monotonic_ns()
+            if now < deadline and self._stop_event.wait((deadline - now) / 1e9):
+                break
+            self._poll("fast")
+            self.polls += 1
+            now = time.monotonic_ns()
+            if now >= next_slow:
+                self._poll("slow")
+                self._rescan_mig()
+                next_slow = time.monotonic_ns() + slow
+                now = time.monotonic_ns()
+            after = (now - start) // interval + 1  # the first grid slot still ahead
+            self.overruns += max(0, after - (k + 1))
+            k = max(k + 1, after)
+
+    def _poll(self, group: str) -> None:
+        layout = self.layout
+        if layout is None or not layout.names[group]:
+            return
+        values: np.ndarray = self.device.poll(layout, group)
+        self.board.publish((layout.index, group), values)
+
+    def _rescan_mig(self) -> None:
+        layout = self.layout
+        if layout is None or layout.mig is None:
+            return
+        found = self.device.mig_devices(layout.handle)
+        now = [(m.gi, m.ci) for m in found] if found is not None else None
+        if now != [(m.gi, m.ci) for m in layout.mig]:
+            try:
+                self.layout = self._discover()
+            except Exception as exc:
+                self._post(layout.index, None, f"GPU {layout.index}: re-discovery after a "
+                                               f"MIG change failed: {exc}")
+                return
+            self._post(layout.index, self.layout, "")
+
+
+class XidWatcher(threading.Thread):
+    """Waits on an NVML event set for XID critical errors; counts them per GPU.
+
+    Publishes every GPU's ``xid`` block (count since the probe opened, last XID code) after
+    each wait, an event or a timeout, so that the block goes stale only when this thread is
+    stuck.
+    """
+
+    def __init__(self, nvml: Any, event_set: Any, board: Board, timing: Timing) -> None:
+        super().__init__(name="reveal-gpu-xid", daemon=True)
+        self.nvml = nvml
+        self.event_set = event_set
+        self.board = board
+        self.timing = timing
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self.counts: dict[int, list[float]] = {}  # GPU index → [count, last code]
+        self.unattributed = 0
+        self.wait_errors = 0
+        self._wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def watch(self, index: int) -> None:
+        """Start counting for GPU ``index`` (registered on the event set)."""
+        with self._lock:
+            self.counts.setdefault(index, [0.0, 0.0])
+
+    def run(self) -> None:
+        nvml = self.nvml
+        xid = int(getattr(nvml, "nvmlEventTypeXidCriticalError", 0x8))
+        while not self._stop_event.is_set():
+            try:
+                event = self._wait(self.event_set, self.timing.xid_wait_ms)
+            except nvml.NVMLError as exc:
+                if not _is_timeout(nvml, exc):
+                    self.wait_errors += 1
+                    self._stop_event.wait(self.timing.xid_wait_ms / 1e3)
+                self._publish()
+                continue
+            if int(event.eventType) & xid:
+                self._count(event)
+            self._publish()
+
+    def _count(self, event: Any) -> None:
+        nvml = self.nvml
+        try:
+            index = int(nvml.nvmlDeviceGetIndex(event.device))
+        except (nvml.NVMLError, TypeError, ValueError):
+            index = -1
+        with self._lock:
+            entry = self.counts.get(index)
+            if entry is None:
+                self.unattributed += 1
+                return
+            entry[0] += 1
+            entry[1] = float(event.eventData)
+
+    def _publish(self) -> None:
+        with self._lock:
+            items = [(i, np.array(v)) for i, v in self.counts.items()]
+        for index, values in items:
+            self.board.publish((index, "xid"), values)
+
+
+def _is_timeout(nvml: Any, exc: Exception) -> bool:
+    return getattr(exc, "value", None) == getattr(nvml, "NVML_ERROR_TIMEOUT", 10)
+
+
+class Watchdog(threading.Thread):
+    """Sets to NaN, every interval, the board blocks whose poller is stuck."""
+
+    def __init__(self, board: Board, interval_s: float) -> None:
+        super().__init__(name="reveal-gpu-watch", daemon=True)
+        self.board = board
+        self.interval_s = interval_s
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            self.board.expire()
