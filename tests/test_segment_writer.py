@@ -10,6 +10,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
+from reveal.store.journal import read_journal
 from reveal.store.layout import META_FILE, journal_path, segment_path, write_json_atomic
 from reveal.store.run_reader import read_run
 from reveal.store.run_writer import base_meta
@@ -40,8 +41,9 @@ def _meta(run) -> None:
 
 
 def _journal_rows(path) -> int:
-    with open(path, "rb") as handle:
-        return ipc.open_stream(handle).read_all().num_rows
+    journal = read_journal(path)
+    assert journal.damage is None and journal.schema is not None
+    return journal.num_rows
 
 
 @pytest.mark.parametrize(("n", "width"), [(1, 23), (9, 23), (10, 23), (11, 23), (37, 23),

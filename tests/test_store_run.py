@@ -34,10 +34,10 @@ def test_round_trip_keeps_values_nans_and_interval(tmp_path):
     assert back.interval_s == pytest.approx(0.1)
 
 
-def test_journal_tail_is_recovered_and_truncation_dropped(tmp_path):
+def test_version_1_journal_tail_is_recovered_and_truncation_dropped(tmp_path):
     tel = _telemetry(40)
     run = write_run(tel.slice_rows(0, 20), tmp_path / "run")
-    path = journal_path(run, 2)
+    path = journal_path(run, 2).with_suffix(".arrows")  # a plain Arrow stream, as v1 wrote
     path.parent.mkdir()
     table = telemetry_table(tel.timestamps_ns[20:], tel.values[20:], tel.channels)
     with open(path, "wb") as handle:
@@ -57,7 +57,7 @@ def test_channel_appearing_mid_run_is_nan_before(tmp_path):
     tel = _telemetry(20)
     run = write_run(tel.slice_rows(0, 10).select(["x"]), tmp_path / "run")
     later = tel.slice_rows(10, 20)
-    path = journal_path(run, 2)
+    path = journal_path(run, 2).with_suffix(".arrows")
     path.parent.mkdir()
     table = telemetry_table(later.timestamps_ns, later.values, later.channels)
     with open(path, "wb") as handle, ipc.new_stream(handle, table.schema) as writer:

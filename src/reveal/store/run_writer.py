@@ -63,7 +63,7 @@ def write_run(telemetry: Telemetry, run: str | Path, source: str = "write_run") 
     table = telemetry_table(telemetry.timestamps_ns, telemetry.values, telemetry.channels)
     target = segment_path(run, 1)
     tmp = target.with_name(target.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
     os.replace(tmp, target)
     write_json_atomic(run / META_FILE, meta)
     return run

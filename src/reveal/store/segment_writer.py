@@ -2,11 +2,13 @@
 
 Rows (one timestamp plus one float64 per channel) are kept in memory for the open segment.
 At least every ``flush_seconds`` the rows not yet journaled are appended to
-``journal/NNNNNN.arrows`` as one Arrow IPC record batch, written with ``pwrite`` so a
-SIGKILL loses at most the rows since the last flush and a failed write (disk full) is cut
-back with ``ftruncate``, leaving a readable stream. Every ``segment_seconds``, on a schema
-change and on close, the segment is written as ``segments/NNNNNN.parquet.tmp`` (zstd; int64
-columns delta-encoded, floats byte-stream-split), fsynced, renamed, and its journal removed.
+``journal/NNNNNN.journal`` as one record (an Arrow IPC record batch framed with its length
+and CRC32, see :mod:`reveal.store.journal`), written with ``pwrite`` so a SIGKILL loses at
+most the rows since the last flush and a failed write (disk full) is cut back with
+``ftruncate``, leaving a readable journal. Every ``segment_seconds``, on a schema change
+and on close, the segment is written as ``segments/NNNNNN.parquet.tmp`` (zstd; int64
+columns delta-encoded, floats byte-stream-split; page checksums), fsynced, renamed, and its
+journals removed.
 Segment files are written on a background thread so the sampler never waits for them.
 
 A full disk never raises: rows that cannot be journaled are dropped and counted
@@ -28,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from reveal.store.journal import MAGIC, frame, journal_arrays, read_journal
 from reveal.store.layout import JOURNAL_DIR, SEGMENTS_DIR, TIME_COLUMN, journal_path, segment_path
 
 #: Errors meaning "the storage is full or failing": drop and count, never crash.
@@ -49,13 +51,16 @@ class WriterStats:
     segments_written: int = 0
     segment_bytes: int = 0  # sum of closed segment files
     journal_bytes: int = 0  # size of the open journal
+    journal_bytes_closed: int = 0  # closed journals not yet replaced by their segment
     journal_bytes_total: int = 0  # everything ever appended to journals
     disk_full_episodes: int = 0
     pending_segments: int = 0  # journals still waiting for their Parquet file
+    journal_bytes_damaged: int = 0  # bytes of journals a retry found torn or corrupt
 
     @property
     def bytes_on_disk(self) -> int:
-        return self.segment_bytes + self.journal_bytes
+        """Segments plus every journal still on disk, bytes."""
+        return self.segment_bytes + self.journal_bytes + self.journal_bytes_closed
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,7 +167,7 @@ def write_segment_file(path: Path, table: pa.Table, encodings: dict[str, str],
             table, tmp, row_group_size=max(table.num_rows, 1), compression="zstd",
             compression_level=zstd_level, use_dictionary=False, column_encoding=encodings,
             write_statistics=[TIME_COLUMN], store_schema=False, write_page_index=False,
-            data_page_size=1 << 22)
+            data_page_size=1 << 22, write_page_checksum=True)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -191,28 +196,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def read_journal_rows(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Every complete batch of a journal as (ts_ns, block, channels)."""
-    batches = []
-    with open(path, "rb") as handle:
-        reader = ipc.open_stream(handle)
-        schema = reader.schema
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-            except (OSError, pa.ArrowException):
-                break
-    channels = [name for name in schema.names if name != TIME_COLUMN]
-    if not batches:
-        return np.zeros(0, np.int64), np.zeros((0, len(channels))), channels
-    table = pa.Table.from_batches(batches, schema=schema)
-    ts = table.column(TIME_COLUMN).to_numpy()
-    block = np.empty((table.num_rows, len(channels)), dtype=np.float64)
-    for i, name in enumerate(channels):
-        column = table.column(name).cast(pa.float64()).fill_null(np.nan)
-        block[:, i] = column.to_numpy(zero_copy_only=False)
-    return ts, block, channels
+    """Every intact record of a journal (either version) as (ts_ns, block, channels)."""
+    return journal_arrays(read_journal(path))
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,7 +368,7 @@ class SegmentWriter:
         ok = self._journal_ready or self._write_schema()
         if ok:
             message = self._encoder.batch_message(self._ts[start:stop], self._block[start:stop])
-            ok = self._append_journal(message)
+            ok = self._append_journal(frame(message))
         if ok:
             self._flushed = stop
             self.stats.rows_journaled += stop - start
@@ -475,6 +460,8 @@ class SegmentWriter:
             return  # nothing recorded: the next journal reuses the number
         self._parts.append(_Part(self._number, self._ts[:self._count],
                                  self._block[:self._count], list(self._channels)))
+        with self._lock:
+            self.stats.journal_bytes_closed += self._journal_size
         self._number += 1
 
     def _submit_segment(self) -> None:
@@ -503,7 +490,7 @@ class SegmentWriter:
         elif self._journal_size:
             os.ftruncate(self._fd, 0)
             self._journal_size = 0
-        self._journal_ready = self._append_journal(self._encoder.schema_message())
+        self._journal_ready = self._append_journal(MAGIC + frame(self._encoder.schema_message()))
         return self._journal_ready
 
     def _append_journal(self, data: bytes) -> bool:
@@ -569,12 +556,17 @@ class SegmentWriter:
                 raise
             self._storage_error(exc)
             return False
+        removed = 0
         for number in numbers:  # the first is skipped by readers already (same number)
+            path = journal_path(self.run, number)
             with contextlib.suppress(OSError):
-                journal_path(self.run, number).unlink()
+                journal_size = path.stat().st_size
+                path.unlink()
+                removed += journal_size
         with self._lock:
             self.stats.segments_written += 1
             self.stats.segment_bytes += size
+            self.stats.journal_bytes_closed = max(0, self.stats.journal_bytes_closed - removed)
         return True
 
     def _retry_pending(self) -> None:
@@ -587,7 +579,12 @@ class SegmentWriter:
                 for number in numbers:
                     path = journal_path(self.run, number)
                     if path.exists():
-                        ts, block, channels = read_journal_rows(path)
+                        journal = read_journal(path)
+                        if journal.damage is not None:
+                            self.stats.journal_bytes_damaged += journal.damage.dropped_bytes
+                            self.notify("warning", f"{self.run}: "
+                                                   f"{journal.damage.describe()}")
+                        ts, block, channels = journal_arrays(journal)
                         if len(ts):
                             parts.append(_Part(number, ts, block, channels))
             except (OSError, pa.ArrowException):
