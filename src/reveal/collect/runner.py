@@ -25,7 +25,14 @@ from reveal.collect.options import check_probe_options
 from reveal.collect.probe import REGISTRY, Probe, ProbeUnavailable
 from reveal.collect.sampler import Sampler
 from reveal.errors import InputError
-from reveal.store.layout import FORMAT_NAME, FORMAT_VERSION, META_FILE, write_json_atomic
+from reveal.store.layout import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_FILE,
+    data_bytes,
+    write_json_atomic,
+    write_meta_file,
+)
 from reveal.store.segment_writer import SegmentWriter
 
 Notify = Callable[[str, str], None]  # (level "warning" | "notice" | "info", message)
@@ -284,7 +291,11 @@ class Collector:
         }
 
     def write_meta(self, closed: bool = False) -> None:
-        """Rewrite ``meta.json`` with current probes and stats (a full disk only warns)."""
+        """Rewrite ``meta.json`` with current probes and stats (a full disk only warns).
+
+        ``bytes_on_disk`` is measured from the run's segment and journal files. The final
+        write (``closed``) falls back on the space reserved for it; when even that fails,
+        ``self.meta["closed"]`` stays False, as on disk, and a warning says so."""
         assert self.sampler is not None
         self._refresh_probe_meta(self.meta)
         if self.sampler.start_ns:
@@ -295,7 +306,8 @@ class Collector:
         if self.writer is not None:
             w = self.writer.stats
             stats.update(dropped_samples=w.dropped_samples, segments=w.segments_written,
-                         bytes_on_disk=w.bytes_on_disk, journal_bytes_written=w.journal_bytes_total,
+                         bytes_on_disk=data_bytes(self.run_dir),
+                         journal_bytes_written=w.journal_bytes_total,
                          disk_full_episodes=w.disk_full_episodes,
                          pending_segments=w.pending_segments)
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -308,21 +320,33 @@ class Collector:
         snapshot = json.loads(json.dumps(self.meta, default=str))
         if self.writer is not None and not closed:
             self.writer.submit(lambda: self._store_meta(snapshot))  # off the sampling thread
-        else:
-            self._store_meta(snapshot)
+        elif not self._store_meta(snapshot) and closed:
+            self.meta["closed"] = False  # what meta.json says: the run reads as not closed
 
-    def _store_meta(self, meta: dict[str, Any]) -> None:
-        try:
-            write_json_atomic(self.run_dir / META_FILE, meta)
-        except OSError as exc:
-            if not self._meta_failing:  # once until it works again
-                self.notify("warning", f"{self.run_dir / META_FILE}: not updated "
-                                       f"({exc.strerror}); will retry")
-            self._meta_failing = True
-            with contextlib.suppress(OSError):
-                (self.run_dir / (META_FILE + ".tmp")).unlink()
-        else:
-            self._meta_failing = False
+    def _store_meta(self, meta: dict[str, Any]) -> bool:
+        """Write ``meta`` as ``meta.json`` (keeping space for the final write); False when
+        the storage refused. The final write (``closed: true``) is tried three times."""
+        final = meta.get("closed") is True
+        error = OSError()
+        for attempt in range(3 if final else 1):
+            if attempt:
+                time.sleep(0.5)  # space may come back (a log rotated, a file removed)
+            try:
+                write_meta_file(self.run_dir, meta, final=final)
+            except OSError as exc:
+                error = exc
+            else:
+                self._meta_failing = False
+                return True
+        if final:
+            self.notify("warning", f"{self.run_dir / META_FILE}: final metadata not written "
+                                   f"({error.strerror}); the run stays readable but reads as "
+                                   f"not closed, with the stats of its last update")
+        elif not self._meta_failing:  # once until it works again
+            self.notify("warning", f"{self.run_dir / META_FILE}: not updated "
+                                   f"({error.strerror}); will retry")
+        self._meta_failing = True
+        return False
 
     # -- run -------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] | None = None) -> CollectResult:
