@@ -372,3 +372,18 @@ def test_eight_slow_gpus_beside_procfs_probes_miss_no_tick(
     assert np.isnan(late[:, power[7]]).all() == hang
     assert np.isfinite(late[:, channels.index(f"gpu.pcie_tx_kbps{{gpu={0}}}")]).all()
     assert np.isfinite(rows[:, channels.index("cpu.user")]).all()
+
+
+def test_recorder_encodes_nvml_structures() -> None:
+    """record_nvml.py (run on a GPU host to refresh the fixture) stores NVML's structures."""
+    spec = importlib.util.spec_from_file_location("record_nvml", FIXTURES / "record_nvml.py")
+    assert spec is not None and spec.loader is not None
+    recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recorder)
+    memory = pynvml.c_nvmlMemory_t()
+    memory.total, memory.free, memory.used = 85520809984, 21096300544, 64424509440
+    assert recorder.encode(memory) == {"total": 85520809984, "free": 21096300544,
+                                       "used": 64424509440}
+    assert recorder.encode((0, 1, 0, 0)) == [0, 1, 0, 0]
+    assert recorder.encode(b"NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
+    assert recorder._ERRORS[pynvml.NVML_ERROR_NOT_SUPPORTED] == "NVML_ERROR_NOT_SUPPORTED"
