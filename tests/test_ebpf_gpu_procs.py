@@ -246,3 +246,57 @@ def test_every_query_unsupported_is_unavailable_with_reason(workers) -> None:
     with pytest.raises(ProbeUnavailable, match="no per-process NVML query is supported"):
         probe.open()
     assert replay.shutdown
+
+
+def _pids_with_channels(probe: GpuProcessProbe) -> set[str]:
+    return {parse_channel(c)[1]["pid"] for c in probe.channels}
+
+
+def test_exited_process_retires_at_the_next_refresh(workers) -> None:
+    """A process NVML stops listing keeps its channels (NaN) while it lives, for
+    ``retire_s``; once it has exited they go at the next refresh."""
+    pids, _ = workers
+    replay = ProcReplay(json.loads(FIXTURE.read_text()), pids)
+    probe = GpuProcessProbe(nvml=replay, retire_s=3600)
+    probe.open()
+    replay.tick = 1
+    probe.read(np.empty(len(probe.channels)))
+    probe.refresh()
+    infer = str(pids["infer"])
+    assert infer in _pids_with_channels(probe)
+    replay.tick = 2  # the inference process is no longer listed, but still runs
+    probe.read(np.empty(len(probe.channels)))
+    probe.refresh()
+    # still running: kept; a pid of another namespace (no /proc entry) unlisted: gone
+    assert {infer, str(pids["unaccounted"])} <= _pids_with_channels(probe)
+    assert "4000001" not in _pids_with_channels(probe)
+    assert probe.info["retired_channels"] == 5
+    os.kill(pids["infer"], 9)
+    os.waitpid(pids["infer"], 0)
+    probe.read(np.empty(len(probe.channels)))
+    assert probe.refresh()
+    assert infer not in _pids_with_channels(probe)
+    # GPU 0: memory + 4 utilisations, the MIG GPU: memory
+    assert probe.info["retired_channels"] == 5 + 5 + 1
+    out = np.full(len(probe.channels), -1.0)
+    probe.read(out)
+    assert np.isfinite(out[probe.channels.index(next(
+        c for c in probe.channels if f"pid={pids['late']}" in c and "mem_used" in c))])
+    probe.close()
+
+
+def test_unlisted_process_retires_after_retire_s_and_channels_are_capped(workers) -> None:
+    pids, _ = workers
+    replay = ProcReplay(json.loads(FIXTURE.read_text()), pids)
+    probe = GpuProcessProbe(nvml=replay, retire_s=0.0, max_channels=8)
+    probe.open()
+    assert len(probe.channels) == 8
+    assert probe.status == "degraded" and "max_channels=8" in probe.reason
+    assert probe.info["processes_over_cap"] >= 1
+    replay.tick = 2
+    probe.read(np.empty(len(probe.channels)))
+    probe.refresh()
+    # the live but unlisted inference process is gone at once (retire_s=0)
+    assert str(pids["infer"]) not in _pids_with_channels(probe)
+    assert len(probe.channels) <= 8
+    probe.close()

@@ -15,7 +15,13 @@ and ``gi``/``ci`` on a MIG-enabled GPU):
   percent of the driver's last sample period(s); 0 for a listed process with no new sample.
 
 Processes appear as channels at the next ``refresh()``; a channel whose process has left
-the GPU reads NaN. Nothing is dropped silently: a GPU in MIG mode, or a query NVML answers
+the GPU reads NaN until it retires. **Retirement** (at a refresh): a process's channels
+are removed once NVML has not listed it for ``retire_s`` seconds (default 30), or at the
+first refresh after it stopped being listed when its ``/proc/PID`` is gone (it exited). Only
+a listing NVML answered counts as "not listed", so a failing query retires nothing. **Cap**:
+at most ``max_channels`` (default 2048) process channels; processes beyond it get none
+(counted in ``info["processes_over_cap"]``, and the probe is ``degraded`` saying so) until
+retirements make room. Nothing is dropped silently: a GPU in MIG mode, or a query NVML answers
 ``NOT_SUPPORTED``/``NO_PERMISSION``, makes the probe ``degraded`` with the GPU and query
 named in ``reason`` (``info["unsupported"]`` lists them).
 
@@ -27,8 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -62,6 +70,15 @@ class GpuProcessProbe(Probe):
 
     name = "gpu_procs"
     description = "per-process GPU memory and SM/memory/encoder/decoder use (NVML), by cgroup"
+    options_help: ClassVar[dict[str, str]] = {
+        "nvml": "a pynvml-shaped object to use instead of the pynvml module (default: pynvml)",
+        "proc_root": "where /proc is mounted, for comm and cgroup (default /proc)",
+        "retire_s": "seconds a process may go unlisted by NVML before its channels are "
+                    "removed at a refresh; an exited process goes at the next refresh "
+                    "(default 30)",
+        "max_channels": "most process channels kept; newer processes get none until "
+                        "others retire (default 2048)",
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -73,6 +90,13 @@ class GpuProcessProbe(Probe):
         self._index: dict[str, int] = {}
         self._pending: dict[str, float] = {}
         self._unsupported: list[str] = []
+        self.retire_s = float(options.get("retire_s", 30.0))
+        self.max_channels = int(options.get("max_channels", 2048))
+        self._pid_of: dict[str, int] = {}  # channel → pid
+        self._listed_at: dict[int, float] = {}  # pid → last time NVML listed it (monotonic s)
+        self._listed_now: set[int] = set()  # pids in the latest answered listing
+        self._over_cap: set[int] = set()
+        self.retired = 0  # process channels removed, over the probe's life
 
     # -- setup -----------------------------------------------------------------------------
     def _is(self, exc: Exception, *names: str) -> bool:
@@ -106,6 +130,7 @@ class GpuProcessProbe(Probe):
         if self._unsupported:
             self.status = "degraded"
             self.reason = "gpu_procs: " + "; ".join(self._unsupported)
+        self._open_status = (self.status, self.reason)
         self.channels = []
         self._pending.update(self._collect(commit=False))  # the processes running now
         self.refresh()
@@ -159,12 +184,15 @@ class GpuProcessProbe(Probe):
         ``commit`` the utilisation samples read stay unseen (read again next time)."""
         nvml = self._nvml
         values: dict[str, float] = {}
+        now = time.monotonic()
+        listed_all: set[int] = set()
         for gpu in self._gpus:
             listed: set[int] = set()
             for kind, query in gpu.lists:
                 try:
                     procs = getattr(nvml, query)(gpu.handle)
                 except nvml.NVMLError:
+                    listed_all.update(self._listed_now)  # no answer: nobody left
                     continue
                 for proc in procs:
                     pid = int(proc.pid)
@@ -180,6 +208,10 @@ class GpuProcessProbe(Probe):
                     values[name] = math.nan if used is None else float(used)
             if gpu.utilisation:
                 self._utilisation(gpu, listed, values, commit)
+            listed_all |= listed
+        for pid in listed_all:
+            self._listed_at[pid] = now
+        self._listed_now = listed_all
         return values
 
     def _utilisation(self, gpu: _Gpu, listed: set[int], values: dict[str, float],
@@ -218,13 +250,54 @@ class GpuProcessProbe(Probe):
                 out[index] = value
 
     def refresh(self) -> bool:
-        if not self._pending:
-            return False
+        """Retire the channels of processes gone (see the module's policy), then add those
+        of new processes up to ``max_channels``."""
+        changed = self._retire()
+        self._over_cap.clear()
         for name in self._pending:
-            if name not in self._index:
-                self._index[name] = len(self.channels)
-                self.channels.append(name)
+            if name in self._index:
+                continue
+            pid = self._pid_in(name)
+            if len(self.channels) >= self.max_channels:
+                self._over_cap.add(pid)
+                continue
+            self._index[name] = len(self.channels)
+            self._pid_of[name] = pid
+            self.channels.append(name)
+            changed = True
         self._pending = {}
+        self.info["processes_over_cap"] = len(self._over_cap)
+        self.info["retired_channels"] = self.retired
+        if self._over_cap:
+            self.status = "degraded"
+            self.reason = (f"gpu_procs: {len(self._over_cap)} process(es) without channels: "
+                           f"max_channels={self.max_channels} reached")
+        elif self.reason.startswith("gpu_procs: ") and "max_channels" in self.reason:
+            self.status, self.reason = self._open_status
+        return changed
+
+    def _pid_in(self, name: str) -> int:
+        body = name[name.index("{") + 1:-1]
+        return int(next(p[4:] for p in body.split(",") if p.startswith("pid=")))
+
+    def _retire(self) -> bool:
+        now = time.monotonic()
+        gone = set()
+        for pid in {*self._pid_of.values()} - self._listed_now:
+            unlisted_s = now - self._listed_at.get(pid, now)
+            if unlisted_s >= self.retire_s or not os.path.exists(f"{self._proc_root}/{pid}"):
+                gone.add(pid)
+        if not gone:
+            return False
+        kept = [c for c in self.channels if self._pid_of[c] not in gone]
+        self.retired += len(self.channels) - len(kept)
+        self.channels = kept
+        self._index = {name: i for i, name in enumerate(kept)}
+        self._pid_of = {name: self._pid_of[name] for name in kept}
+        for pid in gone:
+            self._labels.pop(pid, None)
+            self._listed_at.pop(pid, None)
+        self._pending = {k: v for k, v in self._pending.items() if self._pid_in(k) not in gone}
         return True
 
     def close(self) -> None:
