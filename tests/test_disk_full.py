@@ -106,7 +106,7 @@ def test_full_disk_drops_counts_and_resumes(small_fs):
     assert full_from - 1.2e9 <= ts[hole] <= full_until
     after = ts[ts > full_until]
     assert len(after) >= 15  # recording resumed once space returned
-    assert not list((run / "journal").glob("*.arrows"))  # late segments were written too
+    assert not list((run / "journal").iterdir())  # late segments were written too
     assert meta["stats"]["samples"] == tel.n_samples + meta["stats"]["dropped_samples"]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -10,7 +12,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from reveal.store.journal import read_journal
+from reveal.store.journal import MAGIC, read_journal
 from reveal.store.layout import META_FILE, journal_path, segment_path, write_json_atomic
 from reveal.store.run_reader import read_run
 from reveal.store.run_writer import base_meta
@@ -256,3 +258,94 @@ def test_column_chunking_does_not_change_the_table():
     whole, enc_whole = segment_table(ts, block, names)
     pieces, enc_pieces = segment_table(ts, block, names, chunk=2)
     assert whole.equals(pieces) and enc_whole == enc_pieces
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _page_crc(data: bytes, offset: int) -> int | None:
+    """The ``crc`` field (4) of the Thrift-compact PageHeader at ``offset``, if present."""
+    pos = offset
+    for field_id in (1, 2, 3):  # type, uncompressed_page_size, compressed_page_size: i32
+        assert data[pos] == 0x15, f"unexpected page header field {field_id}"
+        _, pos = _varint(data, pos + 1)
+    if data[pos] != 0x15:  # field 4 (crc, i32) absent: next is the data page header struct
+        return None
+    zigzag, _ = _varint(data, pos + 1)
+    return ((zigzag >> 1) ^ -(zigzag & 1)) & 0xFFFFFFFF
+
+
+def test_segments_carry_page_checksums_and_journal_records_a_crc(tmp_path):
+    run = tmp_path / "run"
+    channels = [f"x{i}" for i in range(12)]
+    ts, block = _rows(40, 12)
+    writer = SegmentWriter(run, channels, interval_s=0.1, segment_seconds=3.0,
+                           background=False)
+    for i in range(40):  # a segment of 30 rows, then 10 rows journaled
+        writer.append(int(ts[i]), block[i])
+    journal = journal_path(run, 2)
+    data = journal.read_bytes()
+    assert data.startswith(MAGIC)
+    offset, records = len(MAGIC), 0
+    while offset < len(data):  # <length><crc32 of payload><payload>, back to back
+        length, crc = struct.unpack_from("<II", data, offset)
+        assert zlib.crc32(data[offset + 8:offset + 8 + length]) == crc
+        offset, records = offset + 8 + length, records + 1
+    assert offset == len(data) and records == 2  # the schema, one batch
+    writer.close()
+    for path in sorted((run / "segments").iterdir()):
+        meta = pq.ParquetFile(path).metadata
+        raw = path.read_bytes()
+        group = meta.row_group(0)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            page = column.data_page_offset
+            stored = _page_crc(raw, page)
+            assert stored is not None, f"{path.name} column {column.path_in_schema}"
+            # the CRC covers the page's compressed bytes, right after its header
+            size = _page_size(raw, page)
+            assert zlib.crc32(raw[size[1]:size[1] + size[0]]) == stored
+        pq.ParquetFile(path, page_checksum_verification=True).read()
+
+
+def _page_size(data: bytes, offset: int) -> tuple[int, int]:
+    """(compressed page size, offset of the page data) of the PageHeader at ``offset``."""
+    pos = offset
+    values = []
+    for _ in range(4):
+        zigzag, pos = _varint(data, pos + 1)
+        values.append((zigzag >> 1) ^ -(zigzag & 1))
+    return values[2], _header_end(data, pos)  # then the data page header struct
+
+
+def _header_end(data: bytes, pos: int) -> int:
+    """Where the PageHeader whose next field starts at ``pos`` ends (Thrift compact)."""
+    depth = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        if byte == 0:  # stop
+            if depth == 0:
+                return pos
+            depth -= 1
+            continue
+        kind = byte & 0x0F
+        if kind == 12:  # struct
+            depth += 1
+        elif kind in (5, 6, 3, 4):  # i32, i64, i16, varint-encoded
+            _, pos = _varint(data, pos)
+        elif kind in (1, 2):  # bool in the type nibble
+            continue
+        elif kind == 8:  # binary: varint length then bytes
+            n, pos = _varint(data, pos)
+            pos += n
+        else:
+            raise AssertionError(f"unexpected Thrift type {kind}")
