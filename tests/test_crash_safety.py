@@ -118,3 +118,59 @@ def test_sigterm_and_sigint_flush_and_close_the_run(tmp_path, sig):
     assert meta["stats"]["samples"] == tel.n_samples
     assert (killed - tel.timestamps_ns[-1]) / 1e9 <= 2 * INTERVAL_S + 0.3  # nothing lost
     assert tel.n_samples >= 0.9 * 2.5 / INTERVAL_S
+
+
+_SLOW_WRITER = r"""
+import os, sys, time
+from pathlib import Path
+import numpy as np
+from reveal.store.layout import META_FILE, write_json_atomic
+from reveal.store.run_writer import base_meta
+from reveal.store.segment_writer import SegmentWriter
+
+run, channels = Path(sys.argv[1]), int(sys.argv[2])
+writer = SegmentWriter(run, [f"m{i}" for i in range(channels)], interval_s=0.1,
+                       background=False)
+write_json_atomic(run / META_FILE, base_meta("h", 0.1, closed=False))
+real_pwrite = os.pwrite
+
+def slow_pwrite(fd, data, offset):  # a device writing 4 KiB per call, stalling after 3 s
+    done = real_pwrite(fd, bytes(memoryview(data)[:4096]), offset)
+    if done < len(data) and writer.stats.rows_journaled >= 30:
+        print("partial", flush=True)
+        time.sleep(30)
+    return done
+
+os.pwrite = slow_pwrite
+block = np.random.default_rng(0).normal(size=(200, channels))
+for i in range(200):
+    writer.append(7_000_000_000 + i * 100_000_000, block[i])
+    print("journaled", writer.stats.rows_journaled, flush=True)
+"""
+
+
+def test_a_record_torn_by_sigkill_is_dropped_with_a_warning(tmp_path):
+    """A process writing a journal through the real writer is killed (SIGKILL) in the middle
+    of a record: the complete records read back, the torn one is dropped and reported."""
+    run, channels = tmp_path / "run", 300
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, str(run), str(channels)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    journaled = 0
+    for line in proc.stdout:
+        if line.startswith("journaled"):
+            journaled = int(line.split()[1])
+        elif line.startswith("partial"):
+            proc.send_signal(signal.SIGKILL)  # stalled in the middle of the 4th batch
+            break
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert journaled == 30
+    with pytest.warns(UserWarning, match=r"000001\.journal: truncated at record 4"):
+        tel = read_run(run)
+    block = np.random.default_rng(0).normal(size=(200, channels))
+    assert tel.n_samples == 30
+    np.testing.assert_array_equal(tel.values, block[:30])
+    recovery = tel.meta["recovery"]["journals"][0]
+    assert recovery["kept_rows"] == 30 and recovery["dropped_bytes"] >= 4096
+    assert tel.meta["closed"] is False
