@@ -387,3 +387,24 @@ def test_recorder_encodes_nvml_structures() -> None:
     assert recorder.encode((0, 1, 0, 0)) == [0, 1, 0, 0]
     assert recorder.encode(b"NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
     assert recorder._ERRORS[pynvml.NVML_ERROR_NOT_SUPPORTED] == "NVML_ERROR_NOT_SUPPORTED"
+
+
+def test_a_gpu_hung_at_open_joins_when_it_answers(h100: dict[str, Any]) -> None:
+    """open() waits at most open_timeout_s; the GPUs that answered are recorded at once."""
+    nvml = ReplayNvml(h100)
+    nvml.hang(0)
+    probe = GpuProbe(nvml=nvml, open_timeout_s=0.5, **FAST)
+    t0 = time.monotonic()
+    probe.open()
+    try:
+        assert time.monotonic() - t0 < 1.0
+        assert probe.status == "degraded" and "GPU 0: no answer yet" in probe.reason
+        assert probe.channels and all("gpu=1" in c for c in probe.channels)
+        assert np.isfinite(_settled(probe)["gpu.power_mw{gpu=1}"])
+        nvml.release(0)
+        _until(lambda: probe.refresh() or "gpu.power_mw{gpu=0}" in probe.channels)
+        assert probe.status == "ok"
+        assert np.isfinite(_settled(probe)["gpu.power_mw{gpu=0}"])
+    finally:
+        probe.close()
+    assert nvml.unrecorded == []

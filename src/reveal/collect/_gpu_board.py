@@ -25,7 +25,7 @@ class _Block:
     start: int
     stop: int
     stale_s: float
-    last_ns: int = 0  # CLOCK_MONOTONIC of the last publication, 0 before the first
+    last_ns: int  # CLOCK_MONOTONIC of the last publication, or of the layout before it
     stale: bool = False
 
 
@@ -40,11 +40,12 @@ class Board:
 
     def layout(self, blocks: list[tuple[Hashable, int, float]]) -> None:
         """New blocks ``(key, size, stale_s)`` laid out in order; every value NaN until its
-        block is published."""
+        block is published, and the block counted stale when that takes over ``stale_s``."""
         table: dict[Hashable, _Block] = {}
         at = 0
+        now = time.monotonic_ns()
         for key, size, stale_s in blocks:
-            table[key] = _Block(at, at + size, stale_s)
+            table[key] = _Block(at, at + size, stale_s, now)
             at += size
         with self._lock:
             self._blocks = table
@@ -69,7 +70,7 @@ class Board:
         gone: list[Hashable] = []
         with self._lock:
             for key, block in self._blocks.items():
-                if block.stale or not block.last_ns:
+                if block.stale:
                     continue
                 if now - block.last_ns > block.stale_s * 1e9:
                     self.values[block.start:block.stop] = np.nan
