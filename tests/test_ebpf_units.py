@@ -243,7 +243,8 @@ def test_batches_become_channels() -> None:
     assert c[ch("ebpf.nccl.elements", fn="ncclAllReduce", dtype="invalid")] == 7
     assert c[format_channel("ebpf.tcp.retransmits", {"saddr": "10.0.0.1", "sport": "5201",
                                                      "daddr": "fe80::1", "dport": "40000"})] == 3
-    assert c["ebpf.sched.runq_waits"] == 10 and c["ebpf.sched.runq_lat_hist{le=8}"] == 10
+    # a wait under 1 µs lands in the first bounded bucket, [0, 1024) ns
+    assert c["ebpf.sched.runq_waits"] == 10 and c["ebpf.sched.runq_lat_hist{le=1024}"] == 10
 
     # the next interval: means use the difference; no completion means NaN, not zero
     (batch,) = assembler.feed(_records(pid, 6, 5, 1_500_000, 350_000))
@@ -421,3 +422,135 @@ def test_missing_tracefs_is_named() -> None:
         capture_output=True, text=True, timeout=60, check=False)
     assert "tracepoint groups tcp, block, sched off" in done.stdout, done.stderr
     assert "tracefs" in done.stdout
+
+
+# -- bounded channel counts ----------------------------------------------------------------
+
+class _AllSelected:
+    """A labeller that selects every pid (labels from the pid alone)."""
+
+    def process(self, pid: int) -> dict[str, str]:
+        return {"pid": str(pid), "comm": f"w{pid}", "cgroup": "/job"}
+
+    def python_source(self, pid: int) -> str:
+        return "eval_frame"
+
+    def task(self, pid: int) -> dict[str, str]:
+        return {"pid": str(pid), "comm": f"w{pid}"}
+
+    def device(self, dev: int) -> str:
+        return f"dev{dev}"
+
+
+def _calls_batch(calls: dict[int, int], fid: int) -> list[dict[str, object]]:
+    return [{"type": "map", "data": {"@calls": {f"{pid},{fid}": n
+                                                for pid, n in calls.items()}}},
+            {"type": "printf", "data": f"{BATCH_MARKER}\n"}]
+
+
+def test_pids_beyond_the_cap_are_pooled_and_exited_ones_retired() -> None:
+    from reveal.collect.ebpf.parse import Limits
+
+    fid = FUNCTION_IDS["cudaLaunchKernel"]
+    converter = BatchConverter(_AllSelected(), limits=Limits(max_pids=2))
+    assembler = BatchAssembler()
+
+    def calls(pid: int | str) -> str:
+        return format_channel("ebpf.cuda.calls", {"pid": str(pid), "fn": "cudaLaunchKernel",
+                                                  **({} if pid == "other" else
+                                                     {"comm": f"w{pid}", "cgroup": "/job"})})
+
+    kernel = {101: 50, 102: 500, 103: 5, 104: 300}
+    (batch,) = assembler.feed(_calls_batch(kernel, fid))
+    c = converter.convert(batch).counters
+    # the two busiest of the first batch get channels, the rest are summed
+    assert c == {calls(102): 500, calls(104): 300, calls("other"): 55}
+
+    kernel = {101: 90, 102: 600, 103: 700, 104: 310}   # 103 became the busiest pooled pid
+    (batch,) = assembler.feed(_calls_batch(kernel, fid))
+    c = converter.convert(batch).counters
+    assert c[calls("other")] == 790 and sum(c.values()) == sum(kernel.values())
+
+    alive = {101, 102, 103}                             # 104 exited
+    gone = converter.review(lambda family, key: key in alive)
+    assert calls(104) in gone and all("pid=104" in name for name in gone)
+    kernel = {101: 95, 102: 650, 103: 720, 104: 310}    # the kernel still holds 104's keys
+    (batch,) = assembler.feed(_calls_batch(kernel, fid))
+    c = converter.convert(batch).counters
+    # 103 took the free slot: its channel counts from its promotion (700), the pooled
+    # channel keeps what 103 counted before, so no channel goes back and nothing is lost
+    assert c[calls(103)] == 20
+    assert c[calls("other")] == 95 + 700
+    assert calls(104) not in c
+    assert sum(c.values()) == sum(v for pid, v in kernel.items() if pid != 104)
+    assert converter.caps["proc"].own == {102, 103}
+
+    alive = {102, 103}                                  # a pooled pid exits: still counted
+    assert converter.review(lambda family, key: key in alive) == []
+    (batch,) = assembler.feed(_calls_batch({101: 95, 102: 660, 103: 730, 104: 310}, fid))
+    c = converter.convert(batch).counters
+    assert c[calls("other")] == 795 and c[calls(103)] == 30
+
+
+def test_channel_count_is_bounded_however_many_pids_call() -> None:
+    from reveal.collect.ebpf.parse import Limits
+
+    fids = [FUNCTION_IDS[n] for n in ("cudaLaunchKernel", "cudaMemcpy", "ncclAllReduce")]
+    limits = Limits(max_pids=4, hist_buckets=8)
+    converter = BatchConverter(_AllSelected(), limits=limits)
+    assembler = BatchAssembler()
+    names: set[str] = set()
+    buckets = [{"min": 1 << k, "max": (2 << k) - 1, "count": 1} for k in range(40)]
+    for wave in range(5):                               # 5 waves of 200 new pids
+        pids = range(1000, 1200 + 200 * wave)            # kernel maps keep earlier pids
+        keys = [f"{pid},{fid}" for pid in pids for fid in fids]
+        recs = [{"type": "map", "data": {"@calls": {k: 3 for k in keys}}},
+                {"type": "hist", "data": {"@lat": {k: buckets for k in keys}}},
+                {"type": "printf", "data": f"{BATCH_MARKER}\n"}]
+        (batch,) = assembler.feed(recs)
+        values = converter.convert(batch)
+        names.update(values.counters)
+        hist = {n: v for n, v in values.counters.items()
+                if n.startswith("ebpf.cuda.lat_hist") and "pid=other" in n
+                and "cudaMemcpy" in n}
+        assert len(hist) == 8 and sum(hist.values()) == 40 * (200 * (wave + 1) - 4)
+        les = {parse_channel(n)[1]["le"] for n in hist}
+        assert les == {"1024", "2048", "4096", "8192", "16384", "32768", "65536", "+Inf"}
+    pids = {parse_channel(n)[1]["pid"] for n in names}
+    assert len(pids) == 5  # 4 own + other, after 1000 processes
+    assert len(names) <= 5 * len(fids) * (1 + 8)
+
+
+def test_probe_retires_exited_processes_at_refresh(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    for pid in (201, 202, 203):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text(f"trainer{pid}\n")
+        (proc / str(pid) / "cgroup").write_text("0::/job\n")
+    probe = EbpfProbe(proc_root=str(proc), max_pids=2)
+    fid = FUNCTION_IDS["cudaLaunchKernel"]
+    probe._apply(_calls_batch({201: 10, 202: 20, 203: 1}, fid))
+    assert probe._adopt_channels()
+    assert {parse_channel(c)[1]["pid"] for c in probe.channels} == {"201", "202", "other"}
+    (proc / "202" / "comm").unlink()
+    (proc / "202" / "cgroup").unlink()
+    (proc / "202").rmdir()
+    assert probe._retire_exited()
+    assert {parse_channel(c)[1]["pid"] for c in probe.channels} == {"201", "other"}
+    probe._apply(_calls_batch({201: 15, 202: 20, 203: 4}, fid))
+    probe._adopt_channels()
+    out = np.full(len(probe.channels), np.nan)
+    out[:] = probe._values
+    got = {parse_channel(c)[1]["pid"]: v for c, v in zip(probe.channels, out, strict=True)
+           if c.startswith("ebpf.cuda.calls")}
+    assert got == {"201": 15, "other": 1, "203": 3}  # 203 promoted: counts from 1
+    assert probe.info["channel_bounds"]["retired_pids"] == 1
+
+
+def test_bounds_are_options() -> None:
+    for key in ("max_pids", "max_flows", "hist_buckets"):
+        assert key in EbpfProbe.options_help
+    with pytest.raises(ProbeUnavailable, match="bad ebpf options"):
+        EbpfProbe(max_pids="many")
+    with pytest.raises(ProbeUnavailable, match="bad ebpf options"):
+        EbpfProbe(hist_buckets=1)

@@ -17,21 +17,25 @@ and ``comm`` (globs), ``groups`` (subset of :data:`GROUPS`, default
 ``rescan_s`` (5), ``python_source`` (``auto`` | ``usdt`` | ``eval_frame``),
 ``launch_latency`` (True; False counts kernel launches at entry only, without a return
 probe: about half the cost per launch, no launch latency), ``map_keys`` (16384),
-``bpftrace`` (executable), ``attach_timeout_s`` (60).
+``bpftrace`` (executable), ``attach_timeout_s`` (60), ``max_pids`` (32), ``max_flows``
+(64), ``hist_buckets`` (24): the bounds on channel growth (:class:`~reveal.collect.ebpf.
+parse.Limits`; processes beyond ``max_pids`` are summed under ``pid=other``, exited ones
+retired at the next refresh).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from reveal.collect.ebpf.environment import Environment, check_environment
 from reveal.collect.ebpf.functions import FUNCTIONS
-from reveal.collect.ebpf.parse import BatchAssembler, BatchConverter, Values
+from reveal.collect.ebpf.parse import BatchAssembler, BatchConverter, Limits, Values, new_caps
 from reveal.collect.ebpf.planning import (
     ExportCache,
     ProcessLabels,
@@ -94,6 +98,27 @@ class EbpfProbe(Probe):
     description = ("eBPF uprobes on CUDA runtime/driver, NCCL and Python; TCP retransmits, "
                    "block I/O and run-queue latency (bpftrace; root; opt-in)")
     default_enabled = False
+    options_help: ClassVar[dict[str, str]] = {
+        "pids": "trace these processes and their descendants (default: every process "
+                "mapping a CUDA or NCCL library)",
+        "cgroup": "only processes whose cgroup path matches this glob (default: any)",
+        "comm": "only processes whose command name matches this glob (default: any)",
+        "groups": f"groups to trace, of {', '.join(GROUPS)} "
+                  f"(default: {','.join(DEFAULT_GROUPS)})",
+        "interval_ms": "bpftrace print interval, ms (default: 100)",
+        "rescan_s": "seconds between scans for new target processes (default: 5)",
+        "python_source": "auto, usdt or eval_frame (default: auto)",
+        "launch_latency": "time kernel launches with a return probe (default: true)",
+        "map_keys": "BPFTRACE_MAP_KEYS_MAX, entries per kernel map (default: 16384)",
+        "bpftrace": "the bpftrace executable (default: bpftrace on PATH)",
+        "attach_timeout_s": "seconds to wait for bpftrace to attach (default: 60)",
+        "max_pids": "processes (and retransmitting tasks) with channels of their own; the "
+                    "others are summed under pid=other (default: 32)",
+        "max_flows": "TCP flows with retransmit channels of their own; the others are "
+                     "summed under saddr=other (default: 64)",
+        "hist_buckets": "latency histogram buckets per histogram, from 1 µs up in powers of "
+                        "two, the last +Inf (default: 24)",
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -102,6 +127,9 @@ class EbpfProbe(Probe):
                                            options.get("cgroup") or None,
                                            options.get("comm") or None)
             self.groups = parse_groups(options.get("groups"))
+            self.limits = Limits(max_pids=int(options.get("max_pids", 32)),
+                                 max_flows=int(options.get("max_flows", 64)),
+                                 hist_buckets=int(options.get("hist_buckets", 24)))
         except ValueError as exc:
             raise ProbeUnavailable(f"bad ebpf options: {exc}") from exc
         self.interval_ms = int(options.get("interval_ms", 100))
@@ -125,6 +153,7 @@ class EbpfProbe(Probe):
         self._signature: _Signature | None = None
         self._failed: tuple[_Signature, float, str] | None = None
         self._assembler = BatchAssembler()
+        self._caps = new_caps(self.limits)  # which pids/flows have own channels, across runs
         self._converter = self._new_converter()
         self._last_scan = 0.0
         self._notes: list[str] = []
@@ -202,8 +231,40 @@ class EbpfProbe(Probe):
             if (idle or self._grew(signature)) and self._may_retry(signature, now):
                 self._restart(plan, signature)
         self._pump()
+        retired = self._retire_exited()
         self._update_status()
-        return self._adopt_channels()
+        return self._adopt_channels() or retired
+
+    def _alive(self, family: str, key: Hashable) -> bool:
+        """Whether a bounded key still exists: a pid in /proc (flows always do)."""
+        if family in ("proc", "task") and isinstance(key, int):
+            return os.path.exists(f"{self.proc_root}/{key}")
+        return True
+
+    def _retire_exited(self) -> bool:
+        """Exited processes leave the channel list; pooled ones may take their slots.
+        True when channels were removed."""
+        gone = set(self._converter.review(self._alive))
+        self.info["channel_bounds"] = {
+            "max_pids": self.limits.max_pids, "max_flows": self.limits.max_flows,
+            "hist_buckets": self.limits.hist_buckets,
+            "own_pids": len(self._caps["proc"].own),
+            "pooled_pids": len(self._caps["proc"].seen - self._caps["proc"].own
+                               - self._caps["proc"].retired),
+            "retired_pids": len(self._caps["proc"].retired)}
+        gone &= set(self._index)
+        if not gone:
+            return False
+        for table in (self._base, self._run, self._gauge):
+            for name in gone:
+                table.pop(name, None)
+        keep = [i for i, name in enumerate(self.channels) if name not in gone]
+        self.channels = [self.channels[i] for i in keep]
+        self._index = {name: i for i, name in enumerate(self.channels)}
+        self._values = self._values[keep]
+        self._is_gauge = self._is_gauge[keep]
+        self._gauge_names -= gone
+        return True
 
     def close(self) -> None:
         for session in (self._stopping, self._session):
@@ -277,7 +338,7 @@ class EbpfProbe(Probe):
     def _new_converter(self) -> BatchConverter:
         untimed = frozenset() if self.launch_latency else frozenset(
             i for i, fn in enumerate(FUNCTIONS) if fn.is_launch)
-        return BatchConverter(self._labels, untimed)
+        return BatchConverter(self._labels, untimed, self.limits, self._caps)
 
     def _restart(self, plan: ProgramPlan, signature: _Signature) -> None:
         """Stop the running bpftrace (asynchronously) and start ``plan`` once it is gone."""
