@@ -230,8 +230,9 @@ def test_a_stuck_gpu_reads_nan_and_delays_nothing_else(h100: dict[str, Any],
     nvml.hang(1)
     hung_at = time.monotonic()
     _until(lambda: np.isnan(_read(probe)["gpu.power_mw{gpu=1}"]), timeout_s=2.0)
-    # stale after 3 fast polls (0.15 s) plus the watchdog's period
-    assert time.monotonic() - hung_at < 0.15 + 0.2 + 0.1
+    # stale after 3 fast polls (0.15 s) plus the watchdog's period (0.05 s), long before
+    # the slow group's 1.5 s; the bound leaves room for a loaded machine
+    assert time.monotonic() - hung_at < 1.0
     polls = nvml.calls["nvmlDeviceGetPowerUsage"]
     _until(lambda: nvml.calls["nvmlDeviceGetPowerUsage"] >= polls + 5)  # GPU 0 goes on
     assert np.isfinite(_read(probe)["gpu.power_mw{gpu=0}"])
