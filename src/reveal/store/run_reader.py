@@ -31,8 +31,8 @@ from reveal.frame import Telemetry, channel_metric
 from reveal.store.journal import JOURNAL_SUFFIXES, Journal, read_journal
 from reveal.store.layout import JOURNAL_DIR, SEGMENTS_DIR, TIME_COLUMN, file_number, read_meta
 
-#: Values decoded at once when reading (rows per batch = this ÷ columns): about 32 MiB.
-BATCH_VALUES = 1 << 22
+#: Values decoded at once when reading (rows per batch = this ÷ columns): about 8 MiB.
+BATCH_VALUES = 1 << 20
 #: Default rows per chunk of :meth:`RunReader.iter_chunks` (about 7 min at 100 ms).
 CHUNK_ROWS = 4096
 
@@ -225,14 +225,14 @@ class RunReader:
              metrics: str | Iterable[str] | None = None) -> Telemetry:
         """Rows with ``start_ns <= ts_ns < end_ns`` (monotonic ns) of the selected channels.
 
-        Memory: the result (rows × channels × 8 bytes) plus one batch of about 32 MiB.
+        Memory: the result (rows × channels × 8 bytes) plus one batch of about 8 MiB.
         With no range and no subset, a run without samples is an :class:`InputError`;
         a range holding no samples gives an empty Telemetry.
         """
         names = self.select_channels(channels, metrics)
         low, high = self._bounds(start_ns, end_ns)
-        plan = self._plan(low, high)
-        bound = sum(rows for _, _, rows in plan)
+        plan = self._plan(low, high, count=True)
+        bound = sum(rows for _, _, rows in plan)  # exact but for repeated rows
         ts_out = np.empty(bound, dtype=np.int64)
         values = np.full((bound, len(names)), np.nan, dtype=np.float64)
         order, row = _Order(), 0
@@ -303,18 +303,33 @@ class RunReader:
                              str(self.run))
         return low, high
 
-    def _plan(self, low: int, high: int) -> list[tuple[_Source, list[int], int]]:
-        """Sources and row groups that may hold rows in ``[low, high)``, with their rows."""
+    def _plan(self, low: int, high: int, count: bool = False
+              ) -> list[tuple[_Source, list[int], int]]:
+        """Sources and row groups that may hold rows in ``[low, high)``, with their rows
+        (with ``count``, the rows inside the range: the ``ts_ns`` column of a row group
+        the range cuts is read to count them)."""
         plan = []
         for source in self.sources:
             if source.journal is not None:
                 if source.num_rows:
-                    plan.append((source, [], source.num_rows))
+                    rows = source.num_rows
+                    if count:
+                        rows = sum(_inside(b.column(0).to_numpy(), low, high)
+                                   for b in source.journal.batches)
+                    plan.append((source, [], rows))
                 continue
-            groups = [g for g in source.groups if g.num_rows and (
-                g.ts_min is None or g.ts_max is None or (g.ts_max >= low and g.ts_min < high))]
+            groups, rows = [], 0
+            for g in source.groups:
+                known = g.ts_min is not None and g.ts_max is not None
+                if not g.num_rows or (known and (g.ts_max < low or g.ts_min >= high)):
+                    continue
+                groups.append(g.index)
+                if count and not (known and g.ts_min >= low and g.ts_max < high):
+                    rows += _inside(self._segment_ts(source, g.index), low, high)
+                else:
+                    rows += g.num_rows
             if groups:
-                plan.append((source, [g.index for g in groups], sum(g.num_rows for g in groups)))
+                plan.append((source, groups, rows))
         return plan
 
     def _pieces(self, plan: list[tuple[_Source, list[int], int]], names: list[str], low: int,
@@ -351,6 +366,10 @@ class RunReader:
                                            use_threads=False)
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"unreadable Parquet segment ({exc})", str(source.path)) from None
+
+
+def _inside(ts: np.ndarray, low: int, high: int) -> int:
+    return int(np.count_nonzero((ts >= low) & (ts < high)))
 
 
 def _keep(ts: np.ndarray, low: int, high: int, order: _Order) -> np.ndarray | bool | None:

@@ -56,7 +56,8 @@ def write_run(telemetry: Telemetry, run: str | Path, source: str = "write_run") 
     run = Path(run)
     (run / SEGMENTS_DIR).mkdir(parents=True, exist_ok=True)
     meta = base_meta(telemetry.host, telemetry.interval_s, source=source)
-    meta.update({k: v for k, v in telemetry.meta.items() if k not in ("path", "warnings")})
+    meta.update({k: v for k, v in telemetry.meta.items()
+                 if k not in ("path", "warnings", "recovery")})
     meta["format"], meta["version"] = FORMAT_NAME, FORMAT_VERSION
     if telemetry.n_samples:
         meta.setdefault("start_mono_ns", int(telemetry.timestamps_ns[0]))
