@@ -147,3 +147,18 @@ def test_probes_lists_options_and_opens_with_them() -> None:
     assert listed.returncode == 0, listed.stderr
     network = next(r for r in json.loads(listed.stdout) if r["name"] == "network")
     assert not any(c.startswith("softnet.") for c in network["channel_names"])
+
+
+def test_a_probe_that_polls_on_its_own_thread_gets_the_sampling_interval(
+        tmp_path: Path) -> None:
+    from reveal.collect.runner import CollectOptions, Collector
+
+    gpu = registered_probes()["gpu"]
+    assert "interval_s" in probe_options_help(gpu)
+    collector = Collector(CollectOptions(out=tmp_path / "run", interval_s=0.25,
+                                         probe_options={"gpu": {"xid": False}}))
+    assert collector._options_of(gpu) == {"xid": False, "interval_s": 0.25}
+    given = Collector(CollectOptions(out=tmp_path / "run", interval_s=0.25,
+                                     probe_options={"gpu": {"interval_s": 1.0}}))
+    assert given._options_of(gpu) == {"interval_s": 1.0}
+    assert "interval_s" not in collector._options_of(registered_probes()["cpu"])

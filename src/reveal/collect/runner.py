@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from reveal.collect.hostinfo import host_meta, wall_offset_ns
-from reveal.collect.options import check_probe_options
+from reveal.collect.options import check_probe_options, probe_options_help
 from reveal.collect.probe import REGISTRY, Probe, ProbeUnavailable
 from reveal.collect.sampler import Sampler
 from reveal.errors import InputError
@@ -195,7 +195,7 @@ class Collector:
         classes, self.disabled = select_probes(opts.include, opts.exclude)
         check_probe_options(opts.probe_options, registered_probes())
         prepare_run_dir(opts.out)
-        self.states = [open_probe(cls, opts.probe_options.get(cls.name)) for cls in classes]
+        self.states = [open_probe(cls, self._options_of(cls)) for cls in classes]
         for state in self.states:
             if state.status == "unavailable":
                 self.notify("info", f"probe {state.name} unavailable: {state.reason}")
@@ -225,6 +225,14 @@ class Collector:
             self._close_probes()
             raise InputError(f"cannot start the run ({exc.strerror or exc})",
                              str(self.run_dir)) from None
+
+    def _options_of(self, cls: type[Probe]) -> dict[str, Any]:
+        """The options ``cls`` is opened with: what was given, and the sampling interval for
+        a probe that polls on its own thread (it declares ``interval_s``)."""
+        options = dict(self.options.probe_options.get(cls.name) or {})
+        if "interval_s" in probe_options_help(cls):
+            options.setdefault("interval_s", self.options.interval_s)
+        return options
 
     def _base_meta(self) -> dict[str, Any]:
         opts = self.options
