@@ -159,6 +159,51 @@ def one_run(work: Path, detail: str, args: argparse.Namespace) -> dict[str, Any]
     return result
 
 
+def read_costs(seed: int, reads: int = 30) -> dict[str, Any]:
+    """Per probe, in this process: channels, and ms per read (mean of ``reads`` reads
+    10 ms apart) on a fresh tree, with the C reader where built (``USE_NATIVE``)."""
+    import importlib.util
+
+    import numpy as np
+
+    from reveal.collect import _procfs
+    from reveal.collect.probe import REGISTRY
+    from reveal.collect.runner import registered_probes
+
+    spec = importlib.util.spec_from_file_location("bighost_make_tree", MAKE_TREE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    registered_probes()
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    tree = Path(tempfile.mkdtemp(prefix="reveal-bighost-", dir=shm))
+    out: dict[str, Any] = {"native": _procfs.native_available()}
+    try:
+        module.make_tree(tree, seed=seed)
+        for name in PROBES:
+            for extra in ([{"detail": "totals"}, {"detail": "full"}]
+                          if name == "interrupts" else [{}]):
+                probe = REGISTRY[name](proc_root=str(tree / "proc"),
+                                       sys_root=str(tree / "sys"), **extra)
+                probe.open()
+                row = np.full(len(probe.channels), np.nan)
+                spent = 0.0
+                for _ in range(reads):
+                    time.sleep(0.01)
+                    t0 = time.perf_counter()
+                    probe.read(row)
+                    spent += time.perf_counter() - t0
+                key = name + (f" detail={extra['detail']}" if extra else "")
+                out[key] = {"channels": len(probe.channels),
+                            "read_ms": round(1e3 * spent / reads, 3),
+                            "c_ticks": probe.native_parts() is not None}
+                probe.close()
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [],
     }
     try:
+        result["read_ms_by_probe"] = read_costs(args.seed)
         for detail in args.details.split(","):
             print(f"bench_bighost: interrupts detail={detail}, {args.duration:g} s",
                   file=sys.stderr)
