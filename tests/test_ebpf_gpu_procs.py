@@ -1,5 +1,10 @@
 """Per-process NVML probe: replayed NVML structures (no GPU here) and the real no-NVML path.
 
+The probe polls NVML on one thread per GPU; here those threads poll once at open and then
+wait an hour (``interval_s``), and :func:`_poll` makes the next poll of every GPU from the
+test, after the replay moved to its next recorded tick, so each step's values are exact.
+The polled behaviour under the real sampler is in ``test_gpu_procs_poll.py``.
+
 The replay answers with nvidia-ml-py's own ctypes structures (``c_nvmlProcessInfo_v2_t``,
 ``c_nvmlProcessUtilizationSample_t``) and raises the real ``pynvml.NVMLError`` subclasses,
 exactly as the bindings do. Pids in the fixture are bound to live processes this test
@@ -132,6 +137,15 @@ def workers() -> Iterator[tuple[dict[str, int], str | None]]:
             cgroup_dir.rmdir()
 
 
+HOUR = {"interval_s": 3600.0}  # the poller threads poll at open only; _poll does the rest
+
+
+def _poll(probe: GpuProcessProbe) -> None:
+    """One poll of every GPU now (the poller threads are waiting for their next slot)."""
+    for poller in probe._pollers:
+        poller.poll_fast()
+
+
 def _by_labels(channels: list[str], values: np.ndarray) -> dict[tuple[str, ...], float]:
     out = {}
     for name, value in zip(channels, values, strict=True):
@@ -157,7 +171,7 @@ def test_no_nvml_here_is_reported_unavailable() -> None:
 def test_replayed_processes_memory_utilisation_and_mig(workers) -> None:
     pids, cgroup = workers
     replay = ProcReplay(json.loads(FIXTURE.read_text()), pids)
-    probe = GpuProcessProbe(nvml=replay)
+    probe = GpuProcessProbe(nvml=replay, **HOUR)
     probe.open()
 
     # GPU 1 is in MIG mode: utilisation per process is unsupported there, and said so.
@@ -198,6 +212,7 @@ def test_replayed_processes_memory_utilisation_and_mig(workers) -> None:
 
     # tick 1: only newer samples count; a new process appears at the next refresh
     replay.tick = 1
+    _poll(probe)
     probe.read(out)
     got = _by_labels(probe.channels, out)
     assert got[("gpu.proc.sm_util", "0", train)] == pytest.approx(88.0)
@@ -209,6 +224,7 @@ def test_replayed_processes_memory_utilisation_and_mig(workers) -> None:
 
     # tick 2: the inference process left GPU 0 and the MIG GPU: its channels read NaN
     replay.tick = 2
+    _poll(probe)
     out = np.full(len(probe.channels), -1.0)
     probe.read(out)
     got = _by_labels(probe.channels, out)
@@ -224,7 +240,7 @@ def test_replayed_processes_memory_utilisation_and_mig(workers) -> None:
 
 def test_gpu_proc_channels_are_catalogued(workers) -> None:
     pids, _ = workers
-    probe = GpuProcessProbe(nvml=ProcReplay(json.loads(FIXTURE.read_text()), pids))
+    probe = GpuProcessProbe(nvml=ProcReplay(json.loads(FIXTURE.read_text()), pids), **HOUR)
     probe.open()
     catalog = default_catalog()
     for name in probe.channels:
@@ -242,7 +258,7 @@ def test_every_query_unsupported_is_unavailable_with_reason(workers) -> None:
             for key in ("compute", "graphics", "utilization"):
                 tick[key] = {"error": "NVML_ERROR_NO_PERMISSION"}
     replay = ProcReplay(fixture, pids)
-    probe = GpuProcessProbe(nvml=replay)
+    probe = GpuProcessProbe(nvml=replay, **HOUR)
     with pytest.raises(ProbeUnavailable, match="no per-process NVML query is supported"):
         probe.open()
     assert replay.shutdown
@@ -257,15 +273,15 @@ def test_exited_process_retires_at_the_next_refresh(workers) -> None:
     ``retire_s``; once it has exited they go at the next refresh."""
     pids, _ = workers
     replay = ProcReplay(json.loads(FIXTURE.read_text()), pids)
-    probe = GpuProcessProbe(nvml=replay, retire_s=3600)
+    probe = GpuProcessProbe(nvml=replay, retire_s=3600, **HOUR)
     probe.open()
     replay.tick = 1
-    probe.read(np.empty(len(probe.channels)))
+    _poll(probe)
     probe.refresh()
     infer = str(pids["infer"])
     assert infer in _pids_with_channels(probe)
     replay.tick = 2  # the inference process is no longer listed, but still runs
-    probe.read(np.empty(len(probe.channels)))
+    _poll(probe)
     probe.refresh()
     # still running: kept; a pid of another namespace (no /proc entry) unlisted: gone
     assert {infer, str(pids["unaccounted"])} <= _pids_with_channels(probe)
@@ -273,7 +289,7 @@ def test_exited_process_retires_at_the_next_refresh(workers) -> None:
     assert probe.info["retired_channels"] == 5
     os.kill(pids["infer"], 9)
     os.waitpid(pids["infer"], 0)
-    probe.read(np.empty(len(probe.channels)))
+    _poll(probe)
     assert probe.refresh()
     assert infer not in _pids_with_channels(probe)
     # GPU 0: memory + 4 utilisations, the MIG GPU: memory
@@ -288,13 +304,13 @@ def test_exited_process_retires_at_the_next_refresh(workers) -> None:
 def test_unlisted_process_retires_after_retire_s_and_channels_are_capped(workers) -> None:
     pids, _ = workers
     replay = ProcReplay(json.loads(FIXTURE.read_text()), pids)
-    probe = GpuProcessProbe(nvml=replay, retire_s=0.0, max_channels=8)
+    probe = GpuProcessProbe(nvml=replay, retire_s=0.0, max_channels=8, **HOUR)
     probe.open()
     assert len(probe.channels) == 8
     assert probe.status == "degraded" and "max_channels=8" in probe.reason
     assert probe.info["processes_over_cap"] >= 1
     replay.tick = 2
-    probe.read(np.empty(len(probe.channels)))
+    _poll(probe)
     probe.refresh()
     # the live but unlisted inference process is gone at once (retire_s=0)
     assert str(pids["infer"]) not in _pids_with_channels(probe)

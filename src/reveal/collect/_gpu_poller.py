@@ -1,12 +1,14 @@
 """Threads that keep the GPU probe's latest values: one poller per GPU, one XID watcher.
 
-A poller discovers its GPU, then polls the fast group every ``interval_s`` and the slow
-group every ``slow_interval_s`` (after the fast one, so a slow call never delays a fast
-value), on its own grid of ``CLOCK_MONOTONIC``; polls whose time passed while a call
-blocked are skipped and counted (``overruns``), never replayed. It publishes each group as
-one block of the :class:`~reveal.collect._gpu_board.Board`. A GPU in MIG mode is re-scanned
-at the slow rate; a changed set of instances is re-discovered on the poller and posted for
-the probe to adopt at its next refresh.
+:class:`GridPoller` is the polling grid itself (the per-process probe,
+:mod:`reveal.collect.gpu_procs`, polls on it too). A GPU poller discovers its GPU, then
+polls the fast group every ``interval_s`` and the slow group every ``slow_interval_s``
+(after the fast one, so a slow call never delays a fast value), on its own grid of
+``CLOCK_MONOTONIC``; polls whose time passed while a call blocked are skipped and counted
+(``overruns``), never replayed. It publishes each group as one block of the
+:class:`~reveal.collect._gpu_board.Board`. A GPU in MIG mode is re-scanned at the slow
+rate; a changed set of instances is re-discovered on the poller and posted for the probe to
+adopt at its next refresh.
 """
 
 from __future__ import annotations
@@ -32,34 +34,36 @@ class Timing:
     xid_wait_ms: int = 100
 
 
-class GpuPoller(threading.Thread):
-    """Discovers one GPU, then polls it until :meth:`stop`."""
+class GridPoller(threading.Thread):
+    """A thread that starts with :meth:`begin` (discovery; False ends the thread), then
+    calls :meth:`poll_fast` every ``timing.interval_s`` and :meth:`poll_slow` every
+    ``timing.slow_interval_s`` (after a fast poll) on its own ``CLOCK_MONOTONIC`` grid
+    until :meth:`stop`. Grid slots that passed while a call blocked are skipped and
+    counted in ``overruns`` (never replayed); ``polls`` counts the fast polls made."""
 
-    def __init__(self, device: Device, board: Board, timing: Timing,
-                 post: Callable[[int, GpuLayout | None, str], None],
-                 discover: Callable[[], GpuLayout]) -> None:
-        super().__init__(name=f"reveal-gpu{device.index}", daemon=True)
-        self.device = device
-        self.board = board
+    def __init__(self, name: str, timing: Timing) -> None:
+        super().__init__(name=name, daemon=True)
         self.timing = timing
-        self._post = post
-        self._discover = discover
         self._stop_event = threading.Event()
-        self.layout: GpuLayout | None = None
         self.polls = 0
         self.overruns = 0
 
     def stop(self) -> None:
         self._stop_event.set()
 
+    def begin(self) -> bool:
+        """Runs once before the first poll; False ends the thread. Default: True."""
+        return True
+
+    def poll_fast(self) -> None:
+        """One poll of the fast group (every ``interval_s``)."""
+
+    def poll_slow(self) -> None:
+        """One poll of the slow group (every ``slow_interval_s``)."""
+
     def run(self) -> None:
-        index = self.device.index
-        try:
-            self.layout = self._discover()
-        except Exception as exc:  # one GPU failing must not stop the others
-            self._post(index, None, f"GPU {index}: discovery failed: {exc}")
+        if not self.begin():
             return
-        self._post(index, self.layout, "")
         interval = round(self.timing.interval_s * 1e9)
         slow = round(self.timing.slow_interval_s * 1e9)
         start = time.monotonic_ns()
@@ -70,17 +74,47 @@ class GpuPoller(threading.Thread):
             now = time.monotonic_ns()
             if now < deadline and self._stop_event.wait((deadline - now) / 1e9):
                 break
-            self._poll("fast")
+            self.poll_fast()
             self.polls += 1
             now = time.monotonic_ns()
             if now >= next_slow:
-                self._poll("slow")
-                self._rescan_mig()
+                self.poll_slow()
                 next_slow = time.monotonic_ns() + slow
                 now = time.monotonic_ns()
             after = (now - start) // interval + 1  # the first grid slot still ahead
             self.overruns += max(0, after - (k + 1))
             k = max(k + 1, after)
+
+
+class GpuPoller(GridPoller):
+    """Discovers one GPU, then polls it until :meth:`stop`."""
+
+    def __init__(self, device: Device, board: Board, timing: Timing,
+                 post: Callable[[int, GpuLayout | None, str], None],
+                 discover: Callable[[], GpuLayout]) -> None:
+        super().__init__(f"reveal-gpu{device.index}", timing)
+        self.device = device
+        self.board = board
+        self._post = post
+        self._discover = discover
+        self.layout: GpuLayout | None = None
+
+    def begin(self) -> bool:
+        index = self.device.index
+        try:
+            self.layout = self._discover()
+        except Exception as exc:  # one GPU failing must not stop the others
+            self._post(index, None, f"GPU {index}: discovery failed: {exc}")
+            return False
+        self._post(index, self.layout, "")
+        return True
+
+    def poll_fast(self) -> None:
+        self._poll("fast")
+
+    def poll_slow(self) -> None:
+        self._poll("slow")
+        self._rescan_mig()
 
     def _poll(self, group: str) -> None:
         layout = self.layout
