@@ -358,17 +358,28 @@ def test_interrupts_full_detail_on_request(host: object, native: bool) -> None:
     assert probe.info["irq_detail"] == "full"
 
 
-def test_interrupts_totals_run_on_c_plan_but_not_c_ticks(host: object, native: bool) -> None:
-    """Totals: the file is parsed by the C plan when built, the sums are NumPy's, and the
-    probe tells the sampler it needs Python each tick; full detail goes to C ticks."""
+def test_interrupts_totals_are_summed_by_the_c_plan_on_c_ticks(host: object,
+                                                                native: bool) -> None:
+    """Totals: where the C reader is built, one C plan parses the table and adds every cell
+    into its IRQ's and its CPU's sum, so the ticks stay in C; its sums equal NumPy's."""
     totals = InterruptsProbe(**roots(host), detail="totals")
     full = InterruptsProbe(**roots(host), detail="full")
     totals.open()
     full.open()
     try:
         assert totals._parts["interrupts"].native == native
-        assert totals.native_parts() is None
+        parts = totals.native_parts()
+        assert (parts is not None) == native
         assert (full.native_parts() is not None) == native
+        if parts is not None:
+            (part,) = parts
+            in_c = np.full(len(totals.channels), np.nan)
+            assert part.reader.read(in_c[part.start:part.stop])
+            in_python = np.full(len(totals.channels), np.nan)
+            part.recover(in_python[part.start:part.stop])  # the Python path: NumPy sums
+            np.testing.assert_array_equal(in_c, in_python)
+            irqs, cpus = totals._parts["interrupts"].shape
+            assert np.isfinite(in_c).all() and in_c[:irqs].sum() == in_c[irqs:irqs + cpus].sum()
     finally:
         totals.close()
         full.close()

@@ -240,17 +240,30 @@ class NumberParser:
         self._labels = self._label_getter(tokens)
         self.fast = self._build_fast(data, tokens, wanted)
 
-    def native_plan(self, files: Sequence[tuple[int, int, int, int]]) -> Any:
+    def native_plan(self, files: Sequence[tuple[int, int, int, int]],
+                    sums: Sequence[Sequence[int]] | None = None, nout: int = 0) -> Any:
         """A C plan reading ``files`` (fd, buffer size, prepare code, split byte) with this
-        layout, or None where the C reader cannot reproduce the fast path."""
+        layout, or None where the C reader cannot reproduce the fast path.
+
+        With ``sums`` the plan fills ``nout`` sums instead: ``sums[i]`` lists the output
+        slots that output ``i`` of this layout is added into (each slot 0 when nothing is)."""
         if not self.fast or self.mode not in _NATIVE_MODES or _procread is None:
             return None
-        dst = range(self.n) if self._dst is None else self._dst.tolist()
+        dst = list(range(self.n)) if self._dst is None else self._dst.tolist()
+        index = self._index.tolist()
+        places = None if self._places is None else self._places.tolist()
+        scale = None if self._scale is None else self._scale.tolist()
         nan = [] if self._nan is None else self._nan.tolist()
-        return _procread.Plan(files, _NATIVE_MODES[self.mode], self._total, self.n,
-                              self._index.tolist(), list(dst),
-                              None if self._places is None else self._places.tolist(),
-                              None if self._scale is None else self._scale.tolist(), nan)
+        if sums is None:
+            return _procread.Plan(files, _NATIVE_MODES[self.mode], self._total, self.n,
+                                  index, dst, places, scale, nan)
+        picks = [(k, slot) for k, source in enumerate(dst) for slot in sums[source]]
+        pick = [k for k, _ in picks]
+        return _procread.Plan(files, _NATIVE_MODES[self.mode], self._total, nout,
+                              [index[k] for k in pick], [slot for _, slot in picks],
+                              None if places is None else [places[k] for k in pick],
+                              None if scale is None else [scale[k] for k in pick], [],
+                              accumulate=True)
 
     def same_labels(self, data: bytes) -> bool:
         """True when ``data`` has the same tokens count and the same non-number tokens."""
@@ -435,9 +448,9 @@ class FileGroup:
         self._native = self._native_plan()
         return changed
 
-    def _native_plan(self) -> Any:
-        """The C plan of the live files, or None (extension absent or off, a prepare
-        function it does not know, a layout off the fast path)."""
+    def _native_files(self) -> list[tuple[int, int, int, int]] | None:
+        """``(fd, size, prepare code, split byte)`` of the live files for a C plan, or None
+        (extension absent or off, a prepare function the C reader does not know)."""
         if not native_available():
             return None
         files = []
@@ -446,7 +459,19 @@ class FileGroup:
             if prep is None:
                 return None
             files.append((handle.fd, handle.size, prep[0], prep[1]))
-        return self._parser.native_plan(files)
+        return files
+
+    def _native_plan(self) -> Any:
+        """The C plan of the live files, or None (see :meth:`_native_files`; also a layout
+        off the fast path)."""
+        files = self._native_files()
+        return None if files is None else self._parser.native_plan(files)
+
+    def native_sums(self, sums: Sequence[Sequence[int]], nout: int) -> Any:
+        """A C plan filling ``nout`` sums of this group's channels (``sums[i]``: the slots
+        channel ``i`` is added into), or None where the group is not read in C."""
+        files = self._native_files() if self._native is not None else None
+        return None if files is None else self._parser.native_plan(files, sums, nout)
 
     @property
     def native(self) -> bool:

@@ -114,7 +114,9 @@ class InterruptTable:
     The group always parses the whole table (its channels are the full detail). In full
     detail it reads straight into the output (and its C plan is this part's native
     reader); in totals mode it reads into a scratch row, and :meth:`read` writes
-    per-IRQ sums, per-CPU sums, then the single-count rows.
+    per-IRQ sums, per-CPU sums, then the single-count rows. In totals mode the C reader
+    adds each cell into its IRQ's and its CPU's sum in the same pass (a summing plan made
+    from the group's plan), so the ticks stay in C on big hosts too.
     """
 
     def __init__(self, path: str, detail: str = "auto",
@@ -130,6 +132,9 @@ class InterruptTable:
         self.shape: tuple[int, int] = (0, 0)  # (IRQs, CPUs) of the per-CPU table
         self._scratch: np.ndarray | None = None
         self._source_channels: list[str] | None = None
+        self._sums: list[list[int]] = []  # per full channel: the totals it is added into
+        self._sums_of: Any = None  # the group plan the summing plan was made from
+        self._sums_plan: Any = None
         self._shape()
 
     def _shape(self) -> None:
@@ -146,6 +151,10 @@ class InterruptTable:
         self.channels = ([f"{METRIC}{{irq={irq}}}" for irq in irqs]
                          + [f"{METRIC}{{cpu={cpu}}}" for cpu in cpus] + full[n:])
         self._scratch = np.full(len(full), np.nan)
+        rows, ncpu = self.shape
+        self._sums = ([[s // ncpu, rows + s % ncpu] for s in range(n)]
+                      + [[rows + ncpu + j] for j in range(len(full) - n)])
+        self._sums_of = self._sums_plan = None
 
     def read(self, out: np.ndarray) -> None:
         scratch = self._scratch
@@ -161,8 +170,15 @@ class InterruptTable:
         out[rows + cpus:] = scratch[n:]
 
     def native_reader(self) -> Any:
-        """The group's C plan in full detail; None for totals (read in Python)."""
-        return self.group.native_reader() if self.full else None
+        """The group's C plan in full detail; in totals mode a C plan that sums as it
+        parses (remade whenever the group's own plan changes); None off the C reader."""
+        plan = self.group.native_reader()
+        if self.full or plan is None:
+            return plan
+        if self._sums_of is not plan:
+            self._sums_plan = self.group.native_sums(self._sums, len(self.channels))
+            self._sums_of = plan
+        return self._sums_plan
 
     @property
     def native(self) -> bool:

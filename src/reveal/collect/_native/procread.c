@@ -52,6 +52,7 @@ typedef struct {
     double *scale;      /* per picked value, or NULL */
     Py_ssize_t *nan;    /* output slots always NaN */
     Py_ssize_t nnan;
+    int accumulate;     /* 1: slots are sums: zeroed, then every picked value is added */
     int64_t *numbers;   /* scratch: every number of the text */
 } Plan;
 
@@ -177,12 +178,16 @@ static int plan_fill(Plan *p, double *out) {
     }
     if (count != p->total) return -1;
     const int is_unsigned = p->mode != MODE_INT;
+    if (p->accumulate) {
+        for (Py_ssize_t i = 0; i < p->nout; i++) out[i] = 0.0;
+    }
     for (Py_ssize_t i = 0; i < p->npick; i++) {
         int64_t raw = p->numbers[p->index[i]];
         double v = is_unsigned ? (double)(uint64_t)raw : (double)raw;
         if (p->places) v *= p->places[i];
         if (p->scale) v *= p->scale[i];
-        out[p->dst[i]] = v;
+        if (p->accumulate) out[p->dst[i]] += v;
+        else out[p->dst[i]] = v;
     }
     for (Py_ssize_t i = 0; i < p->nnan; i++) out[p->nan[i]] = Py_NAN;
     return 0;
@@ -268,17 +273,21 @@ static double *double_array(PyObject *seq, Py_ssize_t expect) {
     return arr;
 }
 
-/* Plan(files, mode, total, nout, index, dst, places, scale, nan)
- * files: sequence of (fd, size, prep, split) with split an int byte (0: none). */
+/* Plan(files, mode, total, nout, index, dst, places, scale, nan, accumulate=0)
+ * files: sequence of (fd, size, prep, split) with split an int byte (0: none). With
+ * accumulate, a number may be picked several times and a slot named by several picks: every
+ * output slot starts at 0 each read and is the sum of the values picked into it (totals of
+ * a table: per-row and per-column sums in one pass). */
 static int Plan_init(Plan *self, PyObject *args, PyObject *kwds) {
     PyObject *files, *index, *dst, *places, *scale, *nan;
-    int mode;
+    int mode, accumulate = 0;
     Py_ssize_t total, nout;
     static char *kwlist[] = {"files", "mode", "total", "nout", "index", "dst", "places",
-                             "scale", "nan", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OinnOOOOO", kwlist, &files, &mode, &total,
-                                     &nout, &index, &dst, &places, &scale, &nan))
+                             "scale", "nan", "accumulate", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OinnOOOOO|p", kwlist, &files, &mode, &total,
+                                     &nout, &index, &dst, &places, &scale, &nan, &accumulate))
         return -1;
+    self->accumulate = accumulate;
     if (self->files != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Plan already initialised");
         return -1;
