@@ -7,6 +7,11 @@ Its CPU (user and system, getrusage) is what the kernel spends producing the tex
 the cost of waking up: no collector that reads these sources every tick can cost less on
 this host. Per file, the thread CPU time of one read (µs) and its size (bytes).
 
+With ``--beside-collector`` (the default), ``reveal collect`` with the same probes at the
+same interval runs at the same time as the loop, so that both see the same host: the CPU
+of each process (every thread, from /proc/PID/task/*/schedstat, nanoseconds on CPU) over the
+same steady window, and their ratio: what the collector costs above the kernel's own work.
+
     python bench/bench_kernel_floor.py                  # 60 s → bench/results/kernel_floor.json
     python bench/bench_kernel_floor.py --seconds 20 --out /tmp/floor.json
 """
@@ -53,12 +58,66 @@ def collector_files() -> tuple[list[str], int]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def process_cpu_ns(pid: int) -> int:
+    """Nanoseconds on CPU of every live thread of ``pid`` (schedstat), 0 once it is gone."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                total += int(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def side_by_side(binary: Path, paths: list[str], seconds: float, interval: float,
+                 warmup_s: float, work: Path) -> dict[str, Any]:
+    """The floor loop and ``reveal collect`` at once; CPU of each over one steady window."""
+    run = work / "run"
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "reveal.cli", "collect", "--interval", str(interval),
+         "--duration", str(seconds + warmup_s + 5), "--out", str(run), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    loop = subprocess.Popen([str(binary), str(seconds + warmup_s + 5),
+                             str(round(interval * 1e3))], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert loop.stdin is not None
+    loop.stdin.write("\n".join(paths) + "\n")
+    loop.stdin.close()
+    time.sleep(warmup_s)  # the collector's imports and probe opening are not the steady cost
+    before = (process_cpu_ns(collector.pid), process_cpu_ns(loop.pid), time.monotonic())
+    time.sleep(seconds)
+    after = (process_cpu_ns(collector.pid), process_cpu_ns(loop.pid), time.monotonic())
+    loop.wait()
+    _, err = collector.communicate(timeout=120)
+    if collector.returncode != 0 or before[0] == 0 or after[0] == 0:
+        raise RuntimeError(f"the collector failed (exit {collector.returncode}): {err[-500:]}")
+    wall = after[2] - before[2]
+    collector_pct = 100 * (after[0] - before[0]) / 1e9 / wall
+    floor_pct = 100 * (after[1] - before[1]) / 1e9 / wall
+    meta = json.loads((run / "meta.json").read_text())
+    return {"window_s": round(wall, 2), "collector_pct_core": round(collector_pct, 4),
+            "floor_pct_core": round(floor_pct, 4),
+            "ratio": round(collector_pct / floor_pct, 3) if floor_pct > 0 else None,
+            "collector_channels": meta.get("n_channels"),
+            "collector_missed_ticks": meta.get("stats", {}).get("missed_ticks"),
+            "collector_ticks_taken_by": meta.get("stats", {}).get("ticks_taken_by")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the loop")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between reads")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/kernel_floor.json")
+    parser.add_argument("--no-collector", dest="beside", action="store_false",
+                        help="the loop alone (default: beside `reveal collect`, same window)")
+    parser.add_argument("--warmup", type=float, default=8.0,
+                        help="seconds before the side-by-side window opens")
     args = parser.parse_args(argv)
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
@@ -74,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         done = subprocess.run([str(binary), str(args.seconds), str(round(args.interval * 1e3))],
                               input="\n".join(paths) + "\n", capture_output=True, text=True,
                               check=True)
+        beside = None
+        if args.beside:
+            print(f"bench_kernel_floor: beside reveal collect, {args.seconds:.0f} s",
+                  file=sys.stderr)
+            beside = side_by_side(binary, paths, args.seconds, args.interval, args.warmup,
+                                  Path(tmp))
     loop: dict[str, Any] = json.loads(done.stdout)
     per_file = loop.pop("per_file_us")
     result = {
@@ -86,10 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         "note": "pct_core is user+system of a loop that only preads the files every "
                 "interval: the floor under any collector of these sources on this host",
     }
+    if beside is not None:
+        result["beside_collector"] = beside
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: result[k] for k in ("files", "pct_core", "user_s", "system_s",
                                              "per_tick_us")}), file=sys.stderr)
+    if beside is not None:
+        print(json.dumps(beside), file=sys.stderr)
     return 0
 
 
