@@ -224,7 +224,8 @@ def storage(run: Path) -> dict[str, Any]:
         values += md.num_rows * (md.num_columns - 1)
     return {"segments": len(files), "bytes": size, "values": values,
             "bytes_per_value": size / values if values else float("nan"),
-            "journals_left": len(list((run / "journal").glob("*.arrows")))}
+            "journals_left": sum(len(list((run / "journal").glob(pattern)))
+                                 for pattern in ("*.journal", "*.arrows"))}
 
 
 def run_summary(run: Path, warmup_s: float) -> dict[str, Any]:

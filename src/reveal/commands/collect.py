@@ -138,6 +138,9 @@ def summary_lines(meta: dict[str, Any]) -> list[str]:
              f"{stats.get('missed_ticks', 0)} missed ticks, "
              f"{stats.get('dropped_samples', 0)} dropped samples, "
              f"{human_bytes(stats.get('bytes_on_disk', 0))} on disk"]
+    if meta.get("closed") is False:
+        lines.append("  meta.json could not be finalised (disk full): the run reads as not "
+                     "closed; everything journaled before is kept")
     for name, probe in meta.get("probes", {}).items():
         if probe.get("status") in ("degraded", "unavailable"):
             lines.append(f"  probe {name}: {probe['status']}: {probe.get('reason', '')}")
