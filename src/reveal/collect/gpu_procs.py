@@ -448,8 +448,8 @@ class GpuProcessProbe(Probe):
 
     def _layout(self) -> None:
         """A new latest-values array for the adopted channels (one block per GPU), filled
-        from each GPU's last poll with that poll's time (so it goes stale as it would have);
-        then the pollers write to the new blocks."""
+        from each GPU's last poll with that poll's time (NaN and stale when that is older
+        than ``stale_intervals`` periods); then the pollers write to the new blocks."""
         self._generation += 1
         stale_s = self.stale_intervals * self.timing.interval_s
         blocks: list[tuple[Hashable, int, float]] = []
@@ -466,9 +466,12 @@ class GpuProcessProbe(Probe):
             key = (poller.index, self._generation)
             taken_ns, values = poller.latest_values()
             if names and taken_ns:
-                carried = np.array([values.get(n, np.nan) for n in names])
+                fresh = time.monotonic_ns() - taken_ns <= stale_s * 1e9
+                carried = np.array([values.get(n, np.nan) if fresh else np.nan
+                                    for n in names])
                 self._board.publish(key, carried, taken_ns)
             poller.plan = _Plan(key, {name: i for i, name in enumerate(names)})
+        self._board.expire()  # a GPU not answering stays stale in the new array
 
     def _describe(self) -> None:
         """Status, reason and info from discovery, staleness and the channel cap."""
