@@ -16,7 +16,7 @@ Python wakes only every ``DRAIN_S`` (a second) to drain them into the sink, flus
 and, between two ticks, refresh the probes. The thread asks for SCHED_FIFO (``realtime``)
 so that busy tasks do not delay its ticks: the interpreter no longer wakes cold ten times
 a second. A file group whose C plan stops fitting is NaN for those ticks and re-discovered
-at the next drain; a probe that needs Python on every tick (NVML, eBPF) keeps the whole
+at the next drain; a probe that needs Python on every tick (eBPF) keeps the whole
 sampler on the per-tick Python loop. ``REVEAL_NATIVE_TICKS=0`` always uses that loop.
 """
 
