@@ -118,49 +118,52 @@ static void build_classes(File *f, int mode) {
     }
 }
 
-/* Append the numbers of one text to plan->numbers from *count; 0 ok, -1 no fit. */
+/* Append the numbers of one text to plan->numbers from *count; 0 ok, -1 no fit.
+ * Between tokens, blanks and deleted bytes are skipped in one tight loop; a token starts at
+ * a digit (or '-' in signed mode), goes on through digits and deleted bytes, and ends at a
+ * blank or the end of the text. */
 static int tokenize(Plan *p, const File *f, const char *text, size_t len, Py_ssize_t *count) {
     const int signed_ok = p->mode == MODE_INT;
     const int hex = p->mode == MODE_HEX;
     const unsigned char *cls = f->cls, *digit = f->digit;
-    const unsigned char *s = (const unsigned char *)text;
+    const unsigned char *s = (const unsigned char *)text, *const end = s + len;
     int64_t *numbers = p->numbers;
     const Py_ssize_t total = p->total;
     Py_ssize_t n = *count;
-    int in_token = 0, negative = 0, has_digit = 0;
-    uint64_t value = 0;
-    for (size_t i = 0; i <= len; i++) {
-        unsigned char kind = i < len ? cls[s[i]] : C_BLANK;
-        if (kind == C_DIGIT) {
-            unsigned d = digit[s[i]];
-            if (hex) {
-                if (value > (UINT64_MAX >> 4)) return -1;
-                value = (value << 4) | d;
-            } else {
-                if (value > (UINT64_MAX - 9) / 10) return -1; /* overflow: leave it to Python */
-                value = value * 10 + d;
-            }
-            in_token = has_digit = 1;
-        } else if (kind == C_BLANK) {
-            if (in_token) {
-                if (!has_digit || n >= total) return -1;
-                if (negative) {
-                    if (value > (uint64_t)INT64_MAX) return -1;
-                    numbers[n++] = -(int64_t)value;
+    for (;;) {
+        unsigned char kind = C_BLANK;
+        while (s < end && ((kind = cls[*s]) == C_BLANK || kind == C_DELETED)) s++;
+        if (s == end) break;
+        if (kind == C_BAD) return -1;  /* hex text holds nothing but hex numbers and blanks */
+        int negative = 0;
+        if (kind == C_MINUS) { negative = 1; s++; }
+        uint64_t value = 0;
+        int has_digit = 0;
+        for (; s < end; s++) {
+            kind = cls[*s];
+            if (kind == C_DIGIT) {
+                unsigned d = digit[*s];
+                if (hex) {
+                    if (value > (UINT64_MAX >> 4)) return -1;
+                    value = (value << 4) | d;
                 } else {
-                    if (signed_ok && value > (uint64_t)INT64_MAX) return -1;
-                    numbers[n++] = (int64_t)value;  /* bits of the uint64 */
+                    if (value > (UINT64_MAX - 9) / 10) return -1; /* overflow: Python's */
+                    value = value * 10 + d;
                 }
-                in_token = negative = has_digit = 0;
-                value = 0;
+                has_digit = 1;
+            } else if (kind != C_DELETED) {
+                break;
             }
-        } else if (kind == C_MINUS) {
-            if (in_token) return -1; /* '-' inside a number: not a plain integer */
-            in_token = negative = 1;
-        } else if (kind == C_BAD) {
-            return -1;  /* hex text holds nothing but hex numbers and blanks */
         }
-        /* C_DELETED: neither ends nor starts a number */
+        /* '-' inside a number is not a plain integer; a token needs a digit */
+        if ((s < end && kind != C_BLANK) || !has_digit || n >= total) return -1;
+        if (negative) {
+            if (value > (uint64_t)INT64_MAX) return -1;
+            numbers[n++] = -(int64_t)value;
+        } else {
+            if (signed_ok && value > (uint64_t)INT64_MAX) return -1;
+            numbers[n++] = (int64_t)value;  /* bits of the uint64 */
+        }
     }
     *count = n;
     return 0;
