@@ -2,12 +2,14 @@
 
 Opens the collector's default probes (as ``reveal collect`` would), lists the files they
 read every tick, and runs ``bench/kernel_floor.c`` (built here with the system C compiler):
-a loop that preads every one of those files on the same 100 ms grid and does nothing else.
+a loop that preads every one of those files to end of file on the same 100 ms grid, and
+reads the perf probe's counter groups (one group read per CPU and group, on descriptors
+this benchmark opens as the probe does and the loop inherits), and does nothing else.
 Its CPU (user and system, getrusage) is what the kernel spends producing the text plus
 the cost of waking up: no collector that reads these sources every tick can cost less on
 this host. Per file, the thread CPU time of one read (µs) and its size (bytes).
 
-With ``--beside-collector`` (the default), ``reveal collect`` with the same probes at the
+By default (``--no-collector`` turns it off), ``reveal collect`` with the same probes at the
 same interval runs at the same time as the loop, so that both see the same host: the CPU
 of each process (every thread, from /proc/PID/task/*/schedstat, nanoseconds on CPU) over the
 same steady window, and their ratio: what the collector costs above the kernel's own work.
@@ -45,6 +47,7 @@ def collector_files() -> tuple[list[str], int]:
         paths: list[str] = []
         for probe in collector.sampler.probes:
             for part in getattr(probe, "_parts", {}).values():
+                part = getattr(part, "group", part)  # a part may wrap its file group
                 for handle, _ in getattr(part, "_live", []):
                     paths.append(handle.path)
                 single = getattr(part, "_file", None)
@@ -58,40 +61,66 @@ def collector_files() -> tuple[list[str], int]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def process_cpu_ns(pid: int) -> int:
-    """Nanoseconds on CPU of every live thread of ``pid`` (schedstat), 0 once it is gone."""
-    total = 0
+def perf_group_fds() -> tuple[Any, list[int]]:
+    """The perf probe opened here as the collector opens it, and its group leaders' fds:
+    the loop reads them too (a group read per CPU and group each tick), so that the floor
+    holds the kernel's cost of the perf counters as well. ``(None, [])`` without perf."""
+    from reveal.collect.perf import PerfProbe
+    from reveal.collect.probe import ProbeUnavailable
+
+    probe = PerfProbe()
+    try:
+        probe.open()
+    except (ProbeUnavailable, OSError):
+        return None, []
+    return probe, [group.fd for group in probe._groups]
+
+
+def thread_cpu_ns(pid: int) -> dict[str, int]:
+    """Nanoseconds on CPU of every live thread of ``pid`` (schedstat), by ``name:tid``."""
+    found: dict[str, int] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return found
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
-                total += int(handle.read().split()[0])
+                ns = int(handle.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/comm", "rb") as handle:
+                name = handle.read().decode("ascii", "replace").strip()
         except (OSError, ValueError, IndexError):
             continue
-    return total
+        found[f"{name}:{tid}"] = ns
+    return found
+
+
+def process_cpu_ns(pid: int) -> int:
+    """Nanoseconds on CPU of every live thread of ``pid`` (schedstat), 0 once it is gone."""
+    return sum(thread_cpu_ns(pid).values())
 
 
 def side_by_side(binary: Path, paths: list[str], seconds: float, interval: float,
-                 warmup_s: float, work: Path) -> dict[str, Any]:
+                 warmup_s: float, work: Path, extra: list[str],
+                 pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
     """The floor loop and ``reveal collect`` at once; CPU of each over one steady window."""
     run = work / "run"
     collector = subprocess.Popen(
         [sys.executable, "-m", "reveal.cli", "collect", "--interval", str(interval),
-         "--duration", str(seconds + warmup_s + 5), "--out", str(run), "--quiet"],
+         "--duration", str(seconds + warmup_s + 5), "--out", str(run), "--quiet", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     loop = subprocess.Popen([str(binary), str(seconds + warmup_s + 5),
                              str(round(interval * 1e3))], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, pass_fds=pass_fds)
     assert loop.stdin is not None
     loop.stdin.write("\n".join(paths) + "\n")
     loop.stdin.close()
     time.sleep(warmup_s)  # the collector's imports and probe opening are not the steady cost
+    threads_before = thread_cpu_ns(collector.pid)
     before = (process_cpu_ns(collector.pid), process_cpu_ns(loop.pid), time.monotonic())
     time.sleep(seconds)
     after = (process_cpu_ns(collector.pid), process_cpu_ns(loop.pid), time.monotonic())
+    threads_after = thread_cpu_ns(collector.pid)
     loop.wait()
     _, err = collector.communicate(timeout=120)
     if collector.returncode != 0 or before[0] == 0 or after[0] == 0:
@@ -100,7 +129,13 @@ def side_by_side(binary: Path, paths: list[str], seconds: float, interval: float
     collector_pct = 100 * (after[0] - before[0]) / 1e9 / wall
     floor_pct = 100 * (after[1] - before[1]) / 1e9 / wall
     meta = json.loads((run / "meta.json").read_text())
+    by_thread: dict[str, float] = {}
+    for key, ns in threads_after.items():
+        name = key.split(":")[0]
+        spent = 100 * (ns - threads_before.get(key, 0)) / 1e9 / wall
+        by_thread[name] = round(by_thread.get(name, 0.0) + spent, 4)
     return {"window_s": round(wall, 2), "collector_pct_core": round(collector_pct, 4),
+            "collector_pct_core_by_thread": by_thread,
             "floor_pct_core": round(floor_pct, 4),
             "ratio": round(collector_pct / floor_pct, 3) if floor_pct > 0 else None,
             "collector_channels": meta.get("n_channels"),
@@ -118,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the loop alone (default: beside `reveal collect`, same window)")
     parser.add_argument("--warmup", type=float, default=8.0,
                         help="seconds before the side-by-side window opens")
+    parser.add_argument("--collect-arg", action="append", default=[], metavar="ARG",
+                        help="an argument for the collector beside the loop (repeat), e.g. "
+                             "--collect-arg=--refresh --collect-arg=30")
     args = parser.parse_args(argv)
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
@@ -130,16 +168,22 @@ def main(argv: list[str] | None = None) -> int:
                        check=True)
         print(f"bench_kernel_floor: {len(paths)} files, {args.seconds:.0f} s",
               file=sys.stderr)
+        perf, perf_fds = perf_group_fds()
+        paths = paths + [f"fd:{fd}" for fd in perf_fds]
         done = subprocess.run([str(binary), str(args.seconds), str(round(args.interval * 1e3))],
                               input="\n".join(paths) + "\n", capture_output=True, text=True,
-                              check=True)
+                              check=True, pass_fds=tuple(perf_fds))
         beside = None
         if args.beside:
             print(f"bench_kernel_floor: beside reveal collect, {args.seconds:.0f} s",
                   file=sys.stderr)
             beside = side_by_side(binary, paths, args.seconds, args.interval, args.warmup,
-                                  Path(tmp))
+                                  Path(tmp), args.collect_arg, tuple(perf_fds))
+            beside["collect_args"] = args.collect_arg
+        if perf is not None:
+            perf.close()
     loop: dict[str, Any] = json.loads(done.stdout)
+    loop["perf_group_reads_per_tick"] = len(perf_fds)
     per_file = loop.pop("per_file_us")
     result = {
         "bench": "kernel_floor", "started_unix": time.time(), "host": socket.gethostname(),

@@ -4,6 +4,9 @@
  * SECONDS, and do nothing else (no parsing). Prints JSON: user and system CPU seconds of
  * the loop (getrusage), per-file system time per read (CLOCK_THREAD_CPUTIME_ID around
  * each pread) and the loop's CPU as % of one core. Built and run by bench_kernel_floor.py.
+ * A line "fd:N" names an inherited descriptor read with read() instead: a perf_event group
+ * leader the caller opened (a group read returns every member's count, as the collector's
+ * reads do).
  *
  *     kernel_floor SECONDS INTERVAL_MS < files.txt
  */
@@ -51,7 +54,7 @@ int main(int argc, char **argv) {
     while (n < MAX_FILES && fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\n")] = 0;
         if (!line[0]) continue;
-        int fd = open(line, O_RDONLY | O_CLOEXEC);
+        int fd = strncmp(line, "fd:", 3) == 0 ? atoi(line + 3) : open(line, O_RDONLY | O_CLOEXEC);
         if (fd < 0) continue;
         snprintf(names[n], sizeof names[n], "%s", line);
         fds[n++] = fd;
@@ -66,7 +69,9 @@ int main(int argc, char **argv) {
             long long t0 = ns(CLOCK_THREAD_CPUTIME_ID);
             /* to end of file, as the collector reads: seq_file gives a page per read */
             ssize_t got = 0, n;
-            while ((n = pread(fds[i], buf, sizeof buf, got)) > 0) got += n;
+            if (strncmp(names[i], "fd:", 3) == 0) got = read(fds[i], buf, sizeof buf);
+            else
+                while ((n = pread(fds[i], buf, sizeof buf, got)) > 0) got += n;
             spent[i] += ns(CLOCK_THREAD_CPUTIME_ID) - t0;
             if (got > 0) bytes[i] = got;
         }
