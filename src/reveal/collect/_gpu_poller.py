@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,3 +224,19 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.wait(self.interval_s):
             self.board.expire()
+
+
+def stop_threads(threads: Iterable[Any], grace_s: float) -> list[str]:
+    """Ask every thread (None entries skipped) to stop, then join them within ``grace_s``
+    seconds in all; the names of those still running (stuck inside NVML)."""
+    alive = [thread for thread in threads if thread is not None]
+    for thread in alive:
+        thread.stop()
+    deadline = time.monotonic() + grace_s
+    stuck = []
+    for thread in alive:
+        if thread.is_alive():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                stuck.append(thread.name)
+    return stuck

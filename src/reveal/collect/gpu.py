@@ -47,7 +47,7 @@ import numpy as np
 
 from reveal.collect._gpu_board import Board
 from reveal.collect._gpu_device import GROUPS, Device, GpuLayout, free_gpm
-from reveal.collect._gpu_poller import GpuPoller, Timing, Watchdog, XidWatcher
+from reveal.collect._gpu_poller import GpuPoller, Timing, Watchdog, XidWatcher, stop_threads
 from reveal.collect._gpu_readings import FIELDS, READINGS
 from reveal.collect._nvml import load_nvml, option_bool, option_float, start_nvml, text
 from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
@@ -287,17 +287,8 @@ class GpuProbe(Probe):
         return changed
 
     def close(self) -> None:
-        threads: list[Any] = [*self._pollers, self._watchdog, self._xid]
-        for thread in threads:
-            if thread is not None:
-                thread.stop()
-        deadline = time.monotonic() + max(1.0, 3 * self.timing.interval_s)
-        stuck = []
-        for thread in threads:
-            if thread is not None and thread.is_alive():
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive():
-                    stuck.append(thread.name)
+        stuck = stop_threads([*self._pollers, self._watchdog, self._xid],
+                             max(1.0, 3 * self.timing.interval_s))
         nvml = self._nvml
         if stuck:
             # a thread still inside NVML: shutting NVML down under it is not safe

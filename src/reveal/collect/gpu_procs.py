@@ -54,7 +54,7 @@ from typing import Any, ClassVar, NoReturn
 import numpy as np
 
 from reveal.collect._gpu_board import Board
-from reveal.collect._gpu_poller import GridPoller, Timing, Watchdog
+from reveal.collect._gpu_poller import GridPoller, Timing, Watchdog, stop_threads
 from reveal.collect._nvml import error_is, load_nvml, option_float, start_nvml
 from reveal.collect.ebpf.targets import read_cgroup, read_comm
 from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
@@ -511,17 +511,8 @@ class GpuProcessProbe(Probe):
         self.reason = "gpu_procs: " + "; ".join(notes) if notes else ""
 
     def close(self) -> None:
-        threads: list[Any] = [*self._pollers, self._watchdog]
-        for thread in threads:
-            if thread is not None:
-                thread.stop()
-        deadline = time.monotonic() + max(1.0, 3 * self.timing.interval_s)
-        stuck = []
-        for thread in threads:
-            if thread is not None and thread.is_alive():
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive():
-                    stuck.append(thread.name)
+        stuck = stop_threads([*self._pollers, self._watchdog],
+                             max(1.0, 3 * self.timing.interval_s))
         nvml = self._nvml
         if stuck:
             # a thread still inside NVML: shutting NVML down under it is not safe
