@@ -114,6 +114,7 @@ def test_config_file_sets_collect_and_probe_options_and_the_command_line_wins(
 
 
 @pytest.mark.parametrize("args, expected", [
+    (["--refresh", "0"], "--refresh must be positive"),
     (["--probe-option", "network.sofnet=false"], "no option 'sofnet'"),
     (["--probe-option", "nosuch.x=1"], "unknown probe 'nosuch'"),
     (["--probe-option", "softnet"], "PROBE.KEY=VALUE"),

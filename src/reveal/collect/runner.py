@@ -187,6 +187,8 @@ class Collector:
         opts = self.options
         if not opts.interval_s > 0:
             raise InputError(f"--interval must be positive, got {opts.interval_s}")
+        if not opts.refresh_s > 0:
+            raise InputError(f"--refresh must be positive, got {opts.refresh_s}")
         if opts.duration_s is not None and not opts.duration_s > 0:
             raise InputError(f"--duration must be positive, got {opts.duration_s}")
         if not opts.segment_seconds >= max(1.0, opts.interval_s):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 NAME = "collect"
+REFRESH_S = 10.0  # the collector's default (CollectOptions.refresh_s)
 HELP = "Record this host's telemetry (every probe that works here) into a run directory."
 
 
@@ -30,6 +31,9 @@ def add_collect_options(parser: argparse.ArgumentParser) -> None:
                        help="record the default probes except these")
     parser.add_argument("--segment-seconds", type=float, default=300.0, metavar="SECONDS",
                         help="length of one Parquet segment")
+    parser.add_argument("--refresh", type=float, default=REFRESH_S, metavar="SECONDS",
+                        help="how often probes look for new devices, cgroups and files; "
+                             "a channel that appears joins the run then")
     parser.add_argument("--self-channels", action="store_true",
                         help="also record the collector's own read latency, tick lag and "
                              "missed ticks as channels (reveal.*)")
@@ -101,6 +105,7 @@ def options_from_args(args: argparse.Namespace, source: str,
         out=args.out or default_out(), interval_s=args.interval,
         duration_s=getattr(args, "duration", None), include=args.probes, exclude=args.exclude,
         segment_seconds=args.segment_seconds, progress_s=args.progress_every,
+        refresh_s=args.refresh,
         self_channels=args.self_channels, realtime=args.realtime, source=source,
         command=command, probe_options=probe_options)
 
