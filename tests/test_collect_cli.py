@@ -189,3 +189,20 @@ def test_non_root_records_what_it_can_and_names_degraded_probes():
         assert read_run(run).n_channels > 50  # the procfs probes still work
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_each_probe_reason_is_printed_once(recorded):
+    run, done = recorded
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((run / "meta.json").read_text())
+    partial = {name: p for name, p in meta["probes"].items()
+               if p["status"] in ("degraded", "unavailable")}
+    for name, probe in partial.items():
+        reason = probe["reason"].removeprefix(f"{name}: ")
+        assert done.stderr.count(reason) == sum(  # probes may share a reason (no NVML)
+            p["reason"].removeprefix(f"{n}: ") == reason for n, p in partial.items())
+        assert done.stderr.count(f"probe {name} {probe['status']}: {reason}") == 1
+        assert f"{name}: {name}:" not in done.stderr  # the probe is named once
+    if partial:
+        summary = [line for line in done.stderr.splitlines() if "not fully recorded" in line]
+        assert len(summary) == 1 and all(name in summary[0] for name in partial)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 import sys
 import time
@@ -124,6 +125,8 @@ def make_printers(command: str, quiet: bool) -> tuple[Any, Any]:
     def notify(level: str, message: str) -> None:
         if level in ("warning", "notice") or not quiet:  # notice: end of a warned state
             prefix = "warning: " if level == "warning" else ""
+            # "probe gpu unavailable: gpu: NVML ..." names the probe once
+            message = re.sub(r"^(probe (\w+) \w+: )\2: ", r"\1", message)
             print(f"reveal {command}: {prefix}{message}", file=sys.stderr, flush=True)
 
     def progress(status: dict[str, Any]) -> None:
@@ -135,8 +138,10 @@ def make_printers(command: str, quiet: bool) -> tuple[Any, Any]:
     return notify, (None if quiet else progress)
 
 
-def summary_lines(meta: dict[str, Any]) -> list[str]:
-    """What a finished recording produced, for stderr."""
+def summary_lines(meta: dict[str, Any], reasons_shown: bool = False) -> list[str]:
+    """What a finished recording produced, for stderr. With ``reasons_shown`` (the probes'
+    states were printed when they opened, and read failures as warnings) the probes that
+    are not fully working are named on one line instead of repeating their reasons."""
     stats = meta.get("stats", {})
     lines = [f"run {meta.get('path', '')}: {stats.get('samples', 0)} samples of "
              f"{meta.get('n_channels', 0)} channels every {meta.get('interval_s')} s; "
@@ -146,9 +151,21 @@ def summary_lines(meta: dict[str, Any]) -> list[str]:
     if meta.get("closed") is False:
         lines.append("  meta.json could not be finalised (disk full): the run reads as not "
                      "closed; everything journaled before is kept")
-    for name, probe in meta.get("probes", {}).items():
-        if probe.get("status") in ("degraded", "unavailable"):
-            lines.append(f"  probe {name}: {probe['status']}: {probe.get('reason', '')}")
+    partial = {status: [name for name, probe in meta.get("probes", {}).items()
+                        if probe.get("status") == status]
+               for status in ("unavailable", "degraded")}
+    if reasons_shown:
+        named = "; ".join(f"{', '.join(names)} ({status})"
+                          for status, names in partial.items() if names)
+        if named:
+            lines.append(f"  probes not fully recorded: {named}; reasons above and in "
+                         f"meta.json")
+        return lines
+    for status, names in partial.items():
+        for name in names:
+            reason = str(meta["probes"][name].get("reason", ""))
+            reason = reason.removeprefix(f"{name}: ")  # the probe is named already
+            lines.append(f"  probe {name}: {status}: {reason}")
     return lines
 
 
@@ -159,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     notify, progress = make_printers(NAME, args.quiet)
     result = collect(options, notify, progress)
     meta = dict(result.meta, path=str(result.run))
-    for line in summary_lines(meta):
+    for line in summary_lines(meta, reasons_shown=not args.quiet):
         print(f"reveal collect: {line}", file=sys.stderr)
     print(result.run)
     return 0

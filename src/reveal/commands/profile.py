@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         result = collector.run(should_stop=lambda: child.poll() is not None)
         returncode = child.wait()
     meta = dict(result.meta, path=str(result.run))
-    for line in _summary_lines(meta):
+    for line in _summary_lines(meta, reasons_shown=not args.quiet):
         print(f"reveal profile: {line}", file=sys.stderr)
     print(f"reveal profile: command exited with status {_exit_status(returncode)}",
           file=sys.stderr)
