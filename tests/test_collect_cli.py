@@ -206,3 +206,12 @@ def test_each_probe_reason_is_printed_once(recorded):
     if partial:
         summary = [line for line in done.stderr.splitlines() if "not fully recorded" in line]
         assert len(summary) == 1 and all(name in summary[0] for name in partial)
+
+
+def test_sizes_in_progress_and_summary_say_the_same_thing(recorded):
+    run, done = recorded
+    stats = json.loads((run / "meta.json").read_text())["stats"]
+    (summary,) = [line for line in done.stderr.splitlines() if " samples of " in line]
+    assert "written" not in done.stderr  # progress and summary both speak of bytes on disk
+    if stats["journal_bytes_written"] > stats["bytes_on_disk"]:
+        assert "journal compacted into Parquet" in summary

@@ -133,9 +133,18 @@ def make_printers(command: str, quiet: bool) -> tuple[Any, Any]:
         print(f"reveal {command}: {status['elapsed_s']:7.1f}s  {status['samples']} samples  "
               f"{status['channels']} channels  {status['missed_ticks']} missed  "
               f"{status['dropped_samples']} dropped  {human_bytes(status['bytes_on_disk'])} "
-              f"written", file=sys.stderr, flush=True)
+              f"on disk", file=sys.stderr, flush=True)
 
     return notify, (None if quiet else progress)
+
+
+def _compacted(stats: dict[str, Any]) -> str:
+    """Why the size on disk fell below what the progress lines showed: the journal
+    (uncompressed rows) was compacted into Parquet segments."""
+    journaled = int(stats.get("journal_bytes_written") or 0)
+    if journaled > int(stats.get("bytes_on_disk") or 0):
+        return f" (the {human_bytes(journaled)} journal compacted into Parquet)"
+    return ""
 
 
 def summary_lines(meta: dict[str, Any], reasons_shown: bool = False) -> list[str]:
@@ -147,7 +156,7 @@ def summary_lines(meta: dict[str, Any], reasons_shown: bool = False) -> list[str
              f"{meta.get('n_channels', 0)} channels every {meta.get('interval_s')} s; "
              f"{stats.get('missed_ticks', 0)} missed ticks, "
              f"{stats.get('dropped_samples', 0)} dropped samples, "
-             f"{human_bytes(stats.get('bytes_on_disk', 0))} on disk"]
+             f"{human_bytes(stats.get('bytes_on_disk', 0))} on disk{_compacted(stats)}"]
     if meta.get("closed") is False:
         lines.append("  meta.json could not be finalised (disk full): the run reads as not "
                      "closed; everything journaled before is kept")
