@@ -142,7 +142,8 @@ def _compacted(stats: dict[str, Any]) -> str:
     """Why the size on disk fell below what the progress lines showed: the journal
     (uncompressed rows) was compacted into Parquet segments."""
     journaled = int(stats.get("journal_bytes_written") or 0)
-    if journaled > int(stats.get("bytes_on_disk") or 0):
+    compacted = not stats.get("pending_segments")  # journals a full disk left stay as such
+    if compacted and journaled > int(stats.get("bytes_on_disk") or 0):
         return f" (the {human_bytes(journaled)} journal compacted into Parquet)"
     return ""
 
