@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_collector import Meter, storage  # noqa: E402
+from bench_collector import Meter, _wait_started, storage  # noqa: E402
 
 MAKE_TREE = ROOT / "tests" / "fixtures" / "bighost" / "make_tree.py"
 PROBES = ("cpu", "memory", "storage", "network", "interrupts", "pressure", "power")
@@ -82,20 +82,6 @@ def _wait_file(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> No
         time.sleep(0.05)
 
 
-def _wait_started(run: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"collector exited: {proc.communicate()[1][-2000:]}")
-        try:
-            if json.loads((run / "meta.json").read_text()).get("start_mono_ns"):
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("collector did not start")
-
-
 def one_run(work: Path, detail: str, args: argparse.Namespace) -> dict[str, Any]:
     """Record the simulated host for ``args.duration`` s with interrupts ``detail``."""
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
@@ -115,7 +101,7 @@ def one_run(work: Path, detail: str, args: argparse.Namespace) -> dict[str, Any]
              "--interval", str(args.interval), "--duration", str(args.duration),
              "--probes", ",".join(PROBES), *options],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        _wait_started(run, collector)
+        _wait_started(run, collector, timeout_s=120)
         opened_s = time.monotonic() - started
         meter = Meter(collector.pid)
         time.sleep(args.warmup)
