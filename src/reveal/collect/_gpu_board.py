@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reveal.collect.probe import NativePart
+
 
 @dataclass
 class _Block:
@@ -90,3 +92,23 @@ class Board:
         n = min(len(values), len(out))
         out[:n] = values[:n]
         out[n:] = np.nan
+
+
+class BoardReads:
+    """``read`` and ``native_parts`` of a probe whose pollers fill a :class:`Board`
+    (``self._board``) laid out as ``self.channels``: no NVML call on the tick path."""
+
+    _board: Board
+    channels: list[str]
+
+    def read(self, out: np.ndarray) -> None:
+        """Copy the latest polled values (no NVML call); stale groups read NaN."""
+        self._board.expire()
+        self._board.copy_to(out)
+
+    def native_parts(self) -> list[NativePart] | None:
+        """The latest-values array itself: the C tick thread copies it every tick."""
+        values = self._board.values
+        if len(values) != len(self.channels):
+            return None
+        return [NativePart(values, 0, len(values), self.read)] if len(values) else []

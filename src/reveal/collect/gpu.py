@@ -43,14 +43,12 @@ import threading
 import time
 from typing import Any, ClassVar
 
-import numpy as np
-
-from reveal.collect._gpu_board import Board
+from reveal.collect._gpu_board import Board, BoardReads
 from reveal.collect._gpu_device import GROUPS, Device, GpuLayout, free_gpm
 from reveal.collect._gpu_poller import GpuPoller, Timing, Watchdog, XidWatcher, stop_threads
 from reveal.collect._gpu_readings import FIELDS, READINGS
 from reveal.collect._nvml import load_nvml, option_bool, option_float, start_nvml, text
-from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
+from reveal.collect.probe import Probe, ProbeUnavailable, register
 
 __all__ = ["FIELDS", "READINGS", "GpuProbe"]
 
@@ -60,7 +58,7 @@ _WHOLE_GPU_ACTIVITY = ("gpu.kernel_active_pct", "gpu.mem_util", "gpu.sm_active_p
 
 
 @register
-class GpuProbe(Probe):
+class GpuProbe(BoardReads, Probe):
     """Per-GPU utilisation, SM activity, memory, power, clocks, PCIe, ECC, NVLink, MIG, XID."""
 
     name = "gpu"
@@ -256,17 +254,6 @@ class GpuProbe(Probe):
         self.reason = "gpu: " + "; ".join(notes) if notes else ""
 
     # -- sampling ----------------------------------------------------------------------------
-    def read(self, out: np.ndarray) -> None:
-        """Copy the latest polled values (no NVML call); stale groups read NaN."""
-        self._board.expire()
-        self._board.copy_to(out)
-
-    def native_parts(self) -> list[NativePart] | None:
-        """The latest-values array itself: the C tick thread copies it every tick."""
-        values = self._board.values
-        if len(values) != len(self.channels):
-            return None
-        return [NativePart(values, 0, len(values), self.read)] if len(values) else []
 
     def refresh(self) -> bool:
         """Adopt layouts the pollers found (a late GPU, a MIG change); no NVML call."""

@@ -53,11 +53,11 @@ from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
-from reveal.collect._gpu_board import Board
+from reveal.collect._gpu_board import Board, BoardReads
 from reveal.collect._gpu_poller import GridPoller, Timing, Watchdog, stop_threads
 from reveal.collect._nvml import error_is, load_nvml, option_float, start_nvml
 from reveal.collect.ebpf.targets import read_cgroup, read_comm
-from reveal.collect.probe import NativePart, Probe, ProbeUnavailable, register
+from reveal.collect.probe import Probe, ProbeUnavailable, register
 from reveal.frame import format_channel, parse_channel
 
 UTIL_FIELDS = (("gpu.proc.sm_util", "smUtil"), ("gpu.proc.mem_util", "memUtil"),
@@ -285,7 +285,7 @@ class _ProcPoller(GridPoller):
                 self.listed_at.pop(pid, None)
 
 
-class GpuProcessProbe(Probe):
+class GpuProcessProbe(BoardReads, Probe):
     """GPU memory and utilisation per process (NVML, polled on its own threads), labelled
     with the process's cgroup."""
 
@@ -371,17 +371,6 @@ class GpuProcessProbe(Probe):
         raise ProbeUnavailable(reason) from cause
 
     # -- sampling ----------------------------------------------------------------------------
-    def read(self, out: np.ndarray) -> None:
-        """Copy the latest polled values (no NVML call); a stale GPU's channels read NaN."""
-        self._board.expire()
-        self._board.copy_to(out)
-
-    def native_parts(self) -> list[NativePart] | None:
-        """The latest-values array itself: the C tick thread copies it every tick."""
-        values = self._board.values
-        if len(values) != len(self.channels):
-            return None
-        return [NativePart(values, 0, len(values), self.read)] if len(values) else []
 
     # -- refresh -----------------------------------------------------------------------------
     def refresh(self) -> bool:
