@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from reveal.collect.probe import ProbeUnavailable
+from reveal.collect.probe import Probe, ProbeUnavailable
 
 #: NVML answers that mean "this query does not exist here" (drop its channels, say so),
 #: as opposed to a transient failure (NaN for that poll).
@@ -33,6 +33,18 @@ def start_nvml(nvml: Any, probe: str) -> None:
     except nvml.NVMLError as exc:
         raise ProbeUnavailable(f"{probe}: NVML could not start ({exc}): no NVIDIA driver or "
                                "libnvidia-ml.so.1 on this host") from exc
+
+
+def open_nvml(probe: Probe) -> Any:
+    """The bindings of ``probe`` (its ``nvml`` option, else pynvml), started; a failure
+    marks the probe unavailable with the reason and raises :class:`ProbeUnavailable`."""
+    try:
+        nvml = load_nvml(probe.options, probe.name)
+        start_nvml(nvml, probe.name)
+    except ProbeUnavailable as exc:
+        probe.status, probe.reason = "unavailable", str(exc)
+        raise
+    return nvml
 
 
 def error_is(nvml: Any, exc: Exception, *names: str) -> bool:

@@ -47,7 +47,7 @@ from reveal.collect._gpu_board import Board, BoardReads
 from reveal.collect._gpu_device import GROUPS, Device, GpuLayout, free_gpm
 from reveal.collect._gpu_poller import GpuPoller, Timing, Watchdog, XidWatcher, stop_threads
 from reveal.collect._gpu_readings import FIELDS, READINGS
-from reveal.collect._nvml import load_nvml, option_bool, option_float, start_nvml, text
+from reveal.collect._nvml import open_nvml, option_bool, option_float, text
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 
 __all__ = ["FIELDS", "READINGS", "GpuProbe"]
@@ -108,12 +108,7 @@ class GpuProbe(BoardReads, Probe):
                              option_float(opts, "slow_interval_s", 1.0),
                              round(option_float(opts, "xid_wait_ms", 100)))
         self.stale_intervals = option_float(opts, "stale_intervals", 3.0)
-        nvml = self._nvml = load_nvml(opts, "gpu")
-        try:
-            start_nvml(nvml, "gpu")
-        except ProbeUnavailable as exc:
-            self.status, self.reason = "unavailable", str(exc)
-            raise
+        nvml = self._nvml = open_nvml(self)
         self._initialised = True
         try:
             self._count = int(nvml.nvmlDeviceGetCount())

@@ -55,7 +55,7 @@ import numpy as np
 
 from reveal.collect._gpu_board import Board, BoardReads
 from reveal.collect._gpu_poller import GridPoller, Timing, Watchdog, stop_threads
-from reveal.collect._nvml import error_is, load_nvml, option_float, start_nvml
+from reveal.collect._nvml import error_is, open_nvml, option_float
 from reveal.collect.ebpf.targets import read_cgroup, read_comm
 from reveal.collect.probe import Probe, ProbeUnavailable, register
 from reveal.frame import format_channel, parse_channel
@@ -331,12 +331,7 @@ class GpuProcessProbe(BoardReads, Probe):
         opts = self.options
         self.timing = Timing(interval_s=option_float(opts, "interval_s", 0.1))
         self.stale_intervals = option_float(opts, "stale_intervals", 3.0)
-        nvml = self._nvml = load_nvml(opts, "gpu_procs")
-        try:
-            start_nvml(nvml, "gpu_procs")
-        except ProbeUnavailable as exc:
-            self.status, self.reason = "unavailable", str(exc)
-            raise
+        nvml = self._nvml = open_nvml(self)
         self._initialised = True
         try:
             count = int(nvml.nvmlDeviceGetCount())
