@@ -207,6 +207,40 @@ def test_constant_windows() -> None:
         assert w0[col.index(f"ch{c}|slope")] == 0.0
 
 
+def test_autocorrelation_cutoff_follows_the_channel_scale() -> None:
+    # small-unit gauges (1e-6 scale, fractions in 0..1e-4) vary: their lag-1
+    # autocorrelation is that of the same signal in larger units, not NaN
+    rng = np.random.default_rng(6)
+    n = 300
+    walk = np.cumsum(rng.standard_normal(n))
+    frac = rng.random(n)
+    values = np.column_stack([walk, walk * 1e-6, frac, frac * 1e-4])
+    fmx = _features_of(values, 30, 10)
+    col = fmx.columns
+    for feat in ("autocorr_lag1", "skewness", "kurtosis", "adf_stat"):
+        for big, small in ((0, 1), (2, 3)):
+            want = fmx.values[:, col.index(f"ch{big}|{feat}")]
+            got = fmx.values[:, col.index(f"ch{small}|{feat}")]
+            assert np.isfinite(want).all(), feat
+            np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=feat)
+    # and the original units agree with tsfresh
+    for w, s in enumerate(fmx.windows.start):
+        want = fc.autocorrelation(walk[s : s + 30], 1)
+        assert abs(fmx.values[w, col.index("ch0|autocorr_lag1")] - want) <= 1e-9 * abs(want)
+
+
+def test_autocorrelation_of_constant_windows_is_nan() -> None:
+    n = 30
+    # 0.3 and 0.1 + 0.2 differ by one unit of round-off: constant for the autocorrelation
+    ulp = np.where(np.arange(n) % 3 == 0, 0.1 + 0.2, 0.3)
+    assert ulp.var() > 0
+    values = np.column_stack([np.zeros(n), np.full(n, 3e-7), np.full(n, OFFSET), ulp])
+    fmx = _features_of(values, n, 1)
+    col = fmx.columns
+    for c in range(values.shape[1]):
+        assert np.isnan(fmx.values[0, col.index(f"ch{c}|autocorr_lag1")]), c
+
+
 def test_nan_windows() -> None:
     rng = np.random.default_rng(3)
     values = np.cumsum(rng.standard_normal((60, 3)), axis=0)

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-# np.isclose(variance, 0) in tsfresh's autocorrelation: |v| <= 1e-8 -> NaN.
-AUTOCORR_MIN_VARIANCE = 1e-8
+# A window is constant for the lag-1 autocorrelation when its standard deviation is at most
+# this share of its root mean square: variation at the level of float64 round-off of the
+# values themselves (~450 eps), whatever the channel's unit. tsfresh's absolute cut-off
+# (np.isclose(variance, 0): variance <= 1e-8) would call every window of a small-unit gauge
+# constant (values of 1e-6 vary by far less than 1e-4).
+AUTOCORR_CONSTANT_REL_STD = 1e-13
+# Absolute floor on the variance, at float64's smallest normal number: an all-zero window
+# (mean square 0) is constant.
+AUTOCORR_MIN_VARIANCE = float(np.finfo(np.float64).tiny)
 
 
 class Centred:
@@ -166,15 +173,22 @@ def slope(c: Centred) -> np.ndarray:
 
 
 def autocorr_lag1(c: Centred) -> np.ndarray:
-    """tsfresh ``autocorrelation(x, 1)``; NaN where the variance is <= 1e-8 (np.isclose)."""
+    """tsfresh ``autocorrelation(x, 1)``; NaN for a constant window.
+
+    A window is constant when its variance is at most ``AUTOCORR_CONSTANT_REL_STD²`` times
+    its mean square (or at most ``AUTOCORR_MIN_VARIANCE``): the cut-off follows the
+    channel's scale, so a scaled copy of a window has the same autocorrelation.
+    """
     n = c.n
     var = c.m2 / n
     if n < 2:
         return np.full(var.shape, np.nan)
     prod = np.einsum("ij,ij->j", c.dev[:-1], c.dev[1:])
-    with np.errstate(divide="ignore", invalid="ignore"):
+    mu = mean(c)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = prod / ((n - 1) * var)
-    out[np.abs(var) <= AUTOCORR_MIN_VARIANCE] = np.nan
+        cutoff = np.maximum(AUTOCORR_CONSTANT_REL_STD**2 * (var + mu * mu), AUTOCORR_MIN_VARIANCE)
+    out[var <= cutoff] = np.nan
     return out
 
 
