@@ -81,6 +81,30 @@ def test_derived_ipc_busy_and_memory():
     assert "derived.ipc{cpu=0}" in report.derived
 
 
+def test_network_utilisation_is_per_direction_on_a_full_duplex_link():
+    # 1 Gbit/s link, 100 ms samples: 10 MB received and 12 MB sent per sample are 100 MB/s
+    # (80 % of the link) and 120 MB/s (96 %); together 176 %, which no direction can reach
+    n = 6
+    cols = {
+        "net.rx_bytes{iface=eth0}": 5e9 + np.arange(n) * 10e6,
+        "net.tx_bytes{iface=eth0}": 7e9 + np.arange(n) * 12e6,
+        "net.speed_mbps{iface=eth0}": np.full(n, 1000.0),
+    }
+    rated, report = derive(_tel(cols, step_s=0.1), default_catalog())
+    rx = rated.column("derived.net_rx_util_pct{iface=eth0}")
+    tx = rated.column("derived.net_tx_util_pct{iface=eth0}")
+    np.testing.assert_allclose(rx, 80.0)
+    np.testing.assert_allclose(tx, 96.0)
+    np.testing.assert_allclose(rated.column("derived.net_bytes_per_s{iface=eth0}"), 220e6)
+    assert not any(c.startswith("derived.net_util_pct") for c in rated.channels)
+    assert "derived.net_rx_util_pct{iface=eth0}" in report.derived
+    cat = default_catalog()
+    for name in ("derived.net_rx_util_pct", "derived.net_tx_util_pct"):
+        info = cat.lookup(name)
+        assert (info.subsystem, info.kind, info.unit) == ("network", "gauge", "% of link speed")
+        assert "link speed" in info.description
+
+
 def test_zero_denominator_gives_nan_not_inf():
     tel = _tel({"perf.instructions": [0, 0, 0], "perf.cycles": [0, 0, 0]})
     rated, _ = derive(tel, CATALOG)

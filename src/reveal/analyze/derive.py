@@ -18,8 +18,10 @@ channels (counts already scaled when read) are rated like any counter.
 Derived metrics, added when their inputs exist (names under ``derived.``):
 IPC, cache-miss ratio, branch-miss ratio, backend/L3 stall ratio (per CPU label set and
 host total), CPU busy % (per CPU and total), memory used %, disk read/write throughput
-(bytes/s) and utilisation %, network throughput (bytes/s) and utilisation % (when the
-link speed is known).
+(bytes/s) and utilisation %, network throughput (bytes/s, received + sent) and, when the
+link speed is known, utilisation % per direction: links are full duplex, so received and
+sent bytes are each measured against the link speed (each at most 100 % while the traffic
+fits the link).
 """
 
 from __future__ import annotations
@@ -273,12 +275,15 @@ def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
         tx = idx.by_metric.get("net.tx_bytes", {}).get(key)
         if tx is None:
             continue
-        both = idx.tel.values[:, rx] + idx.tel.values[:, tx]
-        out.append((format_channel("derived.net_bytes_per_s", dict(key)), both))
+        rx_rate, tx_rate = idx.tel.values[:, rx], idx.tel.values[:, tx]
+        out.append((format_channel("derived.net_bytes_per_s", dict(key)), rx_rate + tx_rate))
         speed = idx.get("net.speed_mbps", key)
         if speed is not None:
-            out.append((format_channel("derived.net_util_pct", dict(key)),
-                        _ratio(both * 8.0, speed * 1e6, 100.0)))
+            # full duplex: each direction has the whole link speed (Mbit/s) to itself
+            for name, rate in (("derived.net_rx_util_pct", rx_rate),
+                               ("derived.net_tx_util_pct", tx_rate)):
+                out.append((format_channel(name, dict(key)),
+                            _ratio(rate * 8.0, speed * 1e6, 100.0)))
     return out
 
 

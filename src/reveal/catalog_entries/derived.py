@@ -20,6 +20,9 @@ ENTRIES = [
                "disk write throughput"),
     MetricInfo("derived.disk_util_pct", "storage", "gauge", "%", 100, "disk utilisation"),
     MetricInfo("derived.net_bytes_per_s", "network", "gauge", "bytes/s", 95,
-               "network throughput"),
-    MetricInfo("derived.net_util_pct", "network", "gauge", "%", 100, "network utilisation"),
+               "network throughput (received + sent)"),
+    MetricInfo("derived.net_rx_util_pct", "network", "gauge", "% of link speed", 100,
+               "network receive utilisation (received bits/s over the link speed)"),
+    MetricInfo("derived.net_tx_util_pct", "network", "gauge", "% of link speed", 100,
+               "network send utilisation (sent bits/s over the link speed)"),
 ]
