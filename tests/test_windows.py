@@ -38,7 +38,8 @@ def test_duration_rounding_and_explicit_interval() -> None:
     # an explicit interval overrides the one inferred from the timestamps
     w2 = make_windows(ts, WindowConfig(size_s=1.0, stride_s=0.5), interval_s=0.5)
     assert (w2.size, w2.stride) == (2, 1)
-    assert np.array_equal(w2.end_ns - w2.start_ns, np.full(len(w2.start), NS))
+    # the end is one (given) interval after the window's last sample, 0.25 s after its first
+    assert np.array_equal(w2.end_ns - w2.start_ns, np.full(len(w2.start), 750_000_000))
 
 
 def test_rows_config_for_minute_data() -> None:
@@ -77,8 +78,26 @@ def test_gaps_do_not_change_row_windows() -> None:
     assert (w.size, w.stride) == (30, 10)
     assert w.start.tolist() == list(range(0, 171, 10))
     assert np.array_equal(w.start_ns, ts[w.start])
-    # the nominal end is start + 3 s even for a window that spans the hole
-    assert np.all(w.end_ns - w.start_ns == 3 * NS)
+    # every window ends one interval after its own last sample: 3 s after its start
+    # where no sample is missing, 10 s where the 7 s hole lies inside it
+    last = w.start + w.size - 1
+    assert np.array_equal(w.end_ns, ts[last] + NS // 10)
+    spans = (w.start < 100) & (last >= 100)
+    assert spans.sum() == 2  # the windows starting at rows 80 and 90
+    assert np.all(w.end_ns[spans] - w.start_ns[spans] == 10 * NS)
+    assert np.all(w.end_ns[~spans] - w.start_ns[~spans] == 3 * NS)
+
+
+def test_end_follows_the_last_sample_with_samples_missing_at_the_end() -> None:
+    # rows config on minute data: the window's last two samples came 5 and 9 minutes late
+    ts = _ts(12, interval_s=60.0)
+    ts[10] += 5 * 60 * NS
+    ts[11] += 9 * 60 * NS
+    w = make_windows(ts, WindowConfig(size_rows=6, stride_rows=6))
+    assert w.start.tolist() == [0, 6]
+    assert w.end_ns.tolist() == [ts[5] + 60 * NS, ts[11] + 60 * NS]
+    # no window ends before the last sample it holds
+    assert np.all(w.end_ns > ts[w.start + w.size - 1])
 
 
 def test_bad_timestamps_and_sizes() -> None:

@@ -3,8 +3,10 @@
 A window is ``size`` consecutive rows starting at ``start``; windows start at row 0 and
 every ``stride`` rows after it, and only windows that fit entirely are kept. Windows are
 defined on rows (samples), not on clock time: a gap in the timestamps (missed samples)
-does not change which rows a window holds. Sizes are given in seconds (converted to rows
-with the sampling interval) or directly in rows (minute-level data such as SMD).
+does not change which rows a window holds, and a window's time span is that of its rows
+(from its first sample to one interval after its last). Sizes are given in seconds
+(converted to rows with the sampling interval) or directly in rows (minute-level data such
+as SMD).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class Windows:
     start_ns : ndarray of int64, shape (W,)
         Timestamp (ns) of each window's first row.
     end_ns : ndarray of int64, shape (W,)
-        Exclusive end (ns): ``start_ns + size * interval``.
+        Exclusive end (ns): timestamp of the window's last row plus one sampling interval
+        (``start_ns + size * interval`` when no sample is missing inside the window).
     """
 
     start: np.ndarray
@@ -127,5 +130,6 @@ def make_windows(
     n_windows = (n_rows - size) // stride + 1
     start = np.arange(n_windows, dtype=np.int64) * stride
     start_ns = ts[start].copy()
-    end_ns = start_ns + np.int64(round(size * interval_s * 1e9))
+    # the last row's own time: a gap inside the window moves the end with it
+    end_ns = ts[start + (size - 1)] + np.int64(round(interval_s * 1e9))
     return Windows(start=start, size=size, stride=stride, start_ns=start_ns, end_ns=end_ns)
