@@ -2,7 +2,9 @@
 
 Each subcommand lives in :mod:`reveal.commands` as a module exposing ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Errors the user can act on
-(:class:`reveal.errors.RevealError`) become one line on stderr and exit code 2.
+(:class:`reveal.errors.RevealError`), a file that cannot be read or written (``OSError``)
+and a Python package missing from the installation become one line on stderr and exit
+code 2; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from types import ModuleType
 
 from reveal import __version__
 from reveal.commands import HelpFormatter
-from reveal.errors import RevealError
+from reveal.errors import RevealError, missing_package, with_log_reason
 
 COMMANDS = (
     "analyze", "evaluate", "select", "collect", "profile", "probes",
@@ -23,13 +25,33 @@ COMMANDS = (
 )
 
 
-def _load(name: str) -> ModuleType | None:
+class Unavailable:
+    """Stands for a command whose module could not be imported: listed by ``--help`` as
+    unavailable, and running it is an error that names what is missing."""
+
+    def __init__(self, name: str, exc: ImportError) -> None:
+        self.NAME = name
+        package = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
+        if package is not None:
+            self.reason = (f"needs the Python package {package!r}, which is not installed "
+                           f"(pip install {package}, or run scripts/install.sh)")
+        else:
+            self.reason = (f"cannot load reveal.commands.{name} ({exc}); the installation "
+                           f"is incomplete: run scripts/install.sh again")
+        self.HELP = f"(unavailable: {self.reason})".replace("%", "%%")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise RevealError(self.reason)
+
+
+def _load(name: str) -> ModuleType | Unavailable:
     try:
         return importlib.import_module(f"reveal.commands.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("reveal.commands"):
-            return None  # command not built yet in this version
-        raise
+    except ImportError as exc:
+        return Unavailable(name, exc)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,13 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = _load(name)
-        if module is None:
-            continue
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
                                  formatter_class=HelpFormatter)
         module.add_arguments(command)
         command.set_defaults(_module=module, _parser=command)
     return parser
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for a file that could not be read or written: the path(s) and the reason."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None and exc.filename2 is not None:
+        return f"{exc.filename} -> {exc.filename2}: {reason}"
+    if exc.filename is not None:
+        return f"{exc.filename}: {reason}"
+    return reason
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,18 +86,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    prefix = f"reveal {args.command}: error:"
     try:
         if getattr(args, "config", None) is not None and hasattr(args._module, "apply_config"):
             args = args._module.apply_config(parser, args, argv)
         return int(args._module.run(args) or 0)
     except RevealError as exc:
-        print(f"reveal {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{prefix} {with_log_reason(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"reveal {args.command}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        print(f"{prefix} {_os_error(exc)}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        package = missing_package(exc)
+        if package is None:
+            raise  # one of Reveal's own modules: a bug, keep its traceback
+        print(f"{prefix} needs the Python package {package!r}, which is not installed "
+              f"(pip install {package}, or run scripts/install.sh)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

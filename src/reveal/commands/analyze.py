@@ -74,6 +74,10 @@ def build_config(args: argparse.Namespace) -> AnalyzeConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reveal.paths import check_writable_file
+
+    if args.json_out and args.json_out != "-":
+        check_writable_file(args.json_out)  # before the analysis, not after it
     from reveal.analyze.pipeline import analyze_run
     from reveal.analyze.select import load_metric_set
     from reveal.report.text import render_table

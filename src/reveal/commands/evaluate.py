@@ -52,8 +52,11 @@ def _table(dataset: str, block: dict) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from reveal.errors import InputError
     from reveal.evaluate.labelled import evaluate
+    from reveal.paths import check_writable_file
     from reveal.store.labelled import default_data_root
 
+    if args.json:
+        check_writable_file(args.json)  # before the evaluation, not after it
     root = Path(args.data) if args.data else default_data_root()
     if root is None or not root.is_dir():
         raise InputError("no labelled data found (give --data ROOT or set $REVEAL_DATA)",

@@ -56,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import dataclasses
 
+    from reveal.paths import check_writable_dir
+
+    # results go to --out, or into the --reanalyse directory when no --out is given
+    check_writable_dir(args.reanalyse if args.reanalyse is not None
+                       and args.out == Path("validate-out") else args.out)
     from reveal.inject.validation import (
         SuiteOptions,
         load_recorded,
