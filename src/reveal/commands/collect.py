@@ -181,8 +181,10 @@ def summary_lines(meta: dict[str, Any], reasons_shown: bool = False) -> list[str
 
 def run(args: argparse.Namespace) -> int:
     from reveal.collect.runner import collect
+    from reveal.paths import check_writable_dir
 
     options = options_from_args(args, "reveal collect")
+    check_writable_dir(options.out)
     notify, progress = make_printers(NAME, args.quiet)
     result = collect(options, notify, progress)
     meta = dict(result.meta, path=str(result.run))

@@ -4,12 +4,18 @@ Starts the reference training job, records a clean baseline with the real collec
 a run with a CPU-contention and a disk-burst episode at known times, analyses it with
 detectors fitted on the baseline, prints the anomaly table and writes a report directory
 (report.md, report.json, PNG figures).
+
+Run again with the same ``--out``, it keeps the earlier report and writes the new one to the
+first free ``DIR-2``, ``DIR-3``... (saying so); ``--force`` replaces the report in DIR.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 NAME = "demo"
@@ -19,7 +25,12 @@ HELP = ("Record a short fault scenario on this host (clean baseline, then CPU co
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("demo-report"), metavar="DIR",
-                        help="report directory to write (runs are kept in DIR/runs)")
+                        help="report directory to write (runs are kept in DIR/runs); when DIR "
+                             "already holds a report, the new one goes to the first free "
+                             "DIR-2, DIR-3, ... and the earlier one is kept (default: "
+                             "demo-report)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the report already in DIR instead")
     parser.add_argument("--duration", type=float, default=60.0, metavar="S",
                         help="seconds of the baseline and of the faulted run (each, ≥ 30)")
     parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
@@ -27,11 +38,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+#: what ``reveal demo`` writes into its directory: all that ``--force`` removes
+WRITTEN = frozenset({"runs", "report.md", "report.json", "timeline.png", "subsystems.png",
+                     "traces"})
+
+
+def _is_free(path: Path) -> bool:
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
+
+
+def choose_out(out: Path, force: bool, notice: Callable[[str], None]) -> Path:
+    """The directory this demo writes: ``out`` when free; with ``force`` ``out`` emptied
+    of an earlier demo's report (refused when it holds anything else); else the first free
+    ``out-2``, ``out-3``... Checks that the directory chosen can be written."""
+    from reveal.errors import InputError
+    from reveal.paths import check_writable_dir
+
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", str(out))
+    if _is_free(out):
+        return check_writable_dir(out)
+    if force:
+        check_writable_dir(out)
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in WRITTEN)
+        if foreign:
+            raise InputError(f"holds files reveal demo did not write ({', '.join(foreign[:3])}"
+                             f"{', ...' if len(foreign) > 3 else ''}); not replacing it",
+                             str(out))
+        for entry in out.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        notice(f"reveal demo: replacing the earlier report in {out} (--force)")
+        return out
+    for n in itertools.count(2):
+        candidate = out.with_name(f"{out.name}-{n}")
+        if _is_free(candidate):
+            check_writable_dir(candidate)
+            notice(f"reveal demo: {out} already holds a report; this one goes to {candidate} "
+                   f"(--force replaces the one in {out})")
+            return candidate
+    raise AssertionError("unreachable")
+
+
 def run(args: argparse.Namespace) -> int:
     from reveal.errors import RevealError
 
     if args.duration < 30:
         raise RevealError("--duration must be at least 30 seconds")
+    args.out = choose_out(args.out, args.force,
+                          lambda line: print(line, file=sys.stderr, flush=True))
     from reveal.analyze.derive import derive
     from reveal.analyze.pipeline import analyze_run
     from reveal.catalog import default_catalog

@@ -17,6 +17,7 @@ from reveal.commands.collect import add_collect_options, make_printers, options_
 from reveal.commands.collect import apply_config as apply_config  # --config, as collect
 from reveal.commands.collect import summary_lines as _summary_lines
 from reveal.errors import InputError, RevealError
+from reveal.paths import check_writable_dir
 
 NAME = "profile"
 HELP = "Record this host for the life of a command (reveal profile -- CMD ARGS...), then analyse."
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise InputError("no command given: reveal profile [options] -- CMD ARGS...")
     options = options_from_args(args, "reveal profile", command=cmd)
+    check_writable_dir(options.out)  # before the command starts
     notify, progress = make_printers(NAME, args.quiet)
     collector = Collector(options, notify, progress)
     collector.open()

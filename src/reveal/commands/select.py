@@ -26,8 +26,12 @@ def run(args: argparse.Namespace) -> int:
     from reveal.analyze.select import prune, pruning_curves, save_metric_set, union
     from reveal.catalog import NOT_DETECTED, default_catalog
     from reveal.frame import channel_metric
+    from reveal.paths import check_writable_file
     from reveal.store.sources import open_source
 
+    check_writable_file(args.out)  # before reading the runs, not after
+    if args.curves:
+        check_writable_file(args.curves)
     catalog = default_catalog()
     selections, curves = [], {}
     for spec in args.runs:
