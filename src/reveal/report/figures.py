@@ -1,4 +1,4 @@
-"""PNG figures of a report (matplotlib, Agg backend; nothing is shown on screen).
+"""PNG figures of a report (matplotlib; nothing is shown on screen).
 
 - :func:`detector_timeline` (paper Fig. 2): one row per detector, score over time with its
   threshold and the flagged windows; injected episodes shaded.
@@ -9,6 +9,10 @@
 Times on the x axis are seconds from the run's first sample. Channel names are tenant text:
 they are passed through :func:`reveal.report.escape.plain` and matplotlib's mathtext is
 disabled for them (a ``$`` in an interface name stays a ``$``).
+
+Figures are built with matplotlib's object-oriented API (``Figure`` drawn by an Agg
+canvas), not through pyplot: importing this module leaves the process's matplotlib backend
+as it was, and no figure is registered with pyplot (nothing to close, nothing leaks).
 """
 
 from __future__ import annotations
@@ -17,11 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from reveal.report.escape import plain
 
@@ -29,6 +31,13 @@ SUBSYSTEM_COLOURS = {"cpu": "#d62728", "memory": "#1f77b4", "storage": "#2ca02c"
                      "network": "#9467bd", "gpu": "#ff7f0e", "software": "#8c564b",
                      "unknown": "#7f7f7f"}
 FAULT_COLOUR = "#f2b134"
+
+
+def _figure(figsize: tuple[float, float]) -> Figure:
+    """A figure drawn by its own Agg canvas (no backend switch, not tracked by pyplot)."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def _label(text: str, limit: int = 70) -> str:
@@ -62,8 +71,8 @@ def detector_timeline(report: Any, path: Path, faults: Sequence[Any] = (),
     thresholds = {d.name: d.threshold for d in report.detectors}
     names = list(table.scores)
     rows = len(names) + 1
-    fig, axes = plt.subplots(rows, 1, figsize=(11, 1.6 * rows + 0.6), sharex=True,
-                             squeeze=False)
+    fig = _figure((11, 1.6 * rows + 0.6))
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)
     for ax, name in zip(axes[:, 0], names, strict=False):
         score = np.asarray(table.scores[name], dtype=float)
         flags = np.asarray(table.flags[name], dtype=bool)
@@ -93,7 +102,6 @@ def detector_timeline(report: Any, path: Path, faults: Sequence[Any] = (),
                  fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -103,7 +111,8 @@ def subsystem_counts(report: Any, path: Path) -> Path:
     for anomaly in report.anomalies:
         top = anomaly.subsystems[0] if anomaly.subsystems else "unknown"
         counts[top] = counts.get(top, 0) + 1
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig = _figure((6, 3.2))
+    ax = fig.subplots()
     if counts:
         names = sorted(counts, key=lambda k: -counts[k])
         ax.bar(names, [counts[n] for n in names],
@@ -117,7 +126,6 @@ def subsystem_counts(report: Any, path: Path) -> Path:
     ax.set_title("Anomaly causes by subsystem", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -151,8 +159,8 @@ def channel_traces(report: Any, telemetry: Any, out_dir: Path, faults: Sequence[
         if not mask.any():
             continue
         span = (max(lo, float(t_rel[mask][0])), min(hi, float(t_rel[mask][-1])))
-        fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 1.9 * len(chosen) + 0.7),
-                                 sharex=True, squeeze=False)
+        fig = _figure((9, 1.9 * len(chosen) + 0.7))
+        axes = fig.subplots(len(chosen), 1, sharex=True, squeeze=False)
         for ax, channel in zip(axes[:, 0], chosen, strict=True):
             values = telemetry.values[:, telemetry.channels.index(channel)]
             ax.plot(t_rel[mask], values[mask], lw=0.8, color="#1f77b4")
@@ -180,6 +188,5 @@ def channel_traces(report: Any, telemetry: Any, out_dir: Path, faults: Sequence[
         fig.tight_layout(rect=(0, 0, 1, 0.95))
         path = out_dir / f"trace_{n:02d}.png"
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         paths.append(path)
     return paths
