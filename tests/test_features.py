@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 import warnings
@@ -364,6 +365,30 @@ def test_bad_inputs_raise_input_error() -> None:
         compute_features(values[:20], ["a", "b"], ["gauge"] * 2, w)
     with pytest.raises(InputError, match="2-D"):
         compute_features(values[:, 0], ["a"], ["gauge"], w)
+
+
+def test_allocator_settings_change_only_when_features_are_computed() -> None:
+    # a fresh interpreter: importing the feature code leaves malloc alone; the first
+    # computation sets the thresholds (glibc) and records that it did
+    code = (
+        "import numpy as np\n"
+        "import reveal.analyze.features as f\n"
+        "from reveal.analyze import _feat_alloc as a\n"
+        "from reveal.analyze.windows import make_windows\n"
+        "from reveal.config import WindowConfig\n"
+        "print(a._configured, a._libc is not None)\n"
+        "w = make_windows(np.arange(40) * 100_000_000, WindowConfig())\n"
+        "f.compute_features(np.random.default_rng(0).random((40, 2)), ['a', 'b'],"
+        " ['gauge', 'gauge'], w)\n"
+        "print(a._configured, a._libc is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    after_import, after_compute = done.stdout.splitlines()
+    assert after_import == "False False"
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert after_compute == f"True {glibc}"
 
 
 def test_runtime_does_not_import_oracles() -> None:

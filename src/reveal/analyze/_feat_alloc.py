@@ -6,6 +6,14 @@ faults for every temporary; on virtual machines that cost more than the arithmet
 measured here). Raising the mmap and trim thresholds lets freed blocks be reused.
 ``malloc_trim`` hands the memory back once the computation is over. Elsewhere (no glibc)
 both functions do nothing.
+
+Nothing is changed at import. The thresholds are process-wide and stay set once changed
+(glibc's dynamic mmap threshold cannot be restored), so they are set by an explicit call:
+``compute_features`` calls :func:`reuse_freed_memory` when it starts, and only its first
+call in a process changes anything. Measured on a 2-core VM, 1.7 M window-channels
+(bench_features' telemetry, 43,200 rows × 400 channels), three runs each: 20 k minor page
+faults and 3.5 s CPU (0.17 s system) with the thresholds, 67 k and 3.8 s (0.44 s system)
+without.
 """
 
 from __future__ import annotations
@@ -38,7 +46,10 @@ def _load() -> ctypes.CDLL | None:
 
 
 def reuse_freed_memory() -> bool:
-    """Ask malloc to keep freed blocks (once per process). True where it took effect."""
+    """Ask malloc to keep freed blocks. True where it took effect.
+
+    Only the first call in a process calls ``mallopt``; later calls return its outcome.
+    """
     global _libc, _configured
     with _lock:
         if _configured:
