@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from reveal.analyze.pipeline import analyze_run
 from reveal.cli import main
 from reveal.frame import Telemetry
+from reveal.model import analyze
 from reveal.store.run_writer import write_run
 
 CHANNELS = ["derived.cpu_busy_pct", "mem.Dirty", "disk.sectors_written{dev=vda}",
@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
 
 def test_clean_run_against_baseline_reports_no_or_few_anomalies(runs, capsys):
     base, clean, _ = runs
-    report = analyze_run(clean, base)
+    report = analyze(clean, base)
     flagged = len(report.anomalies) / len(report.windows.start_ns)
     assert flagged <= 0.05
     assert not report.baseline["self_fitted"]
@@ -92,7 +92,7 @@ def test_mismatched_channels_and_nonfinite_values_are_reported(runs, tmp_path):
     tel = Telemetry(tel.host, tel.timestamps_ns, extra[:, [0, 1, 2, 4]],
                     [CHANNELS[0], CHANNELS[1], CHANNELS[2], "net.tx_bytes{iface=eth9}"])
     run = write_run(tel, tmp_path / "odd")
-    report = analyze_run(run, base)
+    report = analyze(run, base)
     text = " ".join(report.warnings)
     assert "absent from the baseline" in text and "net.tx_bytes{iface=eth9}" in text
     assert "baseline channels are absent from the run" in text

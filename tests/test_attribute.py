@@ -1,4 +1,5 @@
-"""Attribution: top reasons, subsystem grouping, robust z and claims."""
+"""Attribution: top reasons, subsystem grouping, robust z (analysis), and the claims the
+report words from them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from reveal.analyze.attribute import ROBUST_Z_CAP, attribute, robust_z
 from reveal.catalog import Catalog, MetricInfo
+from reveal.report.claims import window_claim
 
 CATALOG = Catalog([
     MetricInfo("derived.cpu_busy_pct", "cpu", "gauge", "%", 100, "CPU busy percentage"),
@@ -28,10 +30,12 @@ def test_top_reason_subsystems_and_claim():
     assert first.reasons[0].feature == "variance"
     assert first.subsystems[0] == "cpu" and "storage" in first.subsystems
     assert abs(sum(first.shares.values()) - 1.0) < 1e-9
-    assert first.claim.startswith("CPU busy percentage shows a higher within-window variance")
-    assert "also storage" in first.claim
+    claim = window_claim(first.reasons, CATALOG)
+    assert claim.startswith("CPU busy percentage shows a higher within-window variance")
+    assert "also storage" in claim
     assert second.subsystems[0] == "network"
-    assert "iface eth|0" in second.claim  # label text kept, escaped later by renderers
+    # label text kept, escaped later by renderers
+    assert "iface eth|0" in window_claim(second.reasons, CATALOG)
     assert len(first.reasons) == 3 and len(second.reasons) == 2  # zero contributions dropped
 
 
@@ -113,7 +117,8 @@ def test_reasons_quote_the_floored_robust_z_and_claims_name_a_channel_once():
     floored = attribute(contributions, values, channels, ["mean", "mean", "max"], med, mad,
                         catalog, scale_floor=np.array([5e7, 1.0, 1.0]))[0]
     assert bare.reasons[0].robust_z == ROBUST_Z_CAP  # a quiet baseline: capped sigmas
-    assert "robust z beyond +1000, a baseline that barely moved" in bare.claim
-    assert "robust z +2.0" in floored.claim
+    bare_claim = window_claim(bare.reasons, catalog)
+    assert "robust z beyond +1000, a baseline that barely moved" in bare_claim
+    assert "robust z +2.0" in window_claim(floored.reasons, catalog)
     assert floored.reasons[0].robust_z == pytest.approx(2.0)  # 1e8 / 5 % of 1e9
-    assert floored.claim.count("disk reads") == 1
+    assert window_claim(floored.reasons, catalog).count("disk reads") == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.studies import (
+from reveal.evaluate.studies import (
     agreement,
     dtw_batch,
     flagged_intervals,

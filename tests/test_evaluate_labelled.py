@@ -15,10 +15,10 @@ from reveal.store.labelled import default_data_root, load_machine
 ROOT = default_data_root()
 needs_data = pytest.mark.skipif(ROOT is None or not (ROOT / "smd" / "test").is_dir(),
                                 reason="no labelled SMD data (../shared/data) here")
-FAST = EvalSettings()
-FAST = dataclasses.replace(
-    FAST, detect=dataclasses.replace(FAST.detect, iforest_trees=50, gmm_max_components=3),
-    options=dataclasses.replace(FAST.options, drift_window=600, drift_block=30))
+# smaller models and a 10-hour drift window in 30-minute blocks, so the slice below (4,000
+# train rows) gets a drift-following centre that moves within it
+FAST = EvalSettings(overrides=(("detect.iforest_trees", 50), ("detect.gmm_max_components", 3),
+                               ("drift_window_s", 600 * 60.0), ("drift_block_s", 30 * 60.0)))
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +90,23 @@ def test_cli_bad_data_root(tmp_path, capsys):
 
 
 def test_drift_window_is_set_in_time():
-    from reveal.evaluate.labelled import ensemble_options
+    from reveal.analyze.pipeline import ensemble_options
+    from reveal.analyze.presets import MINUTE
 
-    smd = ensemble_options(EvalSettings(), 60.0)  # one row a minute: 2 days, hourly blocks
+    smd = ensemble_options(MINUTE, 60.0)  # one row a minute: 2 days, hourly blocks
     assert (smd.drift_window, smd.drift_block) == (2880, 60)
-    asd = ensemble_options(EvalSettings(), 300.0)
+    asd = ensemble_options(MINUTE, 300.0)
     assert (asd.drift_window, asd.drift_block) == (576, 12)
-    off = ensemble_options(dataclasses.replace(EvalSettings(), drift_window_s=None), 60.0)
+    off = ensemble_options(dataclasses.replace(MINUTE, drift_window_s=None), 60.0)
     assert off.drift_window is None
+
+
+def test_settings_reach_the_model():
+    """The evaluation's overrides are the settings the model is fitted with."""
+    from reveal.evaluate.labelled import reveal_model
+
+    config = reveal_model(FAST).resolve_config(60.0)
+    assert config.preset == "minute"
+    assert (config.drift_window_s, config.drift_block_s) == (36000.0, 1800.0)
+    assert (config.detect.iforest_trees, config.detect.gmm_max_components) == (50, 3)
+    assert reveal_model(EvalSettings()).resolve_config(60.0).drift_window_s == 2 * 86400.0

@@ -15,9 +15,9 @@ from reveal.analyze.percpu import (
     unrank,
     window_busy,
 )
-from reveal.analyze.pipeline import analyze_run
 from reveal.config import AnalyzeConfig
 from reveal.frame import Telemetry
+from reveal.model import Reveal, analyze
 
 
 def test_ranks_follow_the_busiest_cpu_and_move_a_cpus_channels_together():
@@ -98,8 +98,8 @@ def _flagged_share(report, after_s: float) -> float:
 
 def test_a_job_moved_to_the_other_cpu_is_not_an_anomaly_by_rank(baseline):
     moved = _two_cpus(120, seed=2, swap_at=40)
-    by_number = analyze_run(moved, baseline, AnalyzeConfig(rank_cpus=False))
-    by_rank = analyze_run(moved, baseline)
+    by_number = analyze(moved, baseline, model=Reveal(config=AnalyzeConfig(rank_cpus=False)))
+    by_rank = analyze(moved, baseline)
     assert _flagged_share(by_number, 45) > 0.8  # every window after the move, by CPU number
     assert _flagged_share(by_rank, 45) < 0.05
 
@@ -128,8 +128,8 @@ def test_rank_rows_moves_a_cpus_channels_together_and_keeps_names():
 def test_a_job_that_hops_to_the_other_cpu_within_a_window_is_not_an_anomaly(baseline):
     hops = (40.3, 62.6, 81.1, 100.8)
     run = _two_cpus(120, seed=4, hops=hops)
-    by_window = analyze_run(run, baseline)
-    by_sample = analyze_run(run, baseline, AnalyzeConfig(rank_cpu_samples=True))
+    by_window = analyze(run, baseline)
+    by_sample = analyze(run, baseline, model=Reveal(config=AnalyzeConfig(rank_cpu_samples=True)))
     start = np.asarray(by_window.windows.start_ns) / 1e9
     near = np.zeros(len(start), dtype=bool)
     for at in hops:  # windows that hold part of a hop
@@ -140,7 +140,7 @@ def test_a_job_that_hops_to_the_other_cpu_within_a_window_is_not_an_anomaly(base
 
 def test_contention_is_still_found_and_reported_on_the_cpu_it_hit(baseline):
     run = _two_cpus(120, seed=3, both_busy=(50, 70))
-    report = analyze_run(run, baseline)
+    report = analyze(run, baseline)
     inside = [a for a in report.anomalies if 50e9 <= a.start_ns < 68e9]
     assert len(inside) >= 10
     assert all(a.subsystems[0] == "cpu" for a in inside)

@@ -7,9 +7,9 @@ import dataclasses
 
 import numpy as np
 
-from reveal.analyze.pipeline import analyze_run
 from reveal.config import AnalyzeConfig, DetectConfig
 from reveal.frame import Telemetry
+from reveal.model import Reveal, analyze
 
 BUDDY = "buddy.free_blocks{node=0,order=2,zone=Normal}"
 
@@ -38,7 +38,7 @@ def _flagged(report, lo_s: float, hi_s: float) -> np.ndarray:
 
 def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     base, run = _run(300, seed=1), _run(120, seed=2, reshape_at=40)
-    report = analyze_run(run, base)
+    report = analyze(run, base)
     assert _flagged(report, 38, 43).any()  # while the free lists are being reshaped
     assert _flagged(report, 50, 120).mean() < 0.05  # afterwards: a new arrangement
     reasons = {r.metric for a in report.anomalies if 38e9 <= a.start_ns < 43e9
@@ -46,6 +46,6 @@ def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     assert "buddy.free_blocks" in reasons
     # with its level features, the same channel keeps flagging long after
     levels = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True))
-    with_levels = analyze_run(run, base, levels)
+    with_levels = analyze(run, base, model=Reveal(config=levels))
     assert _flagged(with_levels, 50, 120).mean() > 0.8
     assert with_levels.channels["features"] > report.channels["features"]

@@ -72,8 +72,6 @@ def test_interrupt_descriptions_name_their_device(description: str, subsystem: s
     assert irq_subsystem(description) == subsystem
 
 
-@pytest.mark.xfail(strict=True, reason="virtio-rng's one queue is named 'input' (no '.N'), "
-                   "and IRQ_PATTERNS takes any virtioN-input for a virtio-net queue")
 def test_virtio_rng_queue_is_not_a_network_queue() -> None:
     assert irq_subsystem("PCI-MSIX-0000:00:05.0 1-edge virtio4-input") is None
 

@@ -31,7 +31,6 @@ class DetectConfig:
     persistence_s: float = 1.0
     pca_variance: float = 0.95  # share of variance the PCA subspace keeps
     iforest_trees: int = 200
-    iforest_contamination: float = 0.01
     gmm_max_components: int = 6
     random_state: int = 0
     # least change that counts (collector channels with units only; see
@@ -62,9 +61,20 @@ class DetectConfig:
 
 @dataclass(frozen=True)
 class AnalyzeConfig:
+    """The whole analysis. Settings that depend on the data's resolution come from a preset
+    (see :mod:`reveal.analyze.presets`), chosen from the sampling interval."""
+
+    preset: str = "telemetry"  # the preset these settings come from (or "custom")
     window: WindowConfig = field(default_factory=WindowConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
+    # window features computed (None: every feature of docs/features.md)
+    features: tuple[str, ...] | None = None
+    # the feature centre follows this many seconds of past windows (None: the baseline
+    # median is the centre), updated every drift_block_s seconds; causal, but on a scored
+    # run it follows that run's own past windows
+    drift_window_s: float | None = None
+    drift_block_s: float = 3600.0
     # per-CPU channels by rank (busiest CPU of the window first) instead of by CPU number,
     # so a job the scheduler moved to another CPU is not an anomaly
     rank_cpus: bool = True
@@ -73,5 +83,9 @@ class AnalyzeConfig:
     # docs/detectors.md for what it did to the validation figures)
     rank_cpu_samples: bool = False
     top_reasons: int = 5  # metric-feature pairs kept per anomaly
-    min_rows_per_window: int = 3  # fewer rows per duration window → fall back to row windows
-    fallback_rows: tuple[int, int] = (5, 1)  # (size, stride) rows for minute-level data
+    # without a baseline (fitted on the run itself), the combined threshold is at least
+    # median + this many robust sigmas of the run's own combined scores (None: the
+    # baseline quantile only)
+    self_fit_threshold_mads: float | None = None
+    # a baseline shorter than this many windows is named in the report as too short
+    min_baseline_windows: int = 60

@@ -2,7 +2,8 @@
 
 Input is the ensemble's per-column contributions for the flagged windows. For each window
 the top pairs are kept with their share of the explanation, the value against the baseline
-(median and robust z), the subsystems ranked by summed contribution, and a one-line claim.
+(median and robust z), and the subsystems ranked by summed contribution. The words (claims) are
+:mod:`reveal.report.claims`'s.
 """
 
 from __future__ import annotations
@@ -12,34 +13,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reveal.analyze.evidence import Reason
 from reveal.catalog import SUBSYSTEMS, Catalog, default_catalog
-from reveal.frame import channel_metric, parse_channel
-from reveal.report.escape import plain
-from reveal.report.model import Reason
+from reveal.frame import channel_metric
 
-FEATURE_PHRASES = {
-    "mean": "mean level",
-    "variance": "within-window variance",
-    "std": "standard deviation",
-    "skewness": "skewness",
-    "kurtosis": "kurtosis (burstiness)",
-    "min": "minimum",
-    "max": "maximum",
-    "median": "median",
-    "slope": "trend (slope)",
-    "autocorr_lag1": "lag-1 autocorrelation",
-    "adf_stat": "stationarity (ADF statistic)",
-    "sum": "event count",
-}
 MAD_TO_SIGMA = 1.4826
 
 
 @dataclass
 class Attribution:
-    reasons: list[Reason]
-    subsystems: list[str]
-    shares: dict[str, float]
-    claim: str
+    """Evidence behind one flagged window (numbers; :mod:`reveal.report.claims` words it)."""
+
+    reasons: list[Reason]  # strongest first
+    subsystems: list[str]  # with more than 5 % of the evidence, strongest first
+    shares: dict[str, float]  # subsystem -> share of the evidence
 
 
 #: Largest robust z a reason quotes. A channel flat on the baseline with no scale floor
@@ -60,48 +47,6 @@ def robust_z(values: np.ndarray, median: np.ndarray, mad: np.ndarray,
     with np.errstate(invalid="ignore"):
         return np.clip((values - median) / np.maximum(scale, floor), -ROBUST_Z_CAP,
                        ROBUST_Z_CAP)
-
-
-def _z_text(z: float) -> str:
-    if abs(z) >= ROBUST_Z_CAP:
-        return f"robust z beyond {'+' if z > 0 else '-'}{ROBUST_Z_CAP:g}, a baseline that " \
-               "barely moved"
-    return f"robust z {z:+.1f}"
-
-
-def _describe(channel: str, catalog: Catalog) -> str:
-    info = catalog.lookup(channel_metric(channel))
-    _, labels = parse_channel(channel)
-    where = ", ".join(f"{k} {plain(v, 40)}" for k, v in labels.items())
-    return f"{info.description or info.name}" + (f" ({where})" if where else "")
-
-
-def _fmt(x: float) -> str:
-    if not np.isfinite(x):
-        return "n/a"
-    ax = abs(x)
-    if ax >= 1e6 or (0 < ax < 1e-3):
-        return f"{x:.3g}"
-    return f"{x:.4g}"
-
-
-def claim_for(reason: Reason, catalog: Catalog, others: list[str]) -> str:
-    """One line in the spirit of the paper's Table 4."""
-    phrase = FEATURE_PHRASES.get(reason.feature, reason.feature)
-    subject = _describe(reason.channel, catalog)
-    if not np.isfinite(reason.robust_z) or reason.robust_z == 0:
-        direction = "a different"
-    else:
-        direction = "a higher" if reason.robust_z > 0 else "a lower"
-    text = (f"{subject[0].upper()}{subject[1:]} shows {direction} {phrase} than the baseline "
-            f"({_fmt(reason.value)} vs median {_fmt(reason.baseline_median)}, "
-            f"{_z_text(reason.robust_z)})" if np.isfinite(reason.robust_z) else
-            f"{subject[0].upper()}{subject[1:]} shows {direction} {phrase} than the baseline")
-    if reason.feature == "max" and reason.robust_z > 0:
-        text += ", a spike within the window"
-    if others:
-        text += "; also " + ", ".join(others)
-    return text + "."
 
 
 EVIDENCE_CHANNELS = 2  # strongest channels per subsystem that make its evidence
@@ -190,12 +135,5 @@ def attribute(
         subs = [SUBSYSTEMS[s] for s in ranked if subsystem_shares[w, s] > 0.05]
         share_map = {SUBSYSTEMS[s]: round(float(subsystem_shares[w, s]), 4)
                      for s in ranked if subsystem_shares[w, s] > 0}
-        if reasons:
-            others = list(dict.fromkeys(
-                f"{r.subsystem}: {_describe(r.channel, catalog)}"
-                for r in reasons[1:3] if r.subsystem != reasons[0].subsystem))
-            claim = claim_for(reasons[0], catalog, others)
-        else:
-            claim = "Flagged by the detectors, with no single feature standing out."
-        out.append(Attribution(reasons, subs, share_map, claim))
+        out.append(Attribution(reasons, subs, share_map))
     return out

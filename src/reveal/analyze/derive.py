@@ -138,13 +138,16 @@ def recorded_wrap_ranges(meta: dict) -> dict[str, float]:
 def to_rates(
     telemetry: Telemetry, catalog: Catalog | None = None
 ) -> tuple[Telemetry, DeriveReport]:
-    """Rate every counter/event channel (per second); drop the first sample."""
+    """Rate every counter/event channel (per second), dropping the first sample (it has no
+    rate); with no counter or event channel (gauges only) every sample is kept as it is."""
     catalog = catalog or default_catalog()
     report = DeriveReport()
-    if telemetry.n_samples < 2:
-        return telemetry.slice_rows(1, 1), report
     kinds = [catalog.lookup(c).kind for c in telemetry.channels]
     counter_cols = np.array([k in ("counter", "event") for k in kinds], dtype=bool)
+    if not counter_cols.any():
+        return telemetry, report
+    if telemetry.n_samples < 2:
+        return telemetry.slice_rows(1, 1), report
     values = telemetry.values[1:].copy()
     if counter_cols.any():
         dt_s = np.diff(telemetry.timestamps_ns).astype(np.float64) / 1e9

@@ -1,23 +1,28 @@
-"""The analysis flow for one host: source → derive → select → features → detect → attribute.
+"""The analysis of one host, in two steps: fit on a baseline, then analyse a run.
 
-``analyze_run`` is what ``reveal analyze`` and ``reveal profile`` call. Every fallback it
-takes (self-fit without a baseline, channels missing on one side, row windows for coarse
-data, dropped empty channels) is written into the report's ``warnings``, never silent.
+:func:`fit_analysis` learns from the baseline what the detectors need — the channels kept
+(derived, non-empty, pruned), the windows, the scale floors, the fitted ensemble with its
+thresholds, and each feature column's baseline median and MAD. :func:`analyse` scores a
+run with it: windows, every verdict, and the evidence behind each flagged window, as
+numbers. :class:`reveal.model.Reveal` wraps both (and saving); ``report/`` words the result.
+
+Every fallback taken (self-fit without a baseline, channels missing on one side, a
+baseline too short, dropped columns) is a warning in the result, never silent.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings as pywarnings
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from reveal import __version__
 from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
-from reveal.analyze.ensemble import Ensemble, persistence_windows
+from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts, persistence_windows
+from reveal.analyze.evidence import WindowEvidence
 from reveal.analyze.features import FeatureMatrix, compute_features
 from reveal.analyze.floors import (
     ChannelFloor,
@@ -34,30 +39,20 @@ from reveal.analyze.percpu import (
     unrank,
     window_busy,
 )
+from reveal.analyze.presets import MIN_ROWS_PER_WINDOW
 from reveal.analyze.select import prune
 from reveal.analyze.subsystems import channel_subsystems, irq_names
-from reveal.analyze.windows import make_windows
+from reveal.analyze.windows import Windows, make_windows
 from reveal.catalog import NOT_DETECTED, default_catalog
 from reveal.config import AnalyzeConfig, WindowConfig
 from reveal.errors import InputError
 from reveal.frame import Telemetry, channel_metric
-from reveal.report.model import (
-    Anomaly,
-    DetectorSummary,
-    Episode,
-    Report,
-    WindowTable,
-)
-from reveal.store.sources import default_baseline, open_source
 
 Progress = Callable[[str], None]
 
 
-def _load(source: str | Path | Telemetry) -> Telemetry:
-    return source if isinstance(source, Telemetry) else open_source(source)
-
-
-def _describe(tel: Telemetry) -> dict:
+def describe(tel: Telemetry) -> dict[str, Any]:
+    """Where a recording came from and its extent (seconds, samples, channels)."""
     duration = (tel.timestamps_ns[-1] - tel.timestamps_ns[0]) / 1e9 if tel.n_samples else 0.0
     return {"path": str(tel.meta.get("path", "")), "host": tel.host,
             "samples": tel.n_samples, "channels": tel.n_channels,
@@ -66,18 +61,43 @@ def _describe(tel: Telemetry) -> dict:
             "wall_offset_ns": tel.wall_offset_ns}
 
 
-def _window_config(config: AnalyzeConfig, interval_s: float, warnings: list[str]) -> WindowConfig:
+def window_config(config: AnalyzeConfig, interval_s: float) -> WindowConfig:
+    """The windows of ``config`` for data sampled every ``interval_s`` seconds."""
     window = config.window
     if window.size_rows is not None:
         return window
     if not np.isfinite(interval_s) or interval_s <= 0:
         raise InputError("cannot tell the sampling interval (fewer than two samples)")
-    if window.size_s / interval_s < config.min_rows_per_window:
-        size, stride = config.fallback_rows
-        warnings.append(f"samples are {interval_s:g} s apart, too coarse for {window.size_s:g} s "
-                        f"windows: using windows of {size} rows, stride {stride}")
-        return WindowConfig(size_rows=size, stride_rows=stride)
+    if window.size_s / interval_s < MIN_ROWS_PER_WINDOW:
+        raise InputError(f"windows of {window.size_s:g} s hold fewer than "
+                         f"{MIN_ROWS_PER_WINDOW} samples {interval_s:g} s apart: use the "
+                         f"'minute' preset or windows by rows")
     return window
+
+
+def stride_seconds(window: WindowConfig, interval_s: float) -> float:
+    """Seconds between consecutive window starts."""
+    return (window.stride_s if window.size_rows is None
+            else (window.stride_rows or 1) * interval_s)
+
+
+def rows_per_window(window: WindowConfig, interval_s: float) -> int:
+    """Samples in one window."""
+    if window.size_rows is not None:
+        return int(window.size_rows)
+    return max(1, round(window.size_s / interval_s))
+
+
+def ensemble_options(config: AnalyzeConfig, stride_s: float) -> EnsembleOptions:
+    """The ensemble's options: the drift-following centre converted from seconds to windows."""
+    extra: dict[str, Any] = {}
+    if config.self_fit_threshold_mads is not None:
+        extra["self_fit_threshold_mads"] = config.self_fit_threshold_mads
+    if config.drift_window_s is None:
+        return EnsembleOptions(drift_window=None, **extra)
+    block = max(1, round(config.drift_block_s / stride_s))
+    window = max(block, round(config.drift_window_s / stride_s))
+    return EnsembleOptions(drift_window=window, drift_block=block, **extra)
 
 
 def _finite_channels(tel: Telemetry) -> np.ndarray:
@@ -91,7 +111,8 @@ LEVEL_FEATURES = ("mean", "median", "min", "max")
 
 
 def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
-              interval_s: float, state_levels: bool = False) -> FeatureMatrix:
+              interval_s: float, state_levels: bool = False,
+              features: tuple[str, ...] | None = None) -> FeatureMatrix:
     catalog = default_catalog()
     index = {c: i for i, c in enumerate(tel.channels)}
     cols = [index[c] for c in channels]
@@ -99,7 +120,7 @@ def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
              for c in channels]
     windows = make_windows(tel.timestamps_ns, window, interval_s)
     values = np.where(np.isfinite(tel.values[:, cols]), tel.values[:, cols], np.nan)
-    fm = compute_features(values, channels, kinds, windows)
+    fm = compute_features(values, channels, kinds, windows, features=features)
     if state_levels:
         return fm
     keep = [k for k, (c, f) in enumerate(zip(fm.channels, fm.features, strict=True))
@@ -155,73 +176,71 @@ def _ranked(fm: FeatureMatrix, tel: Telemetry,
     return FeatureMatrix(values, names, list(fm.features), fm.windows), ranks
 
 
-def _episodes(anomalies: list[Anomaly]) -> list[Episode]:
-    """Group flagged windows whose time spans overlap or touch."""
-    episodes: list[Episode] = []
-    current: list[Anomaly] = []
-    for anomaly in sorted(anomalies, key=lambda a: a.start_ns):
-        if current and anomaly.start_ns > max(a.end_ns for a in current):
-            episodes.append(_summarise(current))
-            current = []
-        current.append(anomaly)
-    if current:
-        episodes.append(_summarise(current))
-    return episodes
+
+@dataclasses.dataclass
+class FittedAnalysis:
+    """What :func:`fit_analysis` learned from a baseline (numbers and names only)."""
+
+    config: AnalyzeConfig  # the settings used (preset and overrides applied)
+    window: WindowConfig  # the windows used
+    interval_s: float  # the baseline's sampling interval, seconds
+    channels: list[str]  # derived channels scored, in column order (before CPU ranking)
+    column_channels: list[str]  # channel of each feature column (CPU ranks renamed)
+    column_features: list[str]  # feature of each column
+    floors: np.ndarray | None  # (K,) least change that counts per column, its units
+    ensemble: Ensemble  # fitted: scaling, detectors, thresholds
+    median: np.ndarray  # (K,) baseline median per column
+    mad: np.ndarray  # (K,) baseline MAD per column
+    baseline: dict[str, Any]  # describe() of the baseline
+    baseline_windows: int  # windows the detectors were fitted on
+    self_fitted: bool  # fitted on the scored run itself
+    warnings: list[str]
+    baseline_channels: list[str]  # derived channels with data in the baseline (pre-pruning)
+    counts: dict[str, Any]  # analysed / pruned / empty_or_static / derived channels
+
+    @property
+    def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if self.floors is None:
+            return None
+        return flat_shape_mask_plan(self.column_channels, self.column_features, self.floors)
 
 
-def _summarise(group: list[Anomaly]) -> Episode:
-    peak = max(group, key=lambda a: a.score)
-    weight: dict[str, float] = {}
-    for a in group:
-        for subsystem, share in a.subsystem_shares.items():
-            weight[subsystem] = weight.get(subsystem, 0.0) + share * a.score
-    subsystem = max(weight, key=weight.__getitem__) if weight else "unknown"
-    return Episode(min(a.start_ns for a in group), max(a.end_ns for a in group),
-                   [a.window_id for a in group], peak.score, subsystem, peak.claim)
+@dataclasses.dataclass
+class Analysis:
+    """A run scored by a fitted analysis: every window's verdict and, for each flagged
+    window, its evidence (numbers only)."""
+
+    run: dict[str, Any]  # describe() of the run
+    windows: Windows
+    verdicts: Verdicts
+    persistence: int  # consecutive windows above the threshold before a flag
+    evidence: list[WindowEvidence]
+    warnings: list[str]
+    features: FeatureMatrix  # the scored matrix, columns as the fitted ones
+    meta: dict[str, Any]  # the run's metadata (IRQ names, probes)
 
 
-def analyze_run(
-    run: str | Path | Telemetry,
-    baseline: str | Path | Telemetry | None = None,
-    config: AnalyzeConfig | None = None,
-    metric_set: list[str] | None = None,
-    progress: Progress | None = None,
-) -> Report:
-    """Analyse one run, with detectors fitted on ``baseline`` (or on the run, robustly).
+def _usable(d: Telemetry, catalog) -> list[str]:
+    return [c for c, ok in zip(d.channels, _finite_channels(d), strict=True)
+            if ok and catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED]
 
-    ``run``/``baseline``: a run directory, CSV file, ``smd:``/``asd:`` spec or Telemetry.
-    For an ``smd:M``/``asd:M`` run with no baseline, its ``train`` part is the baseline.
-    """
-    config = config or AnalyzeConfig()
-    say = progress or (lambda _msg: None)
+
+def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
+         metric_set: Sequence[str] | None, robust: bool,
+         say: Progress) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, _Ranks]:
     catalog = default_catalog()
-    warnings: list[str] = []
-    tel = _load(run)
-    if baseline is None and not isinstance(run, Telemetry):
-        baseline = default_baseline(run)
-    base = _load(baseline) if baseline is not None else None
-    self_fit = base is None
-    if tel.meta.get("warnings"):
-        warnings += [str(w) for w in tel.meta["warnings"]]
-
+    warnings: list[str] = [str(w) for w in base.meta.get("warnings", [])]
     say("deriving rates and metrics")
-    d_run, derive_report = derive(tel, catalog)
-    d_base = derive(base, catalog)[0] if base is not None else d_run
+    d_base, derive_report = derive(base, catalog)
     if derive_report.resets:
         warnings.append(f"counter resets handled in {len(derive_report.resets)} channels")
-
-    usable = [c for c, ok in zip(d_run.channels, _finite_channels(d_run), strict=True)
-              if ok and catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED]
-    empty = d_run.n_channels - len(usable)
-    if base is not None:
-        base_ok = {c for c, ok in zip(d_base.channels, _finite_channels(d_base), strict=True)
-                   if ok}
-        only_run = [c for c in usable if c not in base_ok]
-        only_base = sorted(base_ok - set(d_run.channels))
-        usable = [c for c in usable if c in base_ok]
-        if only_run:
-            warnings.append(f"{len(only_run)} channels are absent from the baseline and were "
-                            f"not scored (e.g. {', '.join(only_run[:3])})")
+    usable = _usable(d_base, catalog)
+    baseline_channels = list(usable)
+    empty = d_base.n_channels - len(usable)
+    if channels is not None:  # only the channels the run to score has
+        wanted = set(channels)
+        only_base = [c for c in usable if c not in wanted]
+        usable = [c for c in usable if c in wanted]
         if only_base:
             warnings.append(f"{len(only_base)} baseline channels are absent from the run "
                             f"(e.g. {', '.join(only_base[:3])})")
@@ -234,11 +253,10 @@ def analyze_run(
                             f"(e.g. {', '.join(missing[:3])})")
     if not usable:
         raise InputError("no channel usable for analysis (none in common with the baseline, "
-                         "or all empty/static)", str(tel.meta.get("path", tel.host)))
-
+                         "or all empty/static)", str(base.meta.get("path", base.host)))
     pruned = 0
     if metric_set is None and config.select.prune and len(usable) > 1:
-        say(f"pruning {len(usable)} correlated channels")
+        say(f"pruning correlated channels among {len(usable)}")
         selection = prune(d_base.select(usable), config.select.corr_threshold, catalog,
                           config.select.min_std)
         keep = set(selection.kept) | set(selection.constant)
@@ -246,81 +264,238 @@ def analyze_run(
             keep |= set(cpu_siblings(usable, keep))
         pruned = len(usable) - len(keep)
         usable = [c for c in usable if c in keep]
-
-    interval = d_run.interval_s
-    window = _window_config(config, interval, warnings)
+        say(f"kept {len(usable)} of {len(usable) + pruned} channels after pruning")
+    interval = d_base.interval_s
+    window = window_config(config, interval)
     say(f"computing features for {len(usable)} channels")
-    state_levels = config.detect.state_levels
-    s_run, s_base = d_run, d_base  # per-CPU channels by rank in every sample
-    if config.rank_cpus and config.rank_cpu_samples:
-        s_run = rank_cpu_rows(d_run)
-        s_base = s_run if self_fit else rank_cpu_rows(d_base)
-    fm_run = _features(s_run, usable, window, interval, state_levels)
-    fm_base = fm_run if self_fit else _features(s_base, usable, window, d_base.interval_s,
-                                                state_levels)
+    s_base = rank_cpu_rows(d_base) if config.rank_cpus and config.rank_cpu_samples else d_base
+    fm = _features(s_base, usable, window, interval, config.detect.state_levels,
+                   config.features)
     ranks = _Ranks()
     if config.rank_cpus:
-        fm_run, ranks = _ranked(fm_run, s_run, named_by=d_run)
-        fm_base = fm_run if self_fit else _ranked(fm_base, s_base)[0]
-    if self_fit:
-        warnings.append("no baseline given: detectors were fitted on the run itself "
-                        "(robustly, median/MAD); a persistent anomaly may look normal")
-
-    say(f"fitting detectors on {fm_base.values.shape[0]} baseline windows")
-    floors = (_scale_floors(d_base, usable, fm_base, config.detect.relative_floor, window,
-                            d_base.interval_s, config.detect.shape_floors, ranks.sources)
+        fm, ranks = _ranked(fm, s_base, named_by=d_base)
+    say(f"fitting detectors on {fm.values.shape[0]} baseline windows")
+    floors = (_scale_floors(d_base, usable, fm, config.detect.relative_floor, window,
+                            interval, config.detect.shape_floors, ranks.sources)
               if config.detect.scale_floors else None)
+    fit_values = fm.values
     if floors is not None:
-        plan = flat_shape_mask_plan(fm_base.channels, fm_base.features, floors)
-        blank_flat_shapes(fm_run.values, plan)
-        if not self_fit:
-            blank_flat_shapes(fm_base.values, plan)
-    ensemble = Ensemble(config.detect).fit(fm_base.values, robust_self_fit=self_fit,
-                                           scale_floor=floors)
-    stride_s = (window.stride_s if window.size_rows is None
-                else (window.stride_rows or 1) * interval)
-    verdicts = ensemble.score(fm_run.values,
-                              persistence_windows(config.detect.persistence_s, stride_s))
-    rows = np.flatnonzero(verdicts.flagged)
-    say(f"attributing {len(rows)} flagged windows")
+        fit_values = fit_values.copy()
+        blank_flat_shapes(fit_values, flat_shape_mask_plan(fm.channels, fm.features, floors))
+    stride_s = stride_seconds(window, interval)
+    ensemble = Ensemble(config.detect, ensemble_options(config, stride_s)).fit(
+        fit_values, robust_self_fit=robust, scale_floor=floors)
     with np.errstate(all="ignore"), pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN
-        med = np.nanmedian(fm_base.values, axis=0)
-        mad = np.nanmedian(np.abs(fm_base.values - med), axis=0)
-    anomalies: list[Anomaly] = []
+        med = np.nanmedian(fit_values, axis=0)
+        mad = np.nanmedian(np.abs(fit_values - med), axis=0)
+    n_windows = int(fm.values.shape[0])
+    if robust:
+        warnings.append("no baseline given: detectors were fitted on the run itself "
+                        "(robustly, median/MAD); a persistent anomaly may look normal")
+    elif n_windows < config.min_baseline_windows:
+        need = config.min_baseline_windows * stride_s
+        warnings.append(f"the baseline is too short to judge by: {n_windows} windows "
+                        f"({n_windows * stride_s:g} s); at least {config.min_baseline_windows} "
+                        f"({need:g} s) are needed to place a 99th-percentile threshold, so "
+                        f"verdicts may flag ordinary variation")
+    fitted = FittedAnalysis(
+        config=config, window=window, interval_s=float(interval), channels=list(usable),
+        column_channels=list(fm.channels), column_features=list(fm.features),
+        floors=floors, ensemble=ensemble, median=np.nan_to_num(med), mad=np.nan_to_num(mad),
+        baseline=describe(base), baseline_windows=n_windows, self_fitted=robust,
+        warnings=warnings, baseline_channels=baseline_channels,
+        counts={"analysed": len(usable), "features": int(fm.values.shape[1]),
+                "pruned": pruned, "empty_or_static": empty,
+                "derived": derive_report.derived})
+    return fitted, fm, d_base, ranks
+
+
+def fit_analysis(baseline: Telemetry, config: AnalyzeConfig, *,
+                 channels: Sequence[str] | None = None,
+                 metric_set: Sequence[str] | None = None, robust: bool = False,
+                 progress: Progress | None = None) -> FittedAnalysis:
+    """Fit on ``baseline``; ``channels``: only these derived channels (those of the run to
+    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`)."""
+    return _fit(baseline, config, channels, metric_set, robust,
+                progress or (lambda _m: None))[0]
+
+
+def usable_channels(run: Telemetry) -> list[str]:
+    """Derived channels of ``run`` with data, the ones a baseline is fitted on for it."""
+    catalog = default_catalog()
+    return _usable(derive(run, catalog)[0], catalog)
+
+
+def _with_lead_in(run: Telemetry, lead_in: Telemetry, rows: int) -> tuple[Telemetry, int]:
+    """``run`` preceded by the last ``rows`` samples of ``lead_in`` (channels as the run's)."""
+    rows = min(rows, lead_in.n_samples)
+    if rows <= 0:
+        return run, 0
+    index = {c: i for i, c in enumerate(lead_in.channels)}
+    tail = np.full((rows, run.n_channels), np.nan)
+    for j, c in enumerate(run.channels):
+        if c in index:
+            tail[:, j] = lead_in.values[lead_in.n_samples - rows:, index[c]]
+    ts = lead_in.timestamps_ns[lead_in.n_samples - rows:]
+    if ts[-1] >= run.timestamps_ns[0]:
+        raise InputError("the lead-in does not precede the run in time")
+    joined = Telemetry(run.host, np.r_[ts, run.timestamps_ns], np.vstack([tail, run.values]),
+                       list(run.channels), dict(run.meta))
+    return joined, rows
+
+
+def _aligned(fm: FeatureMatrix, fitted: FittedAnalysis) -> tuple[np.ndarray, int]:
+    """``fm``'s values in the fitted column order (NaN where the run lacks a column)."""
+    want = list(zip(fitted.column_channels, fitted.column_features, strict=True))
+    have = list(zip(fm.channels, fm.features, strict=True))
+    if have == want:
+        return fm.values, 0
+    index = {key: k for k, key in enumerate(have)}
+    out = np.full((fm.values.shape[0], len(want)), np.nan, dtype=fm.values.dtype)
+    missing = 0
+    for k, key in enumerate(want):
+        j = index.get(key)
+        if j is None:
+            missing += 1
+        else:
+            out[:, k] = fm.values[:, j]
+    return out, missing
+
+
+def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: FeatureMatrix,
+           ranks: _Ranks, warnings: list[str], say: Progress) -> Analysis:
+    config = fitted.config
+    catalog = default_catalog()
+    values, missing_columns = _aligned(fm, fitted)
+    if missing_columns:
+        warnings.append(f"{missing_columns} of {values.shape[1]} feature columns of the model "
+                        f"are absent from the run and were scored as ordinary")
+    if fitted.floors is not None:
+        plan = fitted.shape_plan
+        assert plan is not None
+        if values is fm.values:
+            values = values.copy()
+        blank_flat_shapes(values, plan)
+    interval = d_run.interval_s if d_run.n_samples > 1 else fitted.interval_s
+    persistence = persistence_windows(config.detect.persistence_s,
+                                      stride_seconds(fitted.window, interval))
+    ensemble = fitted.ensemble
+    verdicts = ensemble.score(values, persistence)
+    warnings += [w for w in verdicts.warnings if w not in warnings]
+    rows = np.flatnonzero(verdicts.flagged)
+    say(f"attributing {len(rows)} flagged windows")
+    evidence: list[WindowEvidence] = []
     if len(rows):
-        contributions = ensemble.explain(fm_run.values, rows)
-        scored = sorted(set(fm_run.channels))  # CPU ranks renamed, labels kept
-        subsystem_of = dict(zip(scored, channel_subsystems(scored, catalog, irq_names(tel.meta)),
+        contributions = ensemble.explain(values, rows, centres=verdicts.centres)
+        columns = fitted.column_channels
+        scored = sorted(set(columns))  # CPU ranks renamed, labels kept
+        subsystem_of = dict(zip(scored, channel_subsystems(scored, catalog, irq_names(run.meta)),
                                 strict=True))
-        attributions = attribute(contributions, fm_run.values[rows], fm_run.channels,
-                                 fm_run.features, np.nan_to_num(med), np.nan_to_num(mad),
+        attributions = attribute(contributions, values[rows], columns,
+                                 fitted.column_features, fitted.median, fitted.mad,
                                  catalog, config.top_reasons,
-                                 [subsystem_of[c] for c in fm_run.channels], floors)
+                                 [subsystem_of[c] for c in columns], fitted.floors)
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
             reasons = [dataclasses.replace(r, channel=ranks.name(r.channel, w))
                        for r in att.reasons]  # the CPU of this window, not its rank
-            anomalies.append(Anomaly(
-                int(w), int(fm_run.windows.start_ns[w]), int(fm_run.windows.end_ns[w]),
+            evidence.append(WindowEvidence(
+                int(w), int(fm.windows.start_ns[w]), int(fm.windows.end_ns[w]),
                 float(verdicts.combined[w]),
                 [n for n in names if verdicts.flags[n][w]] or ["ensemble"],
-                att.subsystems, att.shares, reasons, ranks.name(att.claim, w)))
+                att.subsystems, att.shares, reasons))
+    scored_fm = FeatureMatrix(values, list(fitted.column_channels),
+                              list(fitted.column_features), fm.windows)
+    return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
+                    scored_fm, dict(run.meta))
 
-    table = WindowTable(fm_run.windows.start_ns, fm_run.windows.end_ns, verdicts.scores,
-                        verdicts.flags, verdicts.combined, verdicts.flagged)
-    detectors = [DetectorSummary(n, float(verdicts.thresholds[n]), int(verdicts.flags[n].sum()))
-                 for n in verdicts.scores]
-    return Report(
-        run=_describe(tel) | {"reveal_version": __version__},
-        baseline=(_describe(base) if base is not None else {}) | {"self_fitted": self_fit},
-        config=dataclasses.asdict(config) | {"window_used": dataclasses.asdict(window)},
-        channels={"analysed": len(usable), "features": int(fm_run.values.shape[1]),
-                  "pruned": pruned, "empty_or_static": empty,
-                  "derived": derive_report.derived},
-        detectors=detectors,
-        windows=table,
-        anomalies=anomalies,
-        episodes=_episodes(anomalies),
-        warnings=warnings,
-    )
+
+def _run_features(fitted: FittedAnalysis, d_run: Telemetry,
+                  warnings: list[str]) -> tuple[FeatureMatrix, _Ranks]:
+    config = fitted.config
+    present = set(d_run.channels)
+    missing = [c for c in fitted.channels if c not in present]
+    if missing:
+        warnings.append(f"{len(missing)} channels of the model are absent from the run "
+                        f"(e.g. {', '.join(missing[:3])})")
+        filler = np.full((d_run.n_samples, len(missing)), np.nan)
+        d_run = Telemetry(d_run.host, d_run.timestamps_ns, np.hstack([d_run.values, filler]),
+                          [*d_run.channels, *missing], d_run.meta)
+    interval = d_run.interval_s if d_run.n_samples > 1 else fitted.interval_s
+    window = window_config(config, interval)
+    s_run = rank_cpu_rows(d_run) if config.rank_cpus and config.rank_cpu_samples else d_run
+    fm = _features(s_run, fitted.channels, window, interval, config.detect.state_levels,
+                   config.features)
+    ranks = _Ranks()
+    if config.rank_cpus:
+        fm, ranks = _ranked(fm, s_run, named_by=d_run)
+    return fm, ranks
+
+
+def _windows_from(fm: FeatureMatrix, first_row: int) -> FeatureMatrix:
+    """The windows of ``fm`` that end at or after row ``first_row`` (drop lead-in-only ones)."""
+    w = fm.windows
+    keep = np.flatnonzero(w.start + w.size - 1 >= first_row)
+    if keep.size == len(w):
+        return fm
+    windows = Windows(w.start[keep] - first_row, w.size, w.stride, w.start_ns[keep],
+                      w.end_ns[keep])
+    return FeatureMatrix(np.ascontiguousarray(fm.values[keep]), fm.channels, fm.features,
+                         windows)
+
+
+def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None = None,
+            progress: Progress | None = None) -> Analysis:
+    """Score ``run`` with a fitted analysis.
+
+    ``lead_in``: a recording that directly precedes the run (the baseline, when the run
+    continues it): its last samples complete the run's first windows, so every window
+    ends inside the run and the first samples get a verdict too.
+    """
+    say = progress or (lambda _m: None)
+    warnings = list(fitted.warnings)
+    warnings += [str(w) for w in run.meta.get("warnings", []) if str(w) not in warnings]
+    lead_rows = 0
+    source = run
+    if lead_in is not None:
+        # a window's worth: derive may drop the first sample (rates need two)
+        rows = rows_per_window(fitted.window, fitted.interval_s)
+        source, lead_rows = _with_lead_in(run, lead_in, rows)
+    say("deriving rates and metrics")
+    d_run, derive_report = derive(source, default_catalog())
+    lead_rows -= source.n_samples - d_run.n_samples  # lead-in rows left after deriving
+    if derive_report.resets:
+        text = f"counter resets handled in {len(derive_report.resets)} channels of the run"
+        warnings.append(text)
+    known = set(fitted.baseline_channels)
+    only_run = [c for c in _usable(d_run, default_catalog()) if c not in known]
+    if only_run:
+        warnings.append(f"{len(only_run)} channels are absent from the baseline and were "
+                        f"not scored (e.g. {', '.join(only_run[:3])})")
+    say(f"computing features for {len(fitted.channels)} channels")
+    fm, ranks = _run_features(fitted, d_run, warnings)
+    if lead_rows > 0:
+        fm = _windows_from(fm, lead_rows)
+        if ranks.order is not None:
+            ranks.order = ranks.order[len(ranks.order) - len(fm.windows):]
+    if len(fm.windows) == 0:
+        raise InputError("the run is shorter than one window",
+                         str(run.meta.get("path", run.host)))
+    return _score(fitted, run, d_run, fm, ranks, warnings, say)
+
+
+def fit_and_analyse(run: Telemetry, config: AnalyzeConfig, *,
+                    metric_set: Sequence[str] | None = None,
+                    progress: Progress | None = None) -> tuple[FittedAnalysis, Analysis]:
+    """Self-fit: fit robustly on ``run`` itself and score it (features computed once)."""
+    say = progress or (lambda _m: None)
+    fitted, fm, d_run, ranks = _fit(run, config, None, metric_set, True, say)
+    warnings = list(fitted.warnings)
+    return fitted, _score(fitted, run, d_run, fm, ranks, warnings, say)
+
+
+def explain_windows(fitted: FittedAnalysis, analysis: Analysis, rows: np.ndarray) -> np.ndarray:
+    """Per-column contributions (len(rows), K) of any windows of a scored run."""
+    return fitted.ensemble.explain(analysis.features.values, rows,
+                                   centres=analysis.verdicts.centres)

@@ -20,7 +20,8 @@ SOFTIRQ_SUBSYSTEM = {"NET_RX": "network", "NET_TX": "network", "BLOCK": "storage
                      "IRQ_POLL": "storage"}
 # Interrupt descriptions (last field of a /proc/interrupts line) by device family.
 IRQ_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("network", re.compile(r"virtio\d+-(input|output)|\b(eth|ens|enp|eno|ib|mlx\d|ixgbe|i40e|"
+    ("network", re.compile(r"virtio\d+-(input|output)\.\d+|"
+                           r"\b(eth|ens|enp|eno|ib|mlx\d|ixgbe|i40e|"
                            r"ice|bnxt|ena|gve|efa|igb|e1000|tg3|qede|hinic)|-(rx|tx|TxRx)-",
                            re.IGNORECASE)),
     ("storage", re.compile(r"virtio\d+-req|nvme|ahci|\bata|scsi|megasas|mpt\d|sas|mmc",

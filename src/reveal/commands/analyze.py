@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from reveal.config import AnalyzeConfig, DetectConfig, SelectConfig, WindowConfig
+from reveal.config import DetectConfig
+from reveal.errors import InputError
 
 NAME = "analyze"
 HELP = ("Detect anomalies in a run (directory, CSV, or smd:/asd: spec), fitted on a baseline, "
@@ -24,27 +26,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the JSON report here ('-' for stdout)")
     parser.add_argument("--format", choices=("markdown", "json", "none"), default="markdown",
                         help="what to print on stdout")
-    parser.add_argument("--window", type=float, default=3.0, metavar="SECONDS",
-                        help="window size")
-    parser.add_argument("--stride", type=float, default=1.0, metavar="SECONDS",
-                        help="window stride")
+    parser.add_argument("--preset", choices=("auto", "telemetry", "minute"), default="auto",
+                        help="settings for the data's resolution: 'telemetry' (samples "
+                             "≤ 1 s apart: 3 s windows), 'minute' (coarser: 10-row windows, "
+                             "a drift-following centre); auto picks by the sampling interval")
+    parser.add_argument("--model", metavar="FILE",
+                        help="score with a model saved by --save-model (no fitting)")
+    parser.add_argument("--save-model", metavar="FILE",
+                        help="save the fitted model here, to score later runs with --model")
+    parser.add_argument("--window", type=_positive, metavar="SECONDS",
+                        help="window size (default: the preset's, 3 s for telemetry)")
+    parser.add_argument("--stride", type=_positive, metavar="SECONDS",
+                        help="window stride (default: the preset's, 1 s for telemetry)")
     parser.add_argument("--window-rows", type=int, metavar="N",
-                        help="windows of N rows instead of seconds (minute-level data)")
+                        help="windows of N rows instead of seconds (the minute preset: 10)")
     parser.add_argument("--stride-rows", type=int, default=1, metavar="N",
                         help="stride in rows with --window-rows")
-    parser.add_argument("--detectors", default=",".join(DetectConfig().detectors),
-                        help="comma-separated detectors: zscore,pca_mahalanobis,iforest,gmm")
-    parser.add_argument("--quantile", type=float, default=DetectConfig().threshold_quantile,
-                        help="baseline score quantile that flags a window")
+    class _Registered:  # the detector registry's names, looked up when help is shown only
+        def __str__(self) -> str:  # (it imports scikit-learn: seconds at every start)
+            from reveal.analyze.detectors import names
+
+            return ",".join(names())
+
+    option = parser.add_argument("--detectors", metavar="LIST",
+                                 help="comma-separated detectors (default: all: "
+                                      "%(registered)s)")
+    option.registered = _Registered()  # type: ignore[attr-defined]
+    parser.add_argument("--quantile", type=float, metavar="Q",
+                        help="baseline score quantile that flags a window (default "
+                             f"{DetectConfig().threshold_quantile})")
     parser.add_argument("--persistence", type=_non_negative, metavar="SECONDS",
-                        default=DetectConfig().persistence_s,
                         help="flag windows only once the score has stayed above the threshold "
-                             "this long (0: every window on its own)")
-    parser.add_argument("--cpus", choices=("rank", "sample-rank", "number"), default="rank",
+                             f"this long (0: every window on its own; default "
+                             f"{DetectConfig().persistence_s:g})")
+    parser.add_argument("--cpus", choices=("rank", "sample-rank", "number"),
                         help="compare per-CPU channels by the CPUs' busy rank in each window "
-                             "(default: a job the scheduler moved is no anomaly), by rank in "
-                             "each sample (a job that hops for part of a window is none "
-                             "either), or by CPU number")
+                             "(the telemetry default: a job the scheduler moved is no "
+                             "anomaly), by rank in each sample (a job that hops for part of a "
+                             "window is none either), or by CPU number")
     parser.add_argument("--no-prune", action="store_true",
                         help="keep correlated channels (no pruning)")
     parser.add_argument("--top", type=int, default=5, help="reasons kept per anomaly")
@@ -59,18 +78,38 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def build_config(args: argparse.Namespace) -> AnalyzeConfig:
-    window = WindowConfig(size_s=args.window, stride_s=args.stride,
-                          size_rows=args.window_rows,
-                          stride_rows=args.stride_rows if args.window_rows else None)
-    detectors = tuple(d.strip() for d in args.detectors.split(",") if d.strip())
-    return AnalyzeConfig(window=window, select=SelectConfig(prune=not args.no_prune),
-                         detect=DetectConfig(detectors=detectors,
-                                             threshold_quantile=args.quantile,
-                                             persistence_s=args.persistence),
-                         rank_cpus=args.cpus != "number",
-                         rank_cpu_samples=args.cpus == "sample-rank",
-                         top_reasons=args.top)
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, by dotted name (the preset gives the rest)."""
+    out: dict[str, Any] = {}
+    if args.window is not None:
+        out["window.size_s"] = args.window
+    if args.stride is not None:
+        out["window.stride_s"] = args.stride
+    if args.window_rows is not None:
+        out["window.size_rows"] = args.window_rows
+        out["window.stride_rows"] = args.stride_rows
+    if args.detectors is not None:
+        out["detect.detectors"] = tuple(d.strip() for d in args.detectors.split(",")
+                                        if d.strip())
+    if args.quantile is not None:
+        out["detect.threshold_quantile"] = args.quantile
+    if args.persistence is not None:
+        out["detect.persistence_s"] = args.persistence
+    if args.cpus is not None:
+        out["rank_cpus"] = args.cpus != "number"
+        out["rank_cpu_samples"] = args.cpus == "sample-rank"
+    if args.no_prune:
+        out["select.prune"] = False
+    if args.top != 5:
+        out["top_reasons"] = args.top
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json_out and args.json_out != "-":
         check_writable_file(args.json_out)  # before the analysis, not after it
-    from reveal.analyze.pipeline import analyze_run
     from reveal.analyze.select import load_metric_set
+    from reveal.model import Reveal, analyze
     from reveal.report.text import render_table
 
     def progress(message: str) -> None:
@@ -87,7 +126,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"reveal analyze: {message}", file=sys.stderr, flush=True)
 
     metric_set = load_metric_set(args.metrics) if args.metrics else None
-    report = analyze_run(args.run, args.baseline, build_config(args), metric_set, progress)
+    if args.save_model:
+        check_writable_file(args.save_model)
+    if args.model:
+        if args.baseline or metric_set or overrides(args) or args.preset != "auto":
+            raise InputError("--model scores with the saved model's own settings: give no "
+                             "--baseline, --metrics or analysis settings with it")
+        model = Reveal.load(args.model)
+        report = model.score(args.run, progress=progress)
+    else:
+        model = Reveal(preset=args.preset, overrides=overrides(args), metric_set=metric_set)
+        report = analyze(args.run, args.baseline, model=model, progress=progress)
+    if args.save_model:
+        model.save(args.save_model)
+        progress(f"model written to {args.save_model}")
     payload = report.to_dict()
     if args.json_out == "-":
         json.dump(payload, sys.stdout, indent=2)

@@ -41,7 +41,7 @@ def _fmt(value: Any, pattern: str = "{:.2f}") -> str:
 
 
 def _windows(args: argparse.Namespace) -> dict[str, Any]:
-    from reveal.analyze.studies import granularity_study
+    from reveal.evaluate.studies import granularity_study
 
     result = granularity_study(args.run, args.baseline)
     print("| Setting (size/stride) | Windows | Flagged | Segments | Flagged time (s) |")
@@ -59,8 +59,8 @@ def _windows(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _repro(args: argparse.Namespace) -> dict[str, Any]:
-    from reveal.analyze.studies import reproducibility_study
     from reveal.errors import InputError
+    from reveal.evaluate.studies import reproducibility_study
     from reveal.report.escape import markdown
 
     if len(args.runs) < 2:

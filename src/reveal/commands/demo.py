@@ -90,11 +90,11 @@ def run(args: argparse.Namespace) -> int:
     args.out = choose_out(args.out, args.force,
                           lambda line: print(line, file=sys.stderr, flush=True))
     from reveal.analyze.derive import derive
-    from reveal.analyze.pipeline import analyze_run
     from reveal.catalog import default_catalog
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
     from reveal.inject.scoring import score_report
+    from reveal.model import analyze
     from reveal.report.markdown_dir import write_report_dir
     from reveal.report.text import render_table
     from reveal.store.run_reader import read_run
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     faulted = recorded.runs[0]
     say("analysing")
     run_tel, base_tel = read_run(faulted.path), read_run(recorded.baseline)
-    report = analyze_run(run_tel, base_tel)
+    report = analyze(run_tel, base_tel)
     scores, _ = score_report(report, faulted.episodes, run=str(faulted.path))
     catalog = default_catalog()
     written = write_report_dir(report, args.out, derive(run_tel, catalog)[0],

@@ -39,14 +39,14 @@ def _exit_status(returncode: int) -> int:
 
 def _analyse(run_dir: str, baseline: str | None) -> None:
     try:
-        from reveal.analyze.pipeline import analyze_run
+        from reveal.model import analyze
         from reveal.report.text import render_table
     except ImportError as exc:
         print(f"reveal profile: analysis unavailable in this build ({exc}); run recorded in "
               f"{run_dir}", file=sys.stderr)
         return
     try:
-        report = analyze_run(run_dir, baseline)
+        report = analyze(run_dir, baseline)
     except RevealError as exc:  # the command's status still wins; the run stays on disk
         print(f"reveal profile: analysis failed: {exc}", file=sys.stderr)
         return

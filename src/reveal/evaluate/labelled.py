@@ -1,9 +1,12 @@
 """Reveal against the labelled SMD / ASD machines, with an honest, causal protocol.
 
-Per machine: window features of the ``train`` half fit the ensemble (scaling, detectors,
-thresholds); the ``test`` half is scored window by window. Protocol:
+Per machine, exactly what ``reveal analyze DATASET:MACHINE`` does (:class:`reveal.model.Reveal`
+with the preset for the data's sampling interval): window features of the ``train`` half fit
+the model (scaling, detectors, thresholds); the ``test`` half is scored window by window.
 
-- fit on train only; nothing (no scaling, no threshold) is fitted on test;
+- fitted on train only: no scale, model or threshold is fitted on test. What adapts to
+  test: the minute preset's drift-following centre, which follows the test's own past
+  windows (causally);
 - causal: a window's verdict is assigned to its LAST row; the first test windows take
   their leading rows from the end of train (which precedes test in time), so every test
   row has exactly one window ending on it; no smoothing looks ahead;
@@ -16,18 +19,14 @@ by their squared reconstruction error for HitRate).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts, persistence_windows
-from reveal.analyze.features import compute_features
-from reveal.analyze.windows import make_windows
-from reveal.config import DetectConfig, WindowConfig
 from reveal.errors import InputError
 from reveal.evaluate.hitrate import channel_scores, ground_truth_rows, hit_rates
 from reveal.evaluate.metrics import (
@@ -37,6 +36,7 @@ from reveal.evaluate.metrics import (
     point_adjusted_prf,
     point_prf,
 )
+from reveal.model import Reveal, fit_for_run
 from reveal.store.labelled import LabelledMachine, list_machines, load_machine
 
 Progress = Callable[[str], None]
@@ -45,14 +45,12 @@ HIT_PERCENTS = (1.0, 1.5)
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """The one global setting used for every machine."""
+    """The one global setting used for every machine: ``reveal analyze``'s own (the preset
+    for the data's sampling interval, :mod:`reveal.analyze.presets`), plus the PCA
+    baseline's. ``overrides`` change single analysis settings by dotted name."""
 
-    window_rows: int = 10
-    features: tuple[str, ...] = ("mean", "std", "min", "max", "median", "slope")
-    drift_window_s: float | None = 2 * 86400.0  # the feature centre follows 2 days of past
-    drift_block_s: float = 3600.0  # ... updated hourly
-    detect: DetectConfig = field(default_factory=DetectConfig)
-    options: EnsembleOptions = field(default_factory=EnsembleOptions)
+    preset: str = "auto"
+    overrides: tuple[tuple[str, Any], ...] = ()
     baseline_variance: float = 0.95  # PCA baseline on raw rows
     baseline_quantile: float = 0.99
 
@@ -69,48 +67,33 @@ class MachineRun:
     extra: dict = field(default_factory=dict)
 
 
-def _feature_matrix(values: np.ndarray, timestamps: np.ndarray, channels: list[str],
-                    settings: EvalSettings):
-    windows = make_windows(timestamps, WindowConfig(size_rows=settings.window_rows,
-                                                    stride_rows=1))
-    return compute_features(values, channels, ["gauge"] * len(channels), windows,
-                            features=settings.features)
-
-
-def ensemble_options(settings: EvalSettings, interval_s: float) -> EnsembleOptions:
-    """The ensemble options with the drift window converted from seconds to windows."""
-    if settings.drift_window_s is None:
-        return dataclasses.replace(settings.options, drift_window=None)
-    block = max(1, round(settings.drift_block_s / interval_s))
-    window = max(block, round(settings.drift_window_s / interval_s))
-    return dataclasses.replace(settings.options, drift_window=window, drift_block=block)
+def reveal_model(settings: EvalSettings) -> Reveal:
+    """The (unfitted) model ``reveal analyze`` would build with these settings."""
+    return Reveal(preset=settings.preset, overrides=dict(settings.overrides))
 
 
 def run_reveal(lm: LabelledMachine, settings: EvalSettings) -> MachineRun:
-    """Fit the ensemble on train windows, score test windows (verdict → window's last row)."""
+    """What ``reveal analyze DATASET:MACHINE`` does: fit on train, score test causally (a
+    window's verdict on its last row, the first windows completed by train's last rows)."""
     t0 = time.perf_counter()
     train, test = lm.train, lm.test
-    n = settings.window_rows
-    if train.n_samples < n:
-        raise InputError(f"{lm.dataset}/{lm.machine}: train shorter than one window")
-    fm_train = _feature_matrix(train.values, train.timestamps_ns, train.channels, settings)
-    context = np.vstack([train.values[train.n_samples - (n - 1):], test.values])
-    ctx_ts = np.r_[train.timestamps_ns[train.n_samples - (n - 1):], test.timestamps_ns]
-    fm_test = _feature_matrix(context, ctx_ts, test.channels, settings)
-    assert fm_test.values.shape[0] == test.n_samples
-    ens = Ensemble(settings.detect, ensemble_options(settings, train.interval_s)) \
-        .fit(fm_train.values)
-    verdicts: Verdicts = ens.score(fm_test.values, persistence_windows(
-        settings.detect.persistence_s, test.interval_s))  # stride: one row
+    model = fit_for_run(reveal_model(settings), test, train)
+    analysis = model.analyse(test, lead_in=train)
+    verdicts = analysis.verdicts
+    if verdicts.combined.shape[0] != test.n_samples:
+        raise InputError(f"{lm.dataset}/{lm.machine}: {verdicts.combined.shape[0]} windows "
+                         f"for {test.n_samples} test rows")
     rows = np.flatnonzero(lm.labels == 1)
-    column_channel = np.array([test.channels.index(c) for c in fm_test.channels])
-    contrib = ens.explain(fm_test.values, rows)
+    index = {c: i for i, c in enumerate(test.channels)}
+    column_channel = np.array([index[c] for c in analysis.features.channels])
+    contrib = model.explain(analysis, rows)
     per_metric = channel_scores(contrib, column_channel, test.n_channels)
     extra = {
         "detector_scores": verdicts.scores,
         "detector_flags": verdicts.flags,
-        "columns_used": int(ens.columns_used_.size),
-        "columns": int(fm_test.values.shape[1]),
+        "columns_used": int(model.fitted_.ensemble.columns_used_.size),
+        "columns": int(analysis.features.values.shape[1]),
+        "preset": model.config_.preset,
     }
     return MachineRun(verdicts.combined, verdicts.flagged, per_metric, rows,
                       time.perf_counter() - t0, extra)
@@ -184,7 +167,8 @@ def evaluate(root: Path, datasets: Sequence[str] = ("smd", "asd"),
     """Evaluate Reveal and the PCA baseline on every machine; per-machine and mean metrics."""
     settings = settings or EvalSettings()
     say = progress or (lambda _msg: None)
-    result: dict = {"settings": _settings_dict(settings), "datasets": {}}
+    result: dict = {"datasets": {}}
+    intervals: dict[str, float] = {}
     for dataset in datasets:
         names = list_machines(root, dataset)
         if machines:
@@ -194,6 +178,7 @@ def evaluate(root: Path, datasets: Sequence[str] = ("smd", "asd"),
         per_machine: dict = {}
         for name in names:
             lm = load_machine(root, dataset, name)
+            intervals[dataset] = lm.train.interval_s
             reveal = score_run(lm, run_reveal(lm, settings))
             pca = score_run(lm, run_pca_baseline(lm, settings))
             per_machine[name] = {"reveal": reveal, "pca_raw": pca}
@@ -206,11 +191,15 @@ def evaluate(root: Path, datasets: Sequence[str] = ("smd", "asd"),
                      for method in ("reveal", "pca_raw")},
             "n_machines": len(per_machine),
         }
+    result["settings"] = _settings_dict(settings, intervals)
     return result
 
 
-def _settings_dict(settings: EvalSettings) -> dict:
-    d = asdict(settings)
-    d["detect"]["detectors"] = list(d["detect"]["detectors"])
-    d["features"] = list(d["features"])
-    return d
+def _settings_dict(settings: EvalSettings, intervals: dict[str, float]) -> dict:
+    """The settings and, per dataset, the analysis settings its sampling interval gets."""
+    model = reveal_model(settings)
+    return {"preset": settings.preset, "overrides": dict(settings.overrides),
+            "baseline_variance": settings.baseline_variance,
+            "baseline_quantile": settings.baseline_quantile,
+            "analysis": {dataset: asdict(model.resolve_config(interval))
+                         for dataset, interval in intervals.items()}}

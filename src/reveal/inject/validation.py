@@ -126,7 +126,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
                      ) -> tuple[list[EpisodeScore], list[dict[str, Any]]]:
     """Analyse each faulted run against the baseline; scores and per-run summaries. Each
     run's report goes next to it as ``runN.report.json``, or into ``reports_to``."""
-    from reveal.analyze.pipeline import analyze_run
+    from reveal.model import analyze
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
 
@@ -141,7 +141,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
             baselines = {base_path: read_run(base_path)}
         baseline = baselines[base_path]
         tel = read_run(rec.path)
-        report = analyze_run(tel, baseline)
+        report = analyze(tel, baseline)
         where = reports_to if reports_to is not None else rec.path.parent
         where.mkdir(parents=True, exist_ok=True)
         write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())

@@ -12,22 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analyze.evidence import Reason
+
 SCHEMA_NAME = "reveal-report"
 SCHEMA_VERSION = 1
-
-
-@dataclass
-class Reason:
-    """One metric–feature pair behind an anomaly."""
-
-    channel: str
-    metric: str
-    feature: str
-    subsystem: str
-    contribution: float  # share of the window's explanation, 0..1
-    value: float  # the feature's value in this window
-    baseline_median: float
-    robust_z: float  # (value - baseline median) / (1.4826 · baseline MAD)
 
 
 @dataclass
@@ -97,6 +85,9 @@ class Report:
     anomalies: list[Anomaly]
     episodes: list[Episode]
     warnings: list[str] = field(default_factory=list)
+    # what decided the verdicts: the combined threshold, each detector's threshold, the
+    # windows a score must stay above it (persistence), and whether fitted on the run
+    decision: dict[str, Any] = field(default_factory=dict)
 
     @property
     def no_anomaly(self) -> bool:
@@ -125,6 +116,7 @@ class Report:
             },
             "anomalies": [asdict(a) for a in self.anomalies],
             "episodes": [asdict(e) for e in self.episodes],
+            "decision": self.decision,
             "warnings": self.warnings,
         }
         if with_windows:

@@ -99,8 +99,8 @@ def granularity_study(run: Any, baseline: Any = None,
     """
     import dataclasses
 
-    from reveal.analyze.pipeline import analyze_run
     from reveal.config import AnalyzeConfig, WindowConfig
+    from reveal.model import Reveal, analyze
     from reveal.store.sources import open_source
 
     config = config or AnalyzeConfig()
@@ -111,7 +111,7 @@ def granularity_study(run: Any, baseline: Any = None,
     intervals = []
     for size_s, stride_s in settings:
         cfg = dataclasses.replace(config, window=WindowConfig(size_s=size_s, stride_s=stride_s))
-        report = analyze_run(tel, base, cfg)
+        report = analyze(tel, base, model=Reveal(config=cfg))
         w = report.windows
         iv = flagged_intervals(w.start_ns, w.end_ns, w.flagged)
         intervals.append(iv)

@@ -1,0 +1,95 @@
+"""Documented settings for the two resolutions Reveal meets, chosen from the sampling interval.
+
+``telemetry`` — what ``reveal collect`` records (one sample every 100 ms or so): windows of
+3 s sliding by 1 s, every feature, correlated channels pruned on the baseline, per-CPU
+channels by busy rank, scale floors (the least change that counts, from the catalog's
+units), and a flag only once the combined score has stayed above its threshold for 1 s.
+
+``minute`` — one row every few seconds or minutes (the SMD and ASD data sets, a Prometheus
+scrape): windows of 10 rows sliding by one row (a window's verdict belongs to its last
+row), six features (mean, std, min, max, median, slope), no pruning, no scale floors (such
+data rarely carries units), and a feature centre that follows the last 2 days of past
+windows in hourly blocks. That centre is causal — a window's centre uses only earlier
+windows — but on a scored run it follows the run's own past: it adapts to the scored data.
+
+:func:`preset_for` picks ``telemetry`` when a 3 s window holds at least three samples
+(interval ≤ 1 s), ``minute`` otherwise. ``reveal analyze`` and ``reveal evaluate`` both go
+through it, so the figures in docs/evaluation.md are those of ``analyze``'s defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from reveal.config import AnalyzeConfig, DetectConfig, SelectConfig, WindowConfig
+from reveal.errors import InputError
+
+TELEMETRY = AnalyzeConfig(preset="telemetry")
+
+MINUTE = AnalyzeConfig(
+    preset="minute",
+    window=WindowConfig(size_rows=10, stride_rows=1),
+    select=SelectConfig(prune=False),
+    detect=DetectConfig(scale_floors=False),
+    features=("mean", "std", "min", "max", "median", "slope"),
+    drift_window_s=2 * 86400.0,
+    drift_block_s=3600.0,
+    rank_cpus=False,
+)
+
+PRESETS: dict[str, AnalyzeConfig] = {"telemetry": TELEMETRY, "minute": MINUTE}
+
+#: Fewest samples a telemetry window must hold; coarser data gets the ``minute`` preset.
+MIN_ROWS_PER_WINDOW = 3
+
+
+def preset_name_for(interval_s: float) -> str:
+    """``telemetry`` when a telemetry window holds ≥ :data:`MIN_ROWS_PER_WINDOW` samples of
+    ``interval_s`` seconds, else ``minute``."""
+    if not (np.isfinite(interval_s) and interval_s > 0):
+        raise InputError("cannot tell the sampling interval (fewer than two samples)")
+    return ("telemetry" if TELEMETRY.window.size_s / interval_s >= MIN_ROWS_PER_WINDOW
+            else "minute")
+
+
+def preset(name: str) -> AnalyzeConfig:
+    """The preset called ``name``."""
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def preset_for(interval_s: float) -> AnalyzeConfig:
+    """The preset for data sampled every ``interval_s`` seconds."""
+    return PRESETS[preset_name_for(interval_s)]
+
+
+def with_overrides(config: AnalyzeConfig, overrides: Mapping[str, Any] | None) -> AnalyzeConfig:
+    """``config`` with dotted-key overrides applied, e.g. ``{"window.size_s": 5.0,
+    "detect.detectors": ("zscore",)}``; an unknown key is an :class:`InputError`."""
+    if not overrides:
+        return config
+    nested: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            top[key] = value
+    fields = {f.name for f in dataclasses.fields(config)}
+    for key in [*top, *nested]:
+        if key not in fields:
+            raise InputError(f"unknown analysis setting {key!r}")
+    for head, values in nested.items():
+        part = getattr(config, head)
+        known = {f.name for f in dataclasses.fields(part)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InputError(f"unknown analysis setting {head}.{unknown[0]}")
+        top[head] = dataclasses.replace(part, **values)
+    return dataclasses.replace(config, **top)

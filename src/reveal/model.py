@@ -1,0 +1,245 @@
+"""One analysis, fitted once: :class:`Reveal`, in the scikit-learn manner.
+
+    model = Reveal()                       # parameters only, as given
+    model.fit(baseline)                    # a run directory, CSV, smd:/asd: spec or Telemetry
+    report = model.score(run)              # a Report: windows, verdicts, evidence, claims
+    model.save("host.model"); Reveal.load("host.model")
+
+``reveal analyze``, ``evaluate``, ``validate``, ``demo`` and ``profile`` all go through it.
+Settings that depend on the data's resolution come from a preset chosen from the
+baseline's sampling interval (:mod:`reveal.analyze.presets`); ``overrides`` change single
+settings of it by dotted name (``{"window.size_s": 5.0}``).
+
+Without a baseline, :meth:`Reveal.fit_score` fits on the run itself, robustly, and says so.
+
+A model file is a header line of JSON (format, format version, Reveal version, settings,
+baseline, SHA-256 of the payload) and a pickled payload, written atomically. Load only model
+files you wrote: unpickling runs code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from reveal import __version__
+from reveal.analyze.pipeline import (
+    Analysis,
+    FittedAnalysis,
+    Progress,
+    analyse,
+    explain_windows,
+    fit_analysis,
+    fit_and_analyse,
+    usable_channels,
+)
+from reveal.analyze.presets import preset, preset_for, with_overrides
+from reveal.config import AnalyzeConfig
+from reveal.errors import InputError
+from reveal.frame import Telemetry
+from reveal.report.build import build_report
+from reveal.report.model import Report
+from reveal.store.sources import default_baseline, open_source, parse_labelled
+
+MAGIC = b"REVEAL-MODEL\n"
+MODEL_FORMAT = "reveal-model"
+MODEL_FORMAT_VERSION = 1
+
+Source = str | Path | Telemetry
+
+
+def load_source(source: Source) -> Telemetry:
+    """Telemetry from a run directory, CSV file, ``smd:``/``asd:`` spec, or as given."""
+    return source if isinstance(source, Telemetry) else open_source(source)
+
+
+class Reveal:
+    """The analysis of one host: fit on a baseline, score runs, keep the fit in a file.
+
+    Parameters
+    ----------
+    preset : str
+        ``"auto"`` (from the baseline's sampling interval), ``"telemetry"`` or ``"minute"``.
+    config : AnalyzeConfig, optional
+        Every setting at once (then ``preset`` and ``overrides`` are not used).
+    overrides : mapping, optional
+        Settings changed from the preset, by dotted name (``"detect.persistence_s"``).
+    metric_set : sequence of str, optional
+        Score only these channels (a metric set from ``reveal select``); no pruning.
+
+    Attributes
+    ----------
+    fitted_ : FittedAnalysis
+        Channels, windows, floors, fitted detectors and thresholds (after :meth:`fit`).
+    config_ : AnalyzeConfig
+        The settings used.
+    """
+
+    def __init__(self, preset: str = "auto", config: AnalyzeConfig | None = None,
+                 overrides: Mapping[str, Any] | None = None,
+                 metric_set: Sequence[str] | None = None) -> None:
+        self.preset = preset
+        self.config = config
+        self.overrides = overrides
+        self.metric_set = metric_set
+
+    # -- settings --------------------------------------------------------------------
+    def resolve_config(self, interval_s: float) -> AnalyzeConfig:
+        """The settings for data sampled every ``interval_s`` seconds."""
+        if self.config is not None:
+            return self.config
+        base = preset_for(interval_s) if self.preset == "auto" else preset(self.preset)
+        return with_overrides(base, self.overrides)
+
+    # -- fitting ---------------------------------------------------------------------
+    def fit(self, baseline: Source, *, channels: Sequence[str] | None = None,
+            robust: bool = False, progress: Progress | None = None) -> Self:
+        """Fit on a clean ``baseline``; ``channels``: only these derived channels (those of
+        the run to score); ``robust``: the baseline may hold anomalies."""
+        tel = load_source(baseline)
+        self.config_ = self.resolve_config(tel.interval_s)
+        self.fitted_ = fit_analysis(tel, self.config_, channels=channels,
+                                    metric_set=self.metric_set, robust=robust,
+                                    progress=progress)
+        return self
+
+    def fit_score(self, run: Source, *, progress: Progress | None = None) -> Report:
+        """Fit on ``run`` itself, robustly (median/MAD, outlying windows left out of the
+        refit), and score it; the report says it was self-fitted."""
+        tel = load_source(run)
+        self.config_ = self.resolve_config(tel.interval_s)
+        self.fitted_, analysis = fit_and_analyse(tel, self.config_, metric_set=self.metric_set,
+                                                 progress=progress)
+        return build_report(self.fitted_, analysis)
+
+    # -- scoring ---------------------------------------------------------------------
+    def _check_fitted(self) -> FittedAnalysis:
+        if not hasattr(self, "fitted_"):
+            raise InputError("the model is not fitted (call fit() or load a model file)")
+        return self.fitted_
+
+    def analyse(self, run: Source, *, lead_in: Source | None = None,
+                progress: Progress | None = None) -> Analysis:
+        """Score ``run``: windows, verdicts and evidence as numbers. ``lead_in``: a
+        recording directly before the run (its last samples complete the first windows)."""
+        fitted = self._check_fitted()
+        lead = load_source(lead_in) if lead_in is not None else None
+        return analyse(fitted, load_source(run), lead_in=lead, progress=progress)
+
+    def score(self, run: Source, *, lead_in: Source | None = None,
+              progress: Progress | None = None) -> Report:
+        """Score ``run`` and word the result: a :class:`Report`."""
+        analysis = self.analyse(run, lead_in=lead_in, progress=progress)
+        return build_report(self.fitted_, analysis)
+
+    def report(self, analysis: Analysis) -> Report:
+        """The :class:`Report` of an analysis made by :meth:`analyse`."""
+        return build_report(self._check_fitted(), analysis)
+
+    def explain(self, analysis: Analysis, rows: np.ndarray) -> np.ndarray:
+        """Per-column contributions (len(rows), K) for any windows of ``analysis``."""
+        return explain_windows(self._check_fitted(), analysis, rows)
+
+    # -- persistence -----------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model to ``path`` atomically; returns the path."""
+        fitted = self._check_fitted()
+        payload = pickle.dumps({"params": self.get_params(), "fitted": fitted},
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        header = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION,
+                  "reveal_version": __version__, "preset": fitted.config.preset,
+                  "channels": len(fitted.channels), "baseline": fitted.baseline,
+                  "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(MAGIC)
+                handle.write(json.dumps(header, sort_keys=True, default=str).encode() + b"\n")
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Reveal:
+        """Read a model written by :meth:`save`; a file of another format version, a
+        truncated or altered file, or not a model at all is an :class:`InputError`."""
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read the model file: {exc.strerror}", str(path)) from None
+        if not data.startswith(MAGIC):
+            raise InputError("not a Reveal model file", str(path))
+        line_end = data.find(b"\n", len(MAGIC))
+        try:
+            header = json.loads(data[len(MAGIC):line_end])
+        except (ValueError, UnicodeDecodeError):
+            raise InputError("damaged model file (unreadable header)", str(path)) from None
+        version = header.get("format_version")
+        if header.get("format") != MODEL_FORMAT or version != MODEL_FORMAT_VERSION:
+            raise InputError(f"model file format {version} (written by Reveal "
+                             f"{header.get('reveal_version', '?')}); this Reveal "
+                             f"({__version__}) reads format {MODEL_FORMAT_VERSION}: fit "
+                             f"the model again", str(path))
+        payload = data[line_end + 1:]
+        if len(payload) != header.get("bytes") or \
+                hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+            raise InputError("damaged model file (truncated or altered: checksum mismatch)",
+                             str(path))
+        state = pickle.loads(payload)
+        model = cls(**state["params"])
+        model.fitted_ = state["fitted"]
+        model.config_ = model.fitted_.config
+        return model
+
+    def get_params(self) -> dict[str, Any]:
+        """The construction parameters (scikit-learn's ``get_params``)."""
+        return {"preset": self.preset, "config": self.config,
+                "overrides": dict(self.overrides) if self.overrides else None,
+                "metric_set": list(self.metric_set) if self.metric_set else None}
+
+
+def fit_for_run(model: Reveal, run: Telemetry, baseline: Telemetry,
+                progress: Progress | None = None) -> Reveal:
+    """Fit ``model`` on ``baseline`` over the channels ``run`` has data in."""
+    return model.fit(baseline, channels=usable_channels(run), progress=progress)
+
+
+def analyze(run: Source, baseline: Source | None = None, *, model: Reveal | None = None,
+            progress: Progress | None = None) -> Report:
+    """Analyse one run: fitted on ``baseline`` (for ``smd:M``/``asd:M``, the machine's
+    ``train`` part by default, whose last rows also complete the first windows), or on
+    the run itself, robustly, when there is none."""
+    model = model if model is not None else Reveal()
+    tel = load_source(run)
+    if baseline is None and not isinstance(run, Telemetry):
+        baseline = default_baseline(run)
+    if baseline is None:
+        return model.fit_score(tel, progress=progress)
+    base = load_source(baseline)
+    fit_for_run(model, tel, base, progress)
+    lead = base if continues(run, baseline) else None
+    return model.score(tel, lead_in=lead, progress=progress)
+
+
+def continues(run: Source, baseline: Source) -> bool:
+    """Whether ``run`` directly follows ``baseline`` in time (a labelled machine's test
+    part after its train part)."""
+    if isinstance(run, Telemetry) or isinstance(baseline, Telemetry):
+        return False
+    r, b = parse_labelled(str(run)), parse_labelled(str(baseline))
+    return (r is not None and b is not None and r[:2] == b[:2]
+            and r[2] == "test" and b[2] == "train")

@@ -1,0 +1,78 @@
+"""A :class:`Report` from an analysis: the numbers of :mod:`reveal.analyze.pipeline` with
+the words (claims) of :mod:`reveal.report.claims`, episodes, and what decided the verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from reveal import __version__
+from reveal.analyze.pipeline import Analysis, FittedAnalysis
+from reveal.catalog import default_catalog
+from reveal.report.claims import window_claim
+from reveal.report.model import Anomaly, DetectorSummary, Episode, Report, WindowTable
+
+
+def episodes(anomalies: list[Anomaly]) -> list[Episode]:
+    """Group flagged windows whose time spans overlap or touch."""
+    out: list[Episode] = []
+    current: list[Anomaly] = []
+    for anomaly in sorted(anomalies, key=lambda a: a.start_ns):
+        if current and anomaly.start_ns > max(a.end_ns for a in current):
+            out.append(_summarise(current))
+            current = []
+        current.append(anomaly)
+    if current:
+        out.append(_summarise(current))
+    return out
+
+
+def _summarise(group: list[Anomaly]) -> Episode:
+    peak = max(group, key=lambda a: a.score)
+    weight: dict[str, float] = {}
+    for a in group:
+        for subsystem, share in a.subsystem_shares.items():
+            weight[subsystem] = weight.get(subsystem, 0.0) + share * a.score
+    subsystem = max(weight, key=weight.__getitem__) if weight else "unknown"
+    return Episode(min(a.start_ns for a in group), max(a.end_ns for a in group),
+                   [a.window_id for a in group], peak.score, subsystem, peak.claim)
+
+
+def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
+    """What decided the verdicts: thresholds, persistence, and what they were fitted on."""
+    v = analysis.verdicts
+    return {"combined_threshold": float(v.combined_threshold),
+            "detector_thresholds": {k: float(t) for k, t in v.thresholds.items()},
+            "persistence_windows": int(analysis.persistence),
+            "persistence_s": float(fitted.config.detect.persistence_s),
+            "threshold_quantile": float(fitted.config.detect.threshold_quantile),
+            "baseline_windows": int(fitted.baseline_windows),
+            "self_fitted": bool(fitted.self_fitted),
+            "preset": fitted.config.preset}
+
+
+def build_report(fitted: FittedAnalysis, analysis: Analysis) -> Report:
+    """The report of ``analysis`` (a run scored by ``fitted``)."""
+    catalog = default_catalog()
+    anomalies = [Anomaly(e.window_id, e.start_ns, e.end_ns, e.score, e.detectors,
+                         e.subsystems, e.subsystem_shares, e.reasons,
+                         window_claim(e.reasons, catalog))
+                 for e in analysis.evidence]
+    v = analysis.verdicts
+    table = WindowTable(analysis.windows.start_ns, analysis.windows.end_ns, v.scores,
+                        v.flags, v.combined, v.flagged)
+    detectors = [DetectorSummary(n, float(v.thresholds[n]), int(v.flags[n].sum()))
+                 for n in v.scores]
+    return Report(
+        run=analysis.run | {"reveal_version": __version__},
+        baseline=({} if fitted.self_fitted else fitted.baseline)
+        | {"self_fitted": fitted.self_fitted},
+        config=dataclasses.asdict(fitted.config)
+        | {"window_used": dataclasses.asdict(fitted.window)},
+        channels=dict(fitted.counts),
+        detectors=detectors,
+        windows=table,
+        anomalies=anomalies,
+        episodes=episodes(anomalies),
+        warnings=list(analysis.warnings),
+        decision=decision(fitted, analysis),
+    )
