@@ -96,7 +96,7 @@ def main() -> int:
         "columns": args.columns,
         "dtype": "float32",
         "fit_rows": args.fit_rows,
-        "detectors": [d.name for d in ens.detectors_],
+        "detectors": [d.tag for d in ens.detectors_],
         "seconds": {
             "synthetic_data": round(t_data, 2),
             "ensemble_fit": round(t_fit, 2),
@@ -117,8 +117,8 @@ def main() -> int:
             "planted_windows_explained_by_planted_column": round(float(np.mean(top < n_planted)),
                                                                  3)
             if top.size else None,
-            "mahalanobis_components": int(ens.detectors_[1].n_components_)
-            if len(ens.detectors_) > 1 and hasattr(ens.detectors_[1], "n_components_") else None,
+            "mahalanobis_components": next((int(d.n_components_) for d in ens.detectors_
+                                            if d.name == "pca_mahalanobis"), None),
         },
         "targets": TARGETS,
         "meets": {

@@ -42,7 +42,7 @@ def test_planted_shift_is_scored_high_and_explained(cls, data):
         run = run.copy()
         run[200:220, [2, 6]] += 10.0 * base[:, [2, 6]].std(axis=0)
     det = _fast(cls).fit(base)
-    scores = det.score_samples(run)
+    scores = det.decision_function(run)
     assert scores.shape == (400,)
     shifted, clean = scores[200:220], np.r_[scores[:200], scores[220:]]
     assert np.median(shifted) > np.quantile(clean, 0.95)
@@ -68,14 +68,14 @@ def test_mahalanobis_decomposition_sums_to_score(data):
     base, run, _ = data
     det = PCAMahalanobis().fit(base)
     assert det.n_components_ < 8
-    np.testing.assert_allclose(det.explain(run).sum(axis=1), det.score_samples(run),
+    np.testing.assert_allclose(det.explain(run).sum(axis=1), det.decision_function(run),
                                rtol=1e-8)
 
 
 def test_zscore_contributions_sum_to_score(data):
     base, run, _ = data
     det = ZScore().fit(base)
-    np.testing.assert_allclose(det.explain(run).sum(axis=1), det.score_samples(run))
+    np.testing.assert_allclose(det.explain(run).sum(axis=1), det.decision_function(run))
 
 
 def test_gmm_picks_mixture_size_by_bic():
@@ -84,7 +84,7 @@ def test_gmm_picks_mixture_size_by_bic():
     det = GMM(max_components=4, bic_rows=1600).fit(base)
     assert det.n_mixture_components_ >= 2
     # a point between the modes is unusual for a 2-mode mixture
-    assert det.score_samples(np.zeros((1, 4)))[0] > det.threshold_
+    assert det.decision_function(np.zeros((1, 4)))[0] > det.threshold_
 
 
 @pytest.mark.parametrize("cls", ALL)
@@ -97,10 +97,10 @@ def test_bad_inputs(cls):
     with pytest.raises(InputError, match="2-D"):
         det.fit(np.zeros(10))
     with pytest.raises(InputError, match="not fitted"):
-        _fast(cls).score_samples(np.zeros((5, 3)))
+        _fast(cls).decision_function(np.zeros((5, 3)))
     fitted = _fast(cls).fit(np.random.default_rng(0).normal(size=(300, 3)))
     with pytest.raises(InputError, match="columns"):
-        fitted.score_samples(np.zeros((5, 4)))
+        fitted.decision_function(np.zeros((5, 4)))
 
 
 def test_subsampled_fit_keeps_threshold_over_all_rows(data):
@@ -166,7 +166,7 @@ def test_forest_on_a_grid_does_not_isolate_a_move_below_one_floor():
     def median(det: IsolationForest, value: float) -> float:
         run = typical.copy()
         run[:, 0] = value
-        return float(np.median(det.score_samples(run)))
+        return float(np.median(det.decision_function(run)))
 
     beyond = float(base.max()) + 0.01
     assert median(plain, beyond) > plain.threshold_  # isolated at once
@@ -199,7 +199,7 @@ def test_no_direction_narrower_than_one_floor(cls):
     per_floor = 1.0 if cls is PCAMahalanobis else 0.5
 
     def excess(det, x):
-        return float(np.median(det.score_samples(x) - det.score_samples(fresh)))
+        return float(np.median(det.decision_function(x) - det.decision_function(fresh)))
 
     plain = cls(**kwargs).fit(base)
     floored = cls(min_variance=1.0, **kwargs).fit(base)

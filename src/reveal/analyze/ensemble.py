@@ -15,6 +15,9 @@ combined score exceeds a threshold set from the baseline's combined scores (its
 Without a baseline (``robust_self_fit=True``) the run itself is the baseline: detectors are
 fitted once, the windows whose combined score is an outlier (above median + 3 MAD) are set
 aside, and the detectors are refitted on the rest; ``Verdicts.self_fitted`` says so.
+
+Detectors come from :mod:`reveal.analyze.detectors` by name (its registry): each is built
+by its class's ``from_settings`` and scores windows with ``decision_function``.
 """
 
 from __future__ import annotations
@@ -26,14 +29,8 @@ from typing import Self
 
 import numpy as np
 
-from reveal.analyze.detectors import (
-    DETECTORS,
-    GMM,
-    Detector,
-    IsolationForest,
-    PCAMahalanobis,
-    ZScore,
-)
+from reveal.analyze import detectors
+from reveal.analyze.detectors import Detector
 from reveal.analyze.preprocess import RobustScaler, check_matrix
 from reveal.analyze.threshold import pot_threshold, quantile_threshold
 from reveal.config import DetectConfig
@@ -121,30 +118,10 @@ def persistence_windows(persistence_s: float, stride_s: float) -> int:
 def _make_detectors(config: DetectConfig, options: EnsembleOptions,
                     grid: np.ndarray | None = None,
                     min_variance: float = 0.0) -> list[Detector]:
-    q = config.threshold_quantile
-    rs = config.random_state
-    out: list[Detector] = []
-    for name in config.detectors:
-        if name not in DETECTORS:
-            raise InputError(f"unknown detector {name!r}; known: {', '.join(DETECTORS)}")
-        cls = DETECTORS[name]
-        if cls is PCAMahalanobis:
-            det: Detector = PCAMahalanobis(variance=config.pca_variance, threshold_quantile=q,
-                                           max_fit_rows=options.max_fit_rows, random_state=rs,
-                                           min_variance=min_variance)
-        elif cls is IsolationForest:
-            det = IsolationForest(n_estimators=config.iforest_trees, threshold_quantile=q,
-                                  max_fit_rows=options.max_fit_rows, random_state=rs,
-                                  grid=grid)
-        elif cls is GMM:
-            det = GMM(max_components=config.gmm_max_components, variance=config.pca_variance,
-                      threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs,
-                      min_variance=min_variance)
-        else:
-            det = cls(threshold_quantile=q, max_fit_rows=options.max_fit_rows, random_state=rs)
-            if isinstance(det, ZScore):  # its input is already in baseline sigmas: keep floors
-                det.min_scale = 1.0
-        out.append(det)
+    """The detectors ``config.detectors`` names, unfitted, each built by its class from the
+    settings (see :meth:`Detector.from_settings`)."""
+    out = [detectors.get(name).from_settings(config, options, grid, min_variance)
+           for name in config.detectors]
     if not out:
         raise InputError("no detector selected")
     return out
@@ -267,18 +244,18 @@ class Ensemble:
         for det in _make_detectors(config, options, self._grid, self._min_variance):
             t0 = time.perf_counter()
             self.detectors_.append(det.fit(Z))
-            self.fit_seconds_[det.name] = time.perf_counter() - t0
+            self.fit_seconds_[det.tag] = time.perf_counter() - t0
         held_out = self._held_out_scores(Z, config, options, self._grid, self._min_variance)
         if held_out is not None:
             for det in self.detectors_:
-                det.decision_scores_ = held_out[det.name]
-                det.threshold_ = float(quantile_threshold(held_out[det.name],
+                det.decision_scores_ = held_out[det.tag]
+                det.threshold_ = float(quantile_threshold(held_out[det.tag],
                                                           config.threshold_quantile))
-        self.baseline_threshold_ = {d.name: float(d.threshold_) for d in self.detectors_}
-        self.baseline_median_ = {d.name: float(np.median(d.decision_scores_))
+        self.baseline_threshold_ = {d.tag: float(d.threshold_) for d in self.detectors_}
+        self.baseline_median_ = {d.tag: float(np.median(d.decision_scores_))
                                  for d in self.detectors_}
-        self._surprise = {d.name: _Surprise(d.decision_scores_) for d in self.detectors_}
-        base_combined = self._combine({d.name: d.decision_scores_ for d in self.detectors_})
+        self._surprise = {d.tag: _Surprise(d.decision_scores_) for d in self.detectors_}
+        base_combined = self._combine({d.tag: d.decision_scores_ for d in self.detectors_})
         self.baseline_combined_ = base_combined
         if options.combined_threshold == "pot":
             self.combined_threshold_ = pot_threshold(base_combined, options.pot_risk,
@@ -304,7 +281,7 @@ class Ensemble:
             rest = np.r_[0:start, stop:n]
             for det in _make_detectors(config, options, grid, min_variance):
                 det.fit(Z[rest])
-                out.setdefault(det.name, np.empty(n))[start:stop] = det.score_samples(
+                out.setdefault(det.tag, np.empty(n))[start:stop] = det.decision_function(
                     Z[start:stop])
         return out
 
@@ -318,8 +295,8 @@ class Ensemble:
         self.score_seconds_: dict[str, float] = {}
         for det in self.detectors_:
             t0 = time.perf_counter()
-            out[det.name] = det.score_samples(Z)
-            self.score_seconds_[det.name] = time.perf_counter() - t0
+            out[det.tag] = det.decision_function(Z)
+            self.score_seconds_[det.tag] = time.perf_counter() - t0
         return out
 
     def _normalised(self, name: str, s: np.ndarray) -> np.ndarray:
@@ -377,13 +354,14 @@ class Ensemble:
         )
 
     def _explainers(self) -> list[Detector]:
-        """The detectors whose explanations make attributions: all, but the forest when it
-        sees floored columns on their grid (there it isolates a rarely seen whole-floor
-        value at once, so its credits go to one-floor steps) unless ``explain_forest``."""
+        """The detectors whose explanations make attributions: all, but on floored columns
+        those with ``explains_floored = False`` (the forest: on the floor grid it isolates a
+        rarely seen whole-floor value at once, so its credits go to one-floor steps) unless
+        ``explain_forest``."""
         config = self.config or DetectConfig()
         if config.explain_forest or self._grid is None:
             return list(self.detectors_)
-        chosen = [d for d in self.detectors_ if not isinstance(d, IsolationForest)]
+        chosen = [d for d in self.detectors_ if d.explains_floored]
         return chosen or list(self.detectors_)
 
     def explain(self, features: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -413,7 +391,7 @@ class Ensemble:
             contrib = np.clip(det.explain(Z).astype(np.float64), 0.0, None)
             total = contrib.sum(axis=1, keepdims=True)
             share = contrib / np.where(total > 0, total, 1.0)
-            weight = np.clip(self._normalised(det.name, det.score_samples(Z)), 1e-6, None)
+            weight = np.clip(self._normalised(det.tag, det.decision_function(Z)), 1e-6, None)
             used += share * weight[:, None]
         out[:, self.columns_used_] = used
         return out
