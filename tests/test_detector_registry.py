@@ -121,7 +121,7 @@ def test_a_new_detector_runs_in_the_ensemble(farthest):
     assert set(v.scores) == {"Z", "FAR"}
     assert v.scores["FAR"].shape == (120,)
     assert v.flagged[60:70].all() and v.flagged[:60].mean() <= 0.05
-    contrib = ens.explain(run, np.arange(60, 70))
+    contrib = ens.explain(run, np.arange(60, 70), centres=v.centres)
     assert (contrib.argmax(axis=1) == 4).all()
 
 

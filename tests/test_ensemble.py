@@ -183,3 +183,27 @@ def test_forest_explains_floored_columns_only_when_asked_or_alone(setting):
     assert not np.allclose(unfloored, explained(DetectConfig(detectors=("zscore",)), None))
     alone = explained(DetectConfig(detectors=("iforest",), iforest_trees=50))
     assert alone[:, [3, 4]].sum() > 0
+
+
+def test_explain_takes_the_centres_score_used(setting):
+    """``score`` returns the drift centres it scaled with; ``explain`` takes them, or computes
+    them for the matrix it is given (nothing is remembered between calls)."""
+    base, run, _ = setting
+    ens = Ensemble(FAST, EnsembleOptions(drift_window=200, drift_block=20)).fit(base)
+    v = ens.score(run)
+    assert v.centres is not None and v.centres.shape == (600 // 20, 9)
+    rows = np.arange(300, 330)
+    given = ens.explain(run, rows, centres=v.centres)
+    np.testing.assert_array_equal(given, ens.explain(run, rows))
+    # another matrix (same shape, as an array at a reused address would be) gets its own
+    moved = run + 3.0 * base.std(axis=0)
+    own = ens.explain(moved, rows)
+    np.testing.assert_array_equal(own, ens.explain(moved, rows,
+                                                   centres=ens.score(moved).centres))
+    assert not np.allclose(own, ens.explain(moved, rows, centres=v.centres))
+    with pytest.raises(InputError, match="do not fit"):
+        ens.explain(run[:100], np.arange(5), centres=v.centres)
+    plain = Ensemble(DetectConfig(detectors=("zscore",))).fit(base)
+    assert plain.score(run).centres is None
+    with pytest.raises(InputError, match="no drift-following centre"):
+        plain.explain(run, rows, centres=v.centres)

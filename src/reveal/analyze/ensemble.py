@@ -91,6 +91,9 @@ class Verdicts:
     self_fitted: bool  # True when fitted on the scored run itself
     combined_threshold: float = 0.0  # threshold on ``combined`` (from the baseline)
     warnings: list[str] = field(default_factory=list)
+    # (n_blocks, columns used) drift-following centres the windows were scaled with (None:
+    # the baseline median); pass them to ``Ensemble.explain(..., centres=)``
+    centres: np.ndarray | None = None
 
 
 def persistent(above: np.ndarray, windows: int) -> np.ndarray:
@@ -233,7 +236,6 @@ class Ensemble:
                 self._fit_detectors(Z[inliers], config, options)
                 self.warnings_.append(f"self-fit: {int((~inliers).sum())} outlying windows left "
                                       f"out of the refit")
-        self._cache: tuple | None = None
         return self
 
     def _fit_detectors(self, Z: np.ndarray, config: DetectConfig,
@@ -312,16 +314,23 @@ class Ensemble:
     def _combine(self, scores: dict[str, np.ndarray]) -> np.ndarray:
         return np.mean([self._normalised(n, s) for n, s in scores.items()], axis=0)
 
-    def _centres(self, X: np.ndarray) -> np.ndarray | None:
-        """Drift centres for ``X`` (cached for the last matrix seen, for explain)."""
+    def _centres(self, X: np.ndarray, given: np.ndarray | None = None) -> np.ndarray | None:
+        """Drift centres for the windows ``X`` (None without a drift-following centre):
+        ``given`` (from ``Verdicts.centres`` of the same ``X``) after a shape check, else
+        computed."""
         if self.scaler_.drift_window is None:
+            if given is not None:
+                raise InputError("centres given, but the ensemble has no drift-following "
+                                 "centre")
             return None
-        key = (id(X), X.shape, float(np.nansum(X[:: max(1, X.shape[0] // 64)])))
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
-        centres = self.scaler_.centres(X, own_history=self.self_fitted_)
-        self._cache = (key, centres)
-        return centres
+        if given is None:
+            return self.scaler_.centres(X, own_history=self.self_fitted_)
+        given = np.asarray(given)
+        blocks = -(-X.shape[0] // self.scaler_.drift_block)
+        if given.shape != (blocks, self.columns_used_.size):
+            raise InputError(f"centres of shape {given.shape} do not fit {X.shape[0]} windows "
+                             f"(expected {(blocks, self.columns_used_.size)})")
+        return given
 
     def score(self, features: np.ndarray, persistence: int = 1) -> Verdicts:
         """Verdicts for every window of ``features`` (W, K), same columns as the baseline.
@@ -332,7 +341,8 @@ class Ensemble:
         """
         self._check_fitted()
         X = check_matrix(features, "features")
-        Z = self.scaler_.transform(X, self._centres(X))
+        centres = self._centres(X)
+        Z = self.scaler_.transform(X, centres)
         scores = self._raw_scores(Z)
         flags = {n: s > self.baseline_threshold_[n] for n, s in scores.items()}
         agreement = np.sum(list(flags.values()), axis=0).astype(np.int64)
@@ -351,6 +361,7 @@ class Ensemble:
             self_fitted=self.self_fitted_,
             combined_threshold=float(self.combined_threshold_),
             warnings=warnings,
+            centres=centres,
         )
 
     def _explainers(self) -> list[Detector]:
@@ -364,7 +375,8 @@ class Ensemble:
         chosen = [d for d in self.detectors_ if d.explains_floored]
         return chosen or list(self.detectors_)
 
-    def explain(self, features: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def explain(self, features: np.ndarray, rows: np.ndarray,
+                centres: np.ndarray | None = None) -> np.ndarray:
         """Per-column contributions (len(rows), K) for the windows ``rows`` of ``features``.
 
         Each detector's contributions are turned into shares of its explanation and
@@ -372,7 +384,9 @@ class Ensemble:
         against the baseline); the weighted shares are summed over detectors (on floored
         columns the forest only with ``DetectConfig.explain_forest`` or when it is the only
         detector). Columns not used by the detectors get 0. ``features`` is the whole
-        scored matrix (the drift centre of a window depends on the windows before it).
+        scored matrix (the drift centre of a window depends on the windows before it);
+        ``centres`` the drift centres :meth:`score` used for it (``Verdicts.centres``),
+        computed again when not given.
         """
         self._check_fitted()
         X = check_matrix(features, "features")
@@ -385,7 +399,7 @@ class Ensemble:
         if X.shape[1] != self.n_features_in_:
             raise InputError(f"features have {X.shape[1]} columns, the baseline had "
                              f"{self.n_features_in_}")
-        Z = self.scaler_.transform(X, self._centres(X), rows=rows)
+        Z = self.scaler_.transform(X, self._centres(X, centres), rows=rows)
         used = np.zeros((rows.size, self.columns_used_.size), dtype=np.float64)
         for det in self._explainers():
             contrib = np.clip(det.explain(Z).astype(np.float64), 0.0, None)
