@@ -207,3 +207,29 @@ def test_explain_takes_the_centres_score_used(setting):
     assert plain.score(run).centres is None
     with pytest.raises(InputError, match="no drift-following centre"):
         plain.explain(run, rows, centres=v.centres)
+
+
+def test_self_fit_threshold_from_the_spread_of_the_inliers():
+    """``self_fit_threshold_mads``: self-fitted on a clean run, the baseline quantile flags
+    about 1 % of it; median + k robust sigmas of the refit windows' combined scores lifts
+    the threshold above that (never below the usual one), and a baseline is unaffected."""
+    rng = np.random.default_rng(8)
+    run = rng.normal(size=(600, 6))
+    config = DetectConfig(detectors=("zscore", "pca_mahalanobis"))
+    usual = Ensemble(config).fit(run, robust_self_fit=True)
+    wide = Ensemble(config, EnsembleOptions(self_fit_threshold_mads=6.0)) \
+        .fit(run, robust_self_fit=True)
+    combined = wide.baseline_combined_
+    med = np.median(combined)
+    spread = med + 6.0 * 1.4826 * np.median(np.abs(combined - med))
+    assert spread > usual.combined_threshold_
+    assert wide.combined_threshold_ == pytest.approx(spread)
+    assert wide.score(run).combined_threshold == pytest.approx(spread)
+    assert wide.score(run).flagged.sum() < usual.score(run).flagged.sum()
+    narrow = Ensemble(config, EnsembleOptions(self_fit_threshold_mads=0.0)) \
+        .fit(run, robust_self_fit=True)
+    assert narrow.combined_threshold_ == usual.combined_threshold_
+    with_baseline = Ensemble(config, EnsembleOptions(self_fit_threshold_mads=6.0)).fit(run)
+    assert with_baseline.combined_threshold_ == Ensemble(config).fit(run).combined_threshold_
+    with pytest.raises(InputError, match="self_fit_threshold_mads"):
+        Ensemble(config, EnsembleOptions(self_fit_threshold_mads=-1.0)).fit(run)

@@ -62,6 +62,12 @@ class EnsembleOptions:
         window lies far outside the in-sample range); 0 or 1 turns this off.
     self_fit_trim_mads : in self-fit mode, windows above median + this many MADs of the
         combined score are left out of the refit.
+    self_fit_threshold_mads : in self-fit mode (``fit(..., robust_self_fit=True)``), the
+        combined threshold is at least ``median + k · 1.4826 · MAD`` (k this value) of the
+        baseline combined scores of the windows the detectors were refitted on (the
+        inliers; all windows when none was set aside): the usual threshold, a quantile of
+        the run's own inliers, flags about that share of any run, even one without an
+        anomaly. None (default): the usual threshold only. No effect with a baseline.
     """
 
     clip: float = 100.0
@@ -74,6 +80,7 @@ class EnsembleOptions:
     pot_risk: float = 1e-3
     pot_init_quantile: float = 0.98
     self_fit_trim_mads: float = 3.0
+    self_fit_threshold_mads: float | None = None
     cross_fit_folds: int = 5
     cross_fit_max_windows: int = 5_000
 
@@ -195,6 +202,10 @@ class Ensemble:
         options = self.options or EnsembleOptions()
         if options.combine not in ("surprise", "ratio"):
             raise InputError(f"unknown combination {options.combine!r} (surprise, ratio)")
+        spread = options.self_fit_threshold_mads
+        if spread is not None and not (np.isfinite(spread) and spread >= 0):
+            raise InputError(f"self_fit_threshold_mads must be a finite number >= 0, "
+                             f"got {spread}")
         X = check_matrix(baseline_features, "baseline features")
         if X.shape[0] < MIN_BASELINE_WINDOWS:
             raise InputError(f"{X.shape[0]} baseline windows; need at least "
@@ -236,6 +247,12 @@ class Ensemble:
                 self._fit_detectors(Z[inliers], config, options)
                 self.warnings_.append(f"self-fit: {int((~inliers).sum())} outlying windows left "
                                       f"out of the refit")
+            if spread is not None:
+                base = self.baseline_combined_
+                med = float(np.median(base))
+                mad = float(np.median(np.abs(base - med))) * 1.4826
+                self.combined_threshold_ = max(float(self.combined_threshold_),
+                                               med + spread * mad)
         return self
 
     def _fit_detectors(self, Z: np.ndarray, config: DetectConfig,
