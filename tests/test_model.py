@@ -1,0 +1,163 @@
+"""The model object: fit once, score many, keep the fit in a file; presets by resolution."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from reveal.analyze.presets import MINUTE, TELEMETRY, preset_name_for, with_overrides
+from reveal.errors import InputError
+from reveal.frame import Telemetry
+from reveal.model import MAGIC, Reveal, analyze
+
+CHANNELS = ["derived.cpu_busy_pct", "mem.Dirty", "disk.sectors_written{dev=vda}",
+            "net.rx_bytes{iface=eth0}"]
+
+
+def _synthetic(seconds: float, seed: int, fault: tuple[float, float] | None = None,
+               interval_s: float = 0.1, start_s: float = 0.0) -> Telemetry:
+    """AR(1) gauges and growing counters; optionally CPU busy +45 points over ``fault``."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds / interval_s)
+    ts = (np.int64(start_s * 1e9) + np.arange(n, dtype=np.int64)
+          * np.int64(round(interval_s * 1e9)))
+    noise = rng.normal(size=(n, 4))
+    ar = np.empty_like(noise)
+    ar[0] = noise[0]
+    for t in range(1, n):
+        ar[t] = 0.6 * ar[t - 1] + noise[t]
+    cpu = 40 + 3 * ar[:, 0]
+    dirty = 5e6 + 2e5 * ar[:, 1]
+    sectors = np.cumsum(np.maximum(200 + 20 * ar[:, 2], 0))
+    rx = np.cumsum(np.maximum(1e5 + 1e4 * ar[:, 3], 0))
+    if fault is not None:
+        a, b = int(fault[0] / interval_s), int(fault[1] / interval_s)
+        cpu[a:b] += 45
+    return Telemetry("synthetic-host", ts, np.column_stack([cpu, dirty, sectors, rx]),
+                     list(CHANNELS), {"interval_s": interval_s})
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return Reveal().fit(_synthetic(600, seed=1))
+
+
+def test_fit_once_score_many_finds_the_fault_and_passes_the_clean_run(fitted):
+    faulted = fitted.score(_synthetic(120, seed=3, fault=(60, 80)))
+    assert not faulted.no_anomaly
+    assert {e.subsystem for e in faulted.episodes} >= {"cpu"}
+    peak = max(faulted.episodes, key=lambda e: e.peak_score)
+    assert 57e9 <= peak.start_ns <= 80e9 and peak.subsystem == "cpu"  # windows of 3 s
+    assert "CPU busy" in peak.claim  # worded by report/
+    clean = fitted.score(_synthetic(120, seed=2))
+    assert len(clean.anomalies) <= 0.03 * len(clean.windows.start_ns)
+    decision = faulted.to_dict()["decision"]  # what decided the verdicts is in the JSON
+    assert decision["preset"] == "telemetry" and decision["persistence_windows"] == 2
+    flagged = np.asarray(faulted.windows.flagged)
+    assert decision["combined_threshold"] < np.asarray(faulted.windows.combined)[flagged].min()
+    assert set(decision["detector_thresholds"]) == set(faulted.windows.scores)
+
+
+def test_the_same_as_the_one_call_analysis(fitted):
+    run = _synthetic(120, seed=3, fault=(60, 80))
+    direct = analyze(run, _synthetic(600, seed=1))
+    again = fitted.score(run)
+    np.testing.assert_array_equal(direct.windows.flagged, again.windows.flagged)
+    np.testing.assert_allclose(direct.windows.combined, again.windows.combined)
+
+
+def test_save_and_load_give_the_same_verdicts(fitted, tmp_path):
+    path = fitted.save(tmp_path / "host.model")
+    assert path.read_bytes().startswith(MAGIC)
+    assert not list(tmp_path.glob(".*tmp"))  # written atomically, nothing left behind
+    loaded = Reveal.load(path)
+    run = _synthetic(120, seed=3, fault=(60, 80))
+    a, b = fitted.score(run).to_dict(), loaded.score(run).to_dict()
+    assert a["windows"] == b["windows"] and a["anomalies"] == b["anomalies"]
+    assert loaded.get_params() == fitted.get_params()
+
+
+def test_a_bad_model_file_is_one_clear_error(fitted, tmp_path):
+    good = fitted.save(tmp_path / "good.model").read_bytes()
+    header_end = good.index(b"\n", len(MAGIC))
+    header = json.loads(good[len(MAGIC):header_end])
+    cases = {
+        "truncated": good[: len(good) - 100],
+        "altered": good[:-1] + bytes([good[-1] ^ 1]),
+        "other_version": MAGIC + json.dumps({**header, "format_version": 99}).encode()
+        + good[header_end:],
+        "not_a_model": b"PK\x03\x04 a zip file",
+    }
+    expect = {"truncated": "checksum", "altered": "checksum", "other_version": "format 99",
+              "not_a_model": "not a Reveal model"}
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.model"
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=expect[name]):
+            Reveal.load(path)
+    with pytest.raises(InputError, match="cannot read"):
+        Reveal.load(tmp_path / "missing.model")
+
+
+def test_scoring_before_fitting_says_so():
+    with pytest.raises(InputError, match="not fitted"):
+        Reveal().score(_synthetic(30, seed=4))
+
+
+def test_presets_follow_the_sampling_interval():
+    assert preset_name_for(0.1) == "telemetry" and preset_name_for(1.0) == "telemetry"
+    assert preset_name_for(60.0) == "minute" and preset_name_for(5.0) == "minute"
+    assert Reveal().resolve_config(0.1) is TELEMETRY
+    assert Reveal().resolve_config(60.0) is MINUTE
+    model = Reveal(overrides={"window.size_s": 5.0, "detect.persistence_s": 0.0})
+    config = model.resolve_config(0.1)
+    assert (config.window.size_s, config.detect.persistence_s) == (5.0, 0.0)
+    with pytest.raises(InputError, match="unknown analysis setting"):
+        with_overrides(TELEMETRY, {"window.size_m": 1})
+    with pytest.raises(InputError, match="unknown preset"):
+        Reveal(preset="hourly").resolve_config(0.1)
+
+
+def test_minute_data_gets_the_minute_preset_and_a_verdict_per_row():
+    base = _synthetic(3000 * 60, seed=5, interval_s=60.0)
+    run = _synthetic(400 * 60, seed=6, interval_s=60.0, start_s=3000 * 60,
+                     fault=(200 * 60, 230 * 60))
+    model = Reveal().fit(base)
+    assert model.config_.preset == "minute"
+    report = model.score(run, lead_in=base)  # the run continues the baseline
+    assert len(report.windows.start_ns) == run.n_samples  # the lead-in completes row 0 too
+    flagged_rows = np.flatnonzero(report.windows.flagged)
+    assert flagged_rows.size and 195 <= flagged_rows.min() <= 215
+
+
+def test_self_fit_says_so_and_finds_a_fault():
+    report = Reveal().fit_score(_synthetic(300, seed=7, fault=(150, 170)))
+    assert report.baseline["self_fitted"] and report.decision["self_fitted"]
+    assert any("fitted on the run itself" in w for w in report.warnings)
+    assert report.episodes and max(report.episodes, key=lambda e: e.peak_score).subsystem == "cpu"
+
+
+def test_a_short_baseline_is_named_in_the_report():
+    report = analyze(_synthetic(120, seed=3), _synthetic(30, seed=1))
+    assert any("baseline is too short" in w for w in report.warnings)
+
+
+def test_cli_saves_and_reuses_a_model(tmp_path):
+    from reveal.store.run_writer import write_run
+
+    base = write_run(_synthetic(300, seed=1), tmp_path / "base")
+    run = write_run(_synthetic(120, seed=3, fault=(60, 80)), tmp_path / "run")
+    model = tmp_path / "host.model"
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    cmd = [sys.executable, "-m", "reveal.cli", "analyze", "--quiet", "--format", "none"]
+    subprocess.run([*cmd, str(run), "--baseline", str(base), "--save-model", str(model),
+                    "--json", str(first)], check=True, timeout=300)
+    subprocess.run([*cmd, str(run), "--model", str(model), "--json", str(second)], check=True,
+                   timeout=300)
+    a, b = json.loads(first.read_text()), json.loads(second.read_text())
+    assert a["windows"]["flagged"] == b["windows"]["flagged"]
+    assert a["summary"]["verdict"] == "anomalies found"
