@@ -33,3 +33,9 @@ def test_help_shows_useful_defaults_once(name: str) -> None:
 def test_collect_help_states_interval_and_segment_defaults() -> None:
     text = " ".join(COMMANDS["collect"].format_help().split())
     assert "(default: 0.1)" in text and "(default: 300.0)" in text
+
+
+def test_demo_help_says_what_running_it_again_does() -> None:
+    text = " ".join(COMMANDS["demo"].format_help().split())
+    assert "DIR-2, DIR-3" in text and "earlier one is kept" in text
+    assert "--force replace the report already in DIR instead" in text

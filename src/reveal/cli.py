@@ -13,6 +13,7 @@ import argparse
 import importlib
 import signal
 import sys
+import warnings
 from types import ModuleType
 
 from reveal import __version__
@@ -80,19 +81,38 @@ def _os_error(exc: OSError) -> str:
     return reason
 
 
+def one_line(text: str, limit: int = 600) -> str:
+    """``text`` on one line (a library's message may span several), at most ``limit``
+    characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    # a library's warning: one line naming the command, not a file, line and source excerpt
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, *_: (
+        f"reveal {args.command}: warning: {one_line(str(message))} ({category.__name__})\n")
+    try:
+        return _run(parser, args, argv)
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace,
+         argv: list[str] | None) -> int:
     prefix = f"reveal {args.command}: error:"
     try:
         if getattr(args, "config", None) is not None and hasattr(args._module, "apply_config"):
             args = args._module.apply_config(parser, args, argv)
         return int(args._module.run(args) or 0)
     except RevealError as exc:
-        print(f"{prefix} {with_log_reason(str(exc))}", file=sys.stderr)
+        print(f"{prefix} {one_line(with_log_reason(str(exc)))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"reveal {args.command}: interrupted", file=sys.stderr)
@@ -100,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as exc:
-        print(f"{prefix} {_os_error(exc)}", file=sys.stderr)
+        print(f"{prefix} {one_line(_os_error(exc))}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
         package = missing_package(exc)
