@@ -510,3 +510,25 @@ def test_failed_collector_child_gives_its_reason(tmp_path: Path) -> None:
     message = with_log_reason(str(failed.value))
     assert "exited with code 2" in message
     assert "already holds a run" in message and "baseline1.collect.log" in message
+
+
+def test_demo_run_again_keeps_the_earlier_report(tmp_path: Path) -> None:
+    """What used to fail 15 s in ("the collector exited with code 2"): a second demo into
+    the same directory. The new report goes to DIR-2, then DIR-3; --force empties DIR of
+    what an earlier demo wrote (and only that)."""
+    from reveal.commands.demo import choose_out
+
+    notices: list[str] = []
+    out = tmp_path / "demo-report"
+    assert choose_out(out, False, notices.append) == out and not notices
+    (out / "runs" / "demo" / "baseline1").mkdir(parents=True)
+    (out / "report.md").write_text("# first\n")
+    assert choose_out(out, False, notices.append) == tmp_path / "demo-report-2"
+    assert "demo-report-2" in notices[-1] and "--force" in notices[-1]
+    (tmp_path / "demo-report-2").mkdir()
+    (tmp_path / "demo-report-2" / "report.md").write_text("# second\n")
+    assert choose_out(out, False, notices.append) == tmp_path / "demo-report-3"
+    assert (out / "report.md").read_text() == "# first\n"  # nothing was touched
+
+    assert choose_out(out, True, notices.append) == out
+    assert list(out.iterdir()) == [] and "replacing" in notices[-1]
