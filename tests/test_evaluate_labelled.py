@@ -110,3 +110,29 @@ def test_settings_reach_the_model():
     assert (config.drift_window_s, config.drift_block_s) == (36000.0, 1800.0)
     assert (config.detect.iforest_trees, config.detect.gmm_max_components) == (50, 3)
     assert reveal_model(EvalSettings()).resolve_config(60.0).drift_window_s == 2 * 86400.0
+
+
+@needs_data
+@pytest.mark.parametrize(("dataset", "name"), [("smd", "machine-1-6"), ("asd", "omi-2")])
+def test_analyze_and_evaluate_give_the_same_verdicts(tmp_path, dataset, name):
+    """`reveal analyze DATASET:M` (what users run) and `reveal evaluate --machines M` are one
+    path: the figures evaluate reports are those of analyze's verdicts and scores."""
+    from reveal.evaluate.metrics import best_f1, point_prf
+
+    report_path, figures_path = tmp_path / "report.json", tmp_path / "figures.json"
+    assert main(["analyze", f"{dataset}:{name}", "--json", str(report_path), "--format",
+                 "none", "--quiet"]) == 0
+    assert main(["evaluate", "--datasets", dataset, "--machines", name, "--json",
+                 str(figures_path), "--quiet"]) == 0
+    windows = json.loads(report_path.read_text())["windows"]
+    figures = json.loads(figures_path.read_text())["datasets"][dataset]["machines"][name]
+    labels = load_machine(ROOT, dataset, name).labels.astype(bool)
+    flagged = np.asarray(windows["flagged"], dtype=bool)
+    combined = np.asarray(windows["combined"], dtype=float)
+    assert flagged.shape == labels.shape  # one verdict per test row, in both
+    auto = point_prf(labels, flagged)
+    assert auto.f1 == pytest.approx(figures["reveal"]["auto"]["f1"], abs=1e-12)
+    assert auto.precision == pytest.approx(figures["reveal"]["auto"]["precision"], abs=1e-12)
+    assert float(flagged.mean()) == pytest.approx(figures["reveal"]["flagged_share"], abs=1e-12)
+    assert best_f1(labels, combined)[0].f1 == pytest.approx(figures["reveal"]["best_f1"],
+                                                           abs=1e-9)
