@@ -86,6 +86,6 @@ class AnalyzeConfig:
     # without a baseline (fitted on the run itself), the combined threshold is at least
     # median + this many robust sigmas of the run's own combined scores (None: the
     # baseline quantile only)
-    self_fit_threshold_mads: float | None = None
+    self_fit_threshold_mads: float | None = 5.0
     # a baseline shorter than this many windows is named in the report as too short
     min_baseline_windows: int = 60
