@@ -126,6 +126,7 @@ fi
 
 # The C extension (fast /proc readers and the tick thread), built next to its sources; where
 # it cannot be built the collector uses its pure-Python readers.
+say "building the C extension"
 "$VPY" -c 'import setuptools' >/dev/null 2>&1 || "${PIP[@]}" setuptools wheel
 if "$VPY" setup.py -q build_ext --inplace >"$VENV/build-ext.log" 2>&1 \
     && "$VPY" -c 'import reveal.collect._procread' >/dev/null 2>&1; then
@@ -136,6 +137,7 @@ fi
 
 # The reference training workloads use PyTorch's CPU build when it is available.
 if [ "$TORCH" -eq 1 ] && ! "$VPY" -c 'import torch' >/dev/null 2>&1; then
+  say "installing PyTorch (CPU build)"
   "${PIP[@]}" "torch==2.13.0" \
     || say "PyTorch not installed: the NumPy reference workload will be used"
 fi
