@@ -102,3 +102,30 @@ def test_clean_windows_are_also_counted_at_longer_settle_times() -> None:
     merged = merge_by_settle([by_settle, {"10": [37, 0]}])
     assert merged["10"] == {"windows": 100, "flagged": 2, "share": 0.02}
     assert list(merged) == ["10", "15", "20", "30"]
+
+
+def test_host_state_names_load_busy_and_steal_during_an_episode() -> None:
+    """A missed fault's row says what the host was doing: load, CPU busy and steal."""
+    from reveal.frame import Telemetry
+    from reveal.inject.validation import _host_text, host_state
+
+    n = 200  # 20 s at 10 Hz; jiffies at 100/s on 2 CPUs, 10 % stolen from t = 10 s
+    ts = np.arange(n, dtype=np.int64) * 100_000_000
+    steal_rate = np.where(np.arange(n) >= 100, 20.0, 0.0)
+    user_rate = np.full(n, 60.0)
+    idle_rate = 200.0 - user_rate - steal_rate
+    fields = {"user": user_rate, "nice": 0.0, "system": 0.0, "idle": idle_rate,
+              "iowait": 0.0, "irq": 0.0, "softirq": 0.0, "steal": steal_rate}
+    channels, columns = [], []
+    for name, rate in fields.items():
+        channels.append(f"cpu.{name}")
+        columns.append(np.cumsum(np.broadcast_to(rate, (n,)) * 0.1))
+    channels.append("loadavg.load1")
+    columns.append(np.where(np.arange(n) >= 100, 3.0, 0.5))
+    tel = Telemetry("h", ts, np.column_stack(columns), channels, {"interval_s": 0.1})
+    episode = Episode(12 * S, 18 * S, "cpu_contention", "cpu", "low", {})
+    state = host_state(tel, tel.slice_rows(0, 90), episode)
+    assert state["during"]["load1"] == 3.0 and state["baseline"]["load1"] == 0.5
+    assert state["during"]["steal_pct"] == pytest.approx(10.0, abs=0.5)
+    assert state["baseline"]["steal_pct"] == pytest.approx(0.0, abs=0.5)
+    assert _host_text(state).startswith("load 3 (0.5), busy ")

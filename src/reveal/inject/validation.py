@@ -10,6 +10,7 @@ import json
 import platform
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,36 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
             for i, subsystem in zip(order, subsystems, strict=True) if np.isfinite(z[i])]
 
 
+def host_state(run: Telemetry, baseline: Telemetry, episode: Episode) -> dict[str, Any]:
+    """What the host was doing during ``episode`` and in the baseline (medians): 1-minute
+    load average (tasks), CPU busy (%) and hypervisor steal (% of all CPU time)."""
+    from reveal.analyze.derive import derive
+    from reveal.catalog import default_catalog
+
+    fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+    def medians(tel: Telemetry,
+                inside: Callable[[np.ndarray], np.ndarray] | None) -> dict[str, float]:
+        d = derive(tel, default_catalog())[0]
+        rows = slice(None) if inside is None else inside(d.timestamps_ns)
+        index = {c: i for i, c in enumerate(d.channels)}
+        out: dict[str, float] = {}
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for name, channel in (("load1", "loadavg.load1"),
+                                  ("busy_pct", "derived.cpu_busy_pct")):
+                if channel in index:
+                    out[name] = round(float(np.nanmedian(d.values[rows, index[channel]])), 2)
+            if all(f"cpu.{f}" in index for f in fields):
+                total = sum(d.values[rows, index[f"cpu.{f}"]] for f in fields)
+                steal = d.values[rows, index["cpu.steal"]]
+                out["steal_pct"] = round(float(np.nanmedian(100.0 * steal / total)), 2)
+        return {k: v for k, v in out.items() if np.isfinite(v)}
+
+    during = medians(run, lambda ts: (ts >= episode.start_ns) & (ts < episode.end_ns))
+    return {"during": during, "baseline": medians(baseline, None)}
+
+
 def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
                      diagnose: bool = True, reports_to: Path | None = None,
                      ) -> tuple[list[EpisodeScore], list[dict[str, Any]]]:
@@ -150,6 +181,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
             for score, episode in zip(scored, rec.episodes, strict=True):
                 if not (score.detected and score.attribution_ok):
                     score.max_ratio["moved"] = moved_channels(tel, baseline, episode)  # type: ignore[assignment]
+                    score.max_ratio["host"] = host_state(tel, baseline, episode)  # type: ignore[assignment]
         scores += scored
         runs.append({"scenario": recorded.scenario.name, "path": str(rec.path),
                      "baseline": str(base_path),
@@ -340,7 +372,8 @@ def render_markdown(result: dict[str, Any]) -> str:
     if misses:
         lines += ["", "## Misses and misattributions", "",
                   "| Run | Fault | Intensity | Verdict | Max score / threshold | "
-                  "Channels that moved most (robust z) |", "|---|---|---|---|---|---|"]
+                  "Channels that moved most (robust z) | Host meanwhile (baseline) |",
+                  "|---|---|---|---|---|---|---|"]
         for e in misses:
             verdict = (f"attributed to {e['attributed']}" if e["detected"] else "not detected")
             ratios = ", ".join(f"{k} {v:.2f}" for k, v in e["max_ratio"].items()
@@ -348,10 +381,25 @@ def render_markdown(result: dict[str, Any]) -> str:
             moved = "; ".join(f"{markdown(m['channel'], 60)} ({m['robust_z']:+.1f})"
                               for m in e["max_ratio"].get("moved", [])[:3])
             lines.append(f"| {markdown(Path(e['run']).name)} | {e['kind']} | {e['intensity']} | "
-                         f"{verdict} | {ratios or '–'} | {moved or '–'} |")
+                         f"{verdict} | {ratios or '–'} | {moved or '–'} | "
+                         f"{_host_text(e['max_ratio'].get('host')) or '–'} |")
     if result["skipped"]:
         lines += ["", "## Skipped", ""] + [f"- {markdown(s, 300)}" for s in result["skipped"]]
     return "\n".join(lines) + "\n"
+
+
+def _host_text(state: dict[str, Any] | None) -> str:
+    """"load 2.1 (0.8), busy 64 % (40 %), steal 3.0 % (0.2 %)" from :func:`host_state`."""
+    if not state:
+        return ""
+    during, base = state.get("during", {}), state.get("baseline", {})
+    parts = []
+    for key, label, unit in (("load1", "load", ""), ("busy_pct", "busy", " %"),
+                             ("steal_pct", "steal", " %")):
+        if key in during:
+            was = f" ({base[key]:g}{unit})" if key in base else ""
+            parts.append(f"{label} {during[key]:g}{unit}{was}")
+    return ", ".join(parts)
 
 
 def write_result(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
