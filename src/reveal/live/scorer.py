@@ -1,0 +1,246 @@
+"""Live scoring: the batch analysis fed window by window.
+
+Each time a window closes, :class:`LiveScorer` takes from the sample buffer exactly the
+rows that window needs (its own samples, plus the one before its first that rates are
+derived from) and scores them with :func:`reveal.analyze.pipeline.analyse` — the code
+``reveal analyze`` runs, with the same fitted model. Nothing of a window's score depends
+on data outside it: the telemetry preset has no drift-following centre, and CPU busy ranks
+are taken within each window. When the scorer falls behind (a slow call), the windows that
+closed meanwhile are scored together in one call, in the same way.
+
+The persistence rule is applied across calls as :func:`reveal.analyze.ensemble.persistent`
+applies it to a whole run: a window is flagged when its combined score and those of the
+``persistence − 1`` windows before it exceed the threshold; windows before the first one
+scored (or lost to a gap) count as below it. So the live verdicts of a recording replayed
+through the buffer equal ``Reveal.score`` on the whole recording (tests/test_watch_live.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reveal.analyze.ensemble import persistence_windows, persistent
+from reveal.analyze.evidence import WindowEvidence
+from reveal.analyze.pipeline import (
+    FittedAnalysis,
+    analyse,
+    rows_per_window,
+    stride_seconds,
+    usable_channels,
+    window_config,
+)
+from reveal.errors import InputError
+from reveal.frame import Telemetry
+from reveal.model import Reveal
+from reveal.report.build import build_report
+
+#: Rows before a window's first that derive consumes (a rate needs the sample before).
+DERIVE_LEAD = 1
+
+
+@dataclass
+class LiveWindow:
+    """One scored window: numbers of the batch verdicts for that window.
+
+    ``above``: the combined score exceeds the threshold; ``flagged``: so did the windows
+    before it, as persistence asks. ``evidence`` and ``claim`` are set for windows above
+    the threshold (flagged or not yet).
+    """
+
+    window_id: int
+    start_ns: int  # monotonic ns of its first sample
+    end_ns: int  # exclusive end, monotonic ns
+    combined: float
+    threshold: float
+    above: bool
+    flagged: bool
+    scores: dict[str, float]
+    thresholds: dict[str, float]
+    detectors: list[str]  # detectors whose own threshold the window exceeds
+    evidence: WindowEvidence | None = None
+    claim: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _stride_rows(fitted: FittedAnalysis, interval_s: float) -> int:
+    window = window_config(fitted.config, interval_s)
+    if window.size_rows is not None:
+        return int(window.stride_rows or 1)
+    return round(stride_seconds(window, interval_s) / interval_s)
+
+
+class LiveScorer:
+    """Scores the windows of a growing recording as they close.
+
+    Parameters
+    ----------
+    model : Reveal
+        A fitted model (``Reveal.fit`` or ``Reveal.load``).
+    interval_s : float, optional
+        The recording's nominal sampling interval (default: the model's baseline's).
+    origin : int
+        Number of the buffer row that is row 0 of the scored stream: window ``k`` holds
+        rows ``origin + k·stride + 1 ..`` (the row before is its rates' predecessor).
+    max_windows : int
+        Most windows scored in one call (a scorer far behind catches up in several).
+    threshold_factor : float
+        Multiplies the model's combined threshold (1: as fitted). Below 1 flags more; for
+        tests and tuning only — the verdicts then differ from ``reveal analyze``'s.
+
+    Attributes
+    ----------
+    size, stride : int
+        Rows per window and between window starts.
+    persistence : int
+        Consecutive windows above the threshold before one is flagged.
+    next_window : int
+        The next window to score.
+    skipped : int
+        Windows never scored because their rows left the buffer first.
+    """
+
+    def __init__(self, model: Reveal, interval_s: float | None = None, origin: int = 0,
+                 max_windows: int = 60, threshold_factor: float = 1.0) -> None:
+        if not hasattr(model, "fitted_"):
+            raise InputError("the model is not fitted")
+        fitted = model.fitted_
+        interval = float(interval_s or fitted.interval_s)
+        window = window_config(fitted.config, interval)
+        self.interval_s = interval
+        self.size = rows_per_window(window, interval)
+        self.stride = _stride_rows(fitted, interval)
+        self.persistence = persistence_windows(fitted.config.detect.persistence_s,
+                                               stride_seconds(window, interval))
+        # every window on its own in one call; persistence is applied here, across calls
+        config = dataclasses.replace(
+            fitted.config, detect=dataclasses.replace(fitted.config.detect, persistence_s=0.0))
+        ensemble = fitted.ensemble
+        if threshold_factor != 1.0:
+            if not (np.isfinite(threshold_factor) and threshold_factor > 0):
+                raise InputError(f"threshold factor must be positive, got {threshold_factor}")
+            ensemble = copy.copy(ensemble)
+            ensemble.combined_threshold_ = float(ensemble.combined_threshold_) * threshold_factor
+        self.fitted = dataclasses.replace(fitted, config=config, ensemble=ensemble)
+        self.model = model
+        self.threshold = float(ensemble.combined_threshold_)
+        self.origin = int(origin)
+        self.max_windows = max(1, int(max_windows))
+        self.next_window = 0
+        self.skipped = 0
+        # whether each of the last persistence − 1 windows scored was above the threshold
+        self._recent: deque[bool] = deque(maxlen=max(self.persistence - 1, 1))
+
+    # -- where windows are -------------------------------------------------------------
+    def rows_of(self, window_id: int) -> tuple[int, int]:
+        """Buffer rows ``[start, stop)`` window ``window_id`` is scored from."""
+        start = self.origin + window_id * self.stride
+        return start, start + self.size + DERIVE_LEAD
+
+    def closed(self, total: int) -> int:
+        """How many windows have closed when ``total`` rows are readable."""
+        rows = total - self.origin - self.size - DERIVE_LEAD
+        return 0 if rows < 0 else rows // self.stride + 1
+
+    def pending(self, total: int) -> int:
+        """Windows closed but not yet scored."""
+        return max(0, self.closed(total) - self.next_window)
+
+    # -- scoring -----------------------------------------------------------------------
+    def score(self, read: Callable[[int, int], Telemetry], total: int,
+              oldest: int = 0) -> list[LiveWindow]:
+        """Score the windows closed by row ``total`` and not scored yet (at most
+        ``max_windows``). ``read(start, stop)`` gives buffer rows; ``oldest`` is the
+        oldest row it still holds (windows older than that are skipped)."""
+        closed = self.closed(total)
+        first = self.next_window
+        if first >= closed:
+            return []
+        reachable = -(-(oldest - self.origin) // self.stride) if oldest > self.origin else 0
+        if first < reachable:  # their rows are gone: a gap in the verdicts
+            self.skipped += reachable - first
+            self._recent.clear()
+            first = reachable
+            if first >= closed:
+                self.next_window = first
+                return []
+        last = min(closed, first + self.max_windows) - 1
+        start, _ = self.rows_of(first)
+        _, stop = self.rows_of(last)
+        tel = read(start, stop)
+        analysis = analyse(self.fitted, tel)
+        n = last - first + 1
+        if len(analysis.windows) != n:
+            raise RuntimeError(f"scored {len(analysis.windows)} windows from rows {start}.."
+                               f"{stop}, expected {n}")
+        self.next_window = last + 1
+        return self._verdicts(first, analysis)
+
+    def _verdicts(self, first: int, analysis) -> list[LiveWindow]:
+        v = analysis.verdicts
+        above = np.asarray(v.flagged, dtype=bool)  # persistence 0: above the threshold
+        history = list(self._recent) if self.persistence > 1 else []
+        pad = max(self.persistence - 1 - len(history), 0)
+        joined = np.r_[np.zeros(pad, dtype=bool), np.asarray(history, dtype=bool), above]
+        flagged = persistent(joined, self.persistence)[len(joined) - len(above):]
+        if self.persistence > 1:
+            for a in above:
+                self._recent.append(bool(a))
+        evidence = {e.window_id: e for e in analysis.evidence}
+        # the words of the report (claims), from the same report code as `reveal analyze`
+        claims = ({a.window_id: a.claim for a in build_report(self.fitted, analysis).anomalies}
+                  if evidence else {})
+        names = list(v.scores)
+        out = []
+        for i in range(len(above)):
+            ev = evidence.get(i)
+            if ev is not None:
+                ev = dataclasses.replace(ev, window_id=first + i)
+            out.append(LiveWindow(
+                window_id=first + i,
+                start_ns=int(analysis.windows.start_ns[i]),
+                end_ns=int(analysis.windows.end_ns[i]),
+                combined=float(v.combined[i]),
+                threshold=float(v.combined_threshold),
+                above=bool(above[i]), flagged=bool(flagged[i]),
+                scores={n: float(v.scores[n][i]) for n in names},
+                thresholds={n: float(v.thresholds[n]) for n in names},
+                detectors=[n for n in names if v.flags[n][i]],
+                evidence=ev,
+                claim=claims.get(i) if ev is not None else None,
+            ))
+        return out
+
+    def unmodelled(self, tel: Telemetry) -> list[str]:
+        """Channels with data in ``tel`` that the model was not fitted on (they join at
+        the next fit)."""
+        known = set(self.fitted.baseline_channels)
+        return [c for c in usable_channels(tel) if c not in known]
+
+
+def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
+           **options) -> list[LiveWindow]:
+    """Feed ``tel`` through a :class:`SampleBuffer` in chunks (sizes cycled from
+    ``chunk_rows``) and score windows as they close, as ``reveal watch`` does."""
+    from reveal.live.buffer import SampleBuffer
+
+    sizes = [chunk_rows] if isinstance(chunk_rows, int) else list(chunk_rows)
+    interval = float(tel.meta.get("interval_s") or tel.interval_s)
+    scorer = LiveScorer(model, interval_s=interval, **options)
+    buffer = SampleBuffer(tel.channels, capacity=4 * (scorer.size + scorer.stride) + max(sizes),
+                          host=tel.host, meta=dict(tel.meta, interval_s=interval))
+    out: list[LiveWindow] = []
+    row, i = 0, 0
+    while row < tel.n_samples:
+        n = sizes[i % len(sizes)]
+        i += 1
+        block = slice(row, min(row + n, tel.n_samples))
+        buffer.append_block(tel.timestamps_ns[block], tel.values[block])
+        row = block.stop
+        out += scorer.score(buffer.read, buffer.total, buffer.oldest)
+    return out

@@ -1,0 +1,169 @@
+"""Live scoring is the batch analysis fed window by window: a recording replayed through the
+sample buffer in uneven chunks gets, window for window, the scores, flags and evidence of
+``Reveal.score`` on the whole recording.
+
+Tolerances: NumPy's reductions round differently by the shape of what they reduce (a
+single column is summed pairwise; in wider arrays a column's place decides whether the
+vectorised body, with fused multiply-adds, or the scalar tail handles it), so a feature
+computed for one window differs from the same feature computed among a whole run's in
+the last bit. Every feature keeps that ~1e-16 agreement except the ADF statistic on a
+degenerate window (a counter that is zero but for two or three spikes), whose regression
+is so ill-conditioned that the last bit becomes ~1e-4 of the statistic; through the
+detectors that is up to ~2e-5 of a score. Hence rtol 1e-4 on scores, and exact flags.
+
+The model is always fitted on other data than the run scored: the combined score ranks a
+window's detector scores among the baseline's, so a baseline window scored again lands
+exactly on a tie, where that last bit decides the rank.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reveal.errors import InputError
+from reveal.frame import Telemetry
+from reveal.live.buffer import SampleBuffer, TeeSink
+from reveal.live.scorer import LiveScorer, replay
+from reveal.model import Reveal
+from reveal.store.run_reader import read_run
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_model import _synthetic
+
+RTOL = 1e-4
+
+
+def _assert_same(live, report) -> None:
+    w = report.windows
+    assert [x.window_id for x in live] == list(range(len(w.combined)))
+    np.testing.assert_array_equal([x.start_ns for x in live], w.start_ns)
+    for name, scores in w.scores.items():
+        np.testing.assert_allclose([x.scores[name] for x in live], scores, rtol=RTOL,
+                                   atol=1e-9, err_msg=name)
+    np.testing.assert_allclose([x.combined for x in live], w.combined, rtol=RTOL, atol=1e-9)
+    np.testing.assert_array_equal([x.flagged for x in live], w.flagged)
+    by_window = {a.window_id: a for a in report.anomalies}
+    assert set(by_window) == {x.window_id for x in live if x.flagged}
+    for x in live:
+        if x.flagged:  # the alert's evidence is the report's
+            a = by_window[x.window_id]
+            assert x.claim == a.claim
+            assert [r.channel for r in x.evidence.reasons] == [r.channel for r in a.reasons]
+            np.testing.assert_allclose([r.value for r in x.evidence.reasons],
+                                       [r.value for r in a.reasons], rtol=1e-3)
+            assert x.evidence.subsystems == a.subsystems
+
+
+def test_replay_of_a_synthetic_fault_equals_the_batch_report():
+    model = Reveal().fit(_synthetic(600, seed=1))
+    run = _synthetic(120, seed=3, fault=(60, 80))
+    report = model.score(run)
+    live = replay(model, run, chunk_rows=[7, 13, 1, 30, 45, 2])
+    assert sum(x.flagged for x in live) >= 10  # the fault is there, and flagged live too
+    _assert_same(live, report)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Telemetry:
+    """~45 s of this host from the real collector, with a CPU burst in its second half."""
+    out = tmp_path_factory.mktemp("live") / "run"
+    collect = subprocess.Popen([sys.executable, "-m", "reveal.cli", "collect", "--duration",
+                                "45", "--out", str(out), "--quiet"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(32)
+        hog = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()+6\n"
+                                "while time.time()<t: pass"])
+        hog.wait(30)
+        _, err = collect.communicate(timeout=60)
+    finally:
+        collect.kill()
+    assert collect.returncode == 0, err.decode()
+    return read_run(out)
+
+
+def test_replay_of_a_real_recording_equals_the_batch_report(recorded):
+    tel = recorded
+    split = int(np.searchsorted(tel.timestamps_ns, tel.timestamps_ns[0] + 22e9))
+    baseline, run = tel.slice_rows(0, split), tel.slice_rows(split, tel.n_samples)
+    model = Reveal().fit(baseline)
+    report = model.score(run)
+    live = replay(model, run, chunk_rows=[10, 3, 27, 10, 1])
+    assert len(live) >= 15
+    _assert_same(live, report)
+    # the same after a save and load (what a restarted watch scores with)
+    loaded = Reveal.load(model.save(Path(tel.meta["path"]).parent / "m.model"))
+    _assert_same(replay(loaded, run, chunk_rows=11), report)
+
+
+def test_a_scorer_behind_catches_up_in_one_call_and_a_lost_window_breaks_persistence():
+    model = Reveal().fit(_synthetic(600, seed=1))
+    run = _synthetic(60, seed=3, fault=(20, 40))
+    report = model.score(run)
+    scorer = LiveScorer(model, interval_s=0.1, max_windows=100)
+    buffer = SampleBuffer(run.channels, capacity=run.n_samples, meta={"interval_s": 0.1})
+    buffer.append_block(run.timestamps_ns, run.values)
+    live = scorer.score(buffer.read, buffer.total, buffer.oldest)  # all at once
+    np.testing.assert_allclose([x.combined for x in live], report.windows.combined)
+    np.testing.assert_array_equal([x.flagged for x in live], report.windows.flagged)
+    assert scorer.score(buffer.read, buffer.total) == []  # nothing new
+
+    # rows gone from a small buffer: those windows are skipped, persistence starts again
+    scorer = LiveScorer(model, interval_s=0.1)
+    small = SampleBuffer(run.channels, capacity=50, meta={"interval_s": 0.1})
+    for a in range(0, 250, 10):
+        small.append_block(run.timestamps_ns[a:a + 10], run.values[a:a + 10])
+    live = scorer.score(small.read, small.total, small.oldest)
+    assert scorer.skipped > 0 and live[0].window_id == scorer.skipped
+    assert not live[0].flagged  # no window before it known to be above
+    first = live[0].window_id
+    np.testing.assert_allclose([x.combined for x in live],
+                               report.windows.combined[first:first + len(live)])
+
+
+def test_buffer_joins_channel_layouts_and_tee_feeds_both():
+    class Writer:
+        def __init__(self):
+            self.rows, self.channels = 0, None
+
+        def append(self, ts, row):
+            self.rows += 1
+
+        def append_block(self, ts, rows):
+            self.rows += len(ts)
+
+        def set_channels(self, channels):
+            self.channels = channels
+
+        stats = "writer stats"
+
+    writer = Writer()
+    buffer = SampleBuffer(["a", "b"], capacity=100)
+    tee = TeeSink(writer, buffer)
+    tee.append_block(np.array([1, 2], dtype=np.int64), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    tee.set_channels(["a", "c"])
+    tee.append(3, np.array([5.0, 6.0]))
+    tee.flush()
+    assert writer.rows == 3 and writer.channels == ["a", "c"] and tee.stats == "writer stats"
+    tel = buffer.read(0, 3)
+    assert tel.channels == ["a", "b", "c"]
+    np.testing.assert_array_equal(tel.values, [[1, 2, np.nan], [3, 4, np.nan], [5, np.nan, 6]])
+    with pytest.raises(LookupError):
+        buffer.read(0, 4)
+
+
+def test_threshold_factor_lowers_the_threshold_and_refuses_nonsense():
+    model = Reveal().fit(_synthetic(600, seed=1))
+    run = _synthetic(60, seed=2)
+    plain = replay(model, run)
+    lower = replay(model, run, threshold_factor=0.01)
+    assert lower[0].threshold == pytest.approx(plain[0].threshold * 0.01)
+    assert sum(x.flagged for x in lower) > sum(x.flagged for x in plain)
+    with pytest.raises(InputError):
+        LiveScorer(model, threshold_factor=0)
