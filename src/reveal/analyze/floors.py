@@ -13,8 +13,9 @@ of I/O time; a granule is one count, 4 KiB for byte and sector counters, 1 ms fo
 time counters) within one sample is not evidence. A stray mlock of three pages by a
 process start-up would otherwise be thousands of sigmas above a flat zero.
 
-Only channels with physical units get floors (collector channels); labelled benchmark data
-(``smd.*``, ``asd.*``, already normalised) get none. Shape features (skewness, kurtosis,
+Only channels with physical units get floors (collector channels); metrics whose catalog
+unit says they are already normalised (:data:`UNFLOORED_UNITS`, e.g. labelled benchmark
+data scaled to 0..1) get none. Shape features (skewness, kurtosis,
 autocorrelation, ADF) are dimensionless and get none either.
 """
 
@@ -29,7 +30,8 @@ import numpy as np
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric, parse_channel
 
-UNFLOORED_PREFIXES = ("smd.", "asd.")
+#: Catalog units of metrics that are already normalised (no physical unit to floor).
+UNFLOORED_UNITS = ("scaled",)
 RELATIVE_KINDS = ("gauge", "counter", "state")
 COUNT_KINDS = ("counter", "event")
 SPIKE_GRANULES = 3.0
@@ -92,10 +94,10 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
     out = []
     for i, channel in enumerate(channels):
         metric = channel_metric(channel)
-        if metric.startswith(UNFLOORED_PREFIXES):
+        info = catalog.lookup(metric)
+        if info.unit in UNFLOORED_UNITS:
             out.append(ChannelFloor())
             continue
-        info = catalog.lookup(metric)
         level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
         level = max(level, _granule(metric, LEVEL_GRANULES))
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
@@ -120,7 +122,7 @@ SHAPE_FLOORS = {"autocorr_lag1": lambda n: 1.0 / np.sqrt(n),
 
 def feature_floors(column_channels: Sequence[str], column_features: Sequence[str],
                    floors: dict[str, ChannelFloor], rows_per_window: float,
-                   shape_floors: bool = True) -> np.ndarray:
+                   shape_floors: bool = True, catalog: Catalog | None = None) -> np.ndarray:
     """Per feature column, its floor in the feature's units.
 
     A spike of one sample moves a window's maximum by ``spike``, its mean, median and
@@ -134,12 +136,13 @@ def feature_floors(column_channels: Sequence[str], column_features: Sequence[str
     every few samples) gives the same autocorrelation in every baseline window, and a
     change smaller than what chance gives one window is then read as hundreds of sigmas.
     """
+    catalog = catalog or default_catalog()
     out = np.zeros(len(column_channels), dtype=np.float64)
     rows = max(float(rows_per_window), 1.0)
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         f = floors.get(channel)
         if (shape_floors and f is not None and feature in SHAPE_FLOORS
-                and not channel_metric(channel).startswith(UNFLOORED_PREFIXES)):
+                and catalog.lookup(channel_metric(channel)).unit not in UNFLOORED_UNITS):
             out[k] = SHAPE_FLOORS[feature](rows)
             continue
         if f is None or (f.level <= 0 and f.spike <= 0):
