@@ -12,6 +12,10 @@ Cgroup names are chosen by tenants and untrusted: they only ever appear as the v
 ``cgroup`` label, made printable, stripped of ``, = { }``, bounded to ``max_label`` characters
 (a hash suffix keeps them distinct). ``info["cgroups"]`` maps each label to the escaped path.
 
+A cgroup a container runtime, Kubernetes or systemd made also gets the labels of
+:func:`reveal.collect.containers.identify`: ``container=docker:<short id>``, ``pod=<uid>``,
+``service=<unit>``.
+
 Channels (``{cgroup=LABEL}``; counters as read):
 
 - v2: ``cgroup.cpu.usage_usec|user_usec|system_usec|nr_periods|nr_throttled|throttled_usec``
@@ -54,6 +58,7 @@ from reveal.collect._procfs import (
     read_bytes,
     single_value,
 )
+from reveal.collect.containers import identify
 from reveal.collect.options import as_list
 from reveal.collect.probe import ProbeUnavailable, register
 from reveal.errors import InputError
@@ -302,7 +307,8 @@ class CgroupProbe(FileProbe):
         counts: list[Source] = []
         decimals: list[Source] = []
         for path in paths:
-            tags = {"cgroup": labels[path]}
+            # who owns it (container, pod, service), from the path alone
+            tags = {**identify(path).labels(self.max_label), "cgroup": labels[path]}
             for kind, root in hierarchies:
                 directory = f"{root}/{path}"
                 if os.path.isdir(directory):
