@@ -31,11 +31,13 @@ def test_top_reason_subsystems_and_claim():
     assert first.subsystems[0] == "cpu" and "storage" in first.subsystems
     assert abs(sum(first.shares.values()) - 1.0) < 1e-9
     claim = window_claim(first.reasons, CATALOG)
-    assert claim.startswith("CPU busy percentage shows a higher within-window variance")
+    # a variance is quoted as its square root, in the channel's unit (%)
+    assert claim.startswith("CPU busy percentage varied by ±9.49 % within the window "
+                            "(baseline ±3.16 %, +27.0σ)")
     assert "also storage" in claim
     assert second.subsystems[0] == "network"
     # label text kept, escaped later by renderers
-    assert "iface eth|0" in window_claim(second.reasons, CATALOG)
+    assert "on eth|0" in window_claim(second.reasons, CATALOG)
     assert len(first.reasons) == 3 and len(second.reasons) == 2  # zero contributions dropped
 
 
@@ -118,7 +120,8 @@ def test_reasons_quote_the_floored_robust_z_and_claims_name_a_channel_once():
                         catalog, scale_floor=np.array([5e7, 1.0, 1.0]))[0]
     assert bare.reasons[0].robust_z == ROBUST_Z_CAP  # a quiet baseline: capped sigmas
     bare_claim = window_claim(bare.reasons, catalog)
-    assert "robust z beyond +1000, a baseline that barely moved" in bare_claim
-    assert "robust z +2.0" in window_claim(floored.reasons, catalog)
+    assert "went from flat 1e+09 to 1.1e+09" in bare_claim  # no sigmas beyond any sense
+    assert "σ" not in bare_claim
+    assert "rose to 1.1e+09 (baseline 1e+09, +2.0σ)" in window_claim(floored.reasons, catalog)
     assert floored.reasons[0].robust_z == pytest.approx(2.0)  # 1e8 / 5 % of 1e9
     assert window_claim(floored.reasons, catalog).count("disk reads") == 1

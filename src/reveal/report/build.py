@@ -4,10 +4,16 @@ the words (claims) of :mod:`reveal.report.claims`, episodes, and what decided th
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
 
 from reveal import __version__
+from reveal.analyze.evidence import Reason
 from reveal.analyze.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
+from reveal.frame import channel_metric
 from reveal.report.claims import window_claim
 from reveal.report.model import Anomaly, DetectorSummary, Episode, Report, WindowTable
 
@@ -50,13 +56,60 @@ def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
             "preset": fitted.config.preset}
 
 
+class _WindowFeatures:
+    """The scored features of a window, by the channel of a reason: what a claim quotes
+    besides the reason itself (a burst's peak and median)."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        fm = analysis.features
+        self.values = fm.values
+        self.channels = list(fm.channels)
+        self.features = list(fm.features)
+        self.columns: dict[str, dict[str, int]] = {}
+        for j, (channel, feature) in enumerate(zip(self.channels, self.features, strict=True)):
+            self.columns.setdefault(channel, {})[feature] = j
+
+    def of(self, row: int, reason: Reason) -> Mapping[str, float]:
+        """Features of the reason's channel in window ``row``. A reason names the CPU of
+        its window while the columns rank CPUs by load: the column is then the one of the
+        same metric and feature holding the reason's value."""
+        if not 0 <= row < len(self.values):
+            return {}
+        columns = self.columns.get(reason.channel)
+        if columns is None or reason.feature not in columns:
+            columns = self._by_value(row, reason)
+        return {f: float(self.values[row, j]) for f, j in (columns or {}).items()}
+
+    def _by_value(self, row: int, reason: Reason) -> dict[str, int] | None:
+        for channel, columns in self.columns.items():
+            j = columns.get(reason.feature)
+            if j is None or channel_metric(channel) != reason.metric:
+                continue
+            value = float(self.values[row, j])
+            if value == reason.value or (math.isnan(value) and math.isnan(reason.value)):
+                return columns
+        return None
+
+
+def _claims(analysis: Analysis, interval_s: float | None) -> list[str]:
+    catalog = default_catalog()
+    features = _WindowFeatures(analysis) if analysis.evidence else None
+    out = []
+    for e in analysis.evidence:
+        # the claim words the reasons as stored, so both name the same CPU, device, ...
+        window = features.of(e.window_id, e.reasons[0]) if features and e.reasons else None
+        out.append(window_claim(e.reasons, catalog, interval_s, window))
+    return out
+
+
 def build_report(fitted: FittedAnalysis, analysis: Analysis) -> Report:
     """The report of ``analysis`` (a run scored by ``fitted``)."""
-    catalog = default_catalog()
+    interval = analysis.run.get("interval_s")
+    interval_s = float(interval) if interval and np.isfinite(interval) else fitted.interval_s
+    claims = _claims(analysis, interval_s if np.isfinite(interval_s) else None)
     anomalies = [Anomaly(e.window_id, e.start_ns, e.end_ns, e.score, e.detectors,
-                         e.subsystems, e.subsystem_shares, e.reasons,
-                         window_claim(e.reasons, catalog))
-                 for e in analysis.evidence]
+                         e.subsystems, e.subsystem_shares, e.reasons, claim)
+                 for e, claim in zip(analysis.evidence, claims, strict=True)]
     v = analysis.verdicts
     table = WindowTable(analysis.windows.start_ns, analysis.windows.end_ns, v.scores,
                         v.flags, v.combined, v.flagged)
