@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable_file(args.json_out)  # before the analysis, not after it
     from reveal.analyze.select import load_metric_set
     from reveal.model import Reveal, analyze
-    from reveal.report.text import render_table
+    from reveal.report.terminal import render_text
 
     def progress(message: str) -> None:
         if not args.quiet:
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         progress(f"report written to {args.json_out}")
     if args.format == "markdown" and args.json_out != "-":
-        print(render_table(report, args.limit), end="")
+        print(render_text(report, args.limit, args.json_out, tty=sys.stdout.isatty()), end="")
     elif args.format == "json" and args.json_out != "-":
         json.dump(payload, sys.stdout, indent=2)
         print()

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from reveal.inject.scoring import score_report
     from reveal.model import analyze
     from reveal.report.markdown_dir import write_report_dir
-    from reveal.report.text import render_table
+    from reveal.report.terminal import render_text
     from reveal.store.run_reader import read_run
 
     install_signal_handlers()
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     written = write_report_dir(report, args.out, derive(run_tel, catalog)[0],
                                derive(base_tel, catalog)[0], faulted.episodes, scores,
                                title=f"Reveal demo: {recorded.workload} with injected faults")
-    print(render_table(report))
+    print(render_text(report, json_path=str(written["json"]), tty=sys.stdout.isatty()))
     for score in scores:
         verdict = (f"detected after {score.ttd_s:.1f} s, attributed to {score.attributed}"
                    if score.detected else "not detected")

@@ -40,7 +40,7 @@ def _exit_status(returncode: int) -> int:
 def _analyse(run_dir: str, baseline: str | None) -> None:
     try:
         from reveal.model import analyze
-        from reveal.report.text import render_table
+        from reveal.report.terminal import render_text
     except ImportError as exc:
         print(f"reveal profile: analysis unavailable in this build ({exc}); run recorded in "
               f"{run_dir}", file=sys.stderr)
@@ -50,7 +50,7 @@ def _analyse(run_dir: str, baseline: str | None) -> None:
     except RevealError as exc:  # the command's status still wins; the run stays on disk
         print(f"reveal profile: analysis failed: {exc}", file=sys.stderr)
         return
-    print(render_table(report), end="")
+    print(render_text(report, tty=sys.stdout.isatty()), end="")
 
 
 def run(args: argparse.Namespace) -> int:

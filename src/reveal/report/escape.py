@@ -5,12 +5,15 @@ from __future__ import annotations
 import html
 import re
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0/C1 control characters (terminal escapes, newlines) and the invisible formatting ones
+# that reorder or hide text on screen (bidirectional overrides and isolates, zero-width)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~])")
 
 
 def plain(text: str, limit: int = 200) -> str:
-    """Printable text: control characters become ``?``, long text is cut with ``…``."""
+    """Printable text: control and invisible formatting characters (bidirectional
+    overrides, zero-width) become ``?``, long text is cut with ``…``."""
     text = _CONTROL.sub("?", str(text))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -21,11 +21,12 @@ from typing import Any
 
 from reveal.report.escape import markdown
 from reveal.report.figures import channel_traces, detector_timeline, subsystem_counts
-from reveal.report.text import render_table
+from reveal.report.text import clock, plural, render_table
+from reveal.report.times import Clock, span_text
 
 
-def _fault_rows(faults: Sequence[Any], scores: Sequence[Any], t0_ns: int) -> list[str]:
-    rows = ["| Injected fault | Intensity | From (s) | To (s) | Detected | Time to detect (s) "
+def _fault_rows(faults: Sequence[Any], scores: Sequence[Any], times: Clock) -> list[str]:
+    rows = ["| Injected fault | Intensity | From | To | Detected | Time to detect (s) "
             "| Attributed to |", "|---|---|---|---|---|---|---|"]
     by_start = {getattr(s, "start_ns", None): s for s in scores}
     for ep in faults:
@@ -36,7 +37,7 @@ def _fault_rows(faults: Sequence[Any], scores: Sequence[Any], t0_ns: int) -> lis
         if s is not None and s.detected:
             attributed += " ✓" if s.attribution_ok else f" (injected: {ep.subsystem})"
         rows.append(f"| {markdown(ep.kind)} | {markdown(ep.intensity)} | "
-                    f"{(ep.start_ns - t0_ns) / 1e9:.1f} | {(ep.end_ns - t0_ns) / 1e9:.1f} | "
+                    f"{times.at(ep.start_ns)} | {times.at(ep.end_ns)} | "
                     f"{detected} | {ttd} | {attributed} |")
     return rows
 
@@ -68,14 +69,17 @@ def write_report_dir(report: Any, out_dir: Path, telemetry: Any = None, baseline
     lines = [f"# {markdown(title)}", "",
              f"Host {markdown(str(report.run.get('host')))}, run "
              f"{markdown(str(report.run.get('path')))}, "
-             f"{report.run.get('duration_s', 0):.0f} s at {report.run.get('interval_s', 0):g} s; "
+             f"{span_text(float(report.run.get('duration_s') or 0))} sampled every "
+             f"{span_text(float(report.run.get('interval_s') or 0))}; "
              f"baseline {markdown(str(report.baseline.get('path') or 'none'))}.", "",
-             f"**Verdict: {summary['verdict']}** — {summary['anomalous_windows']} of "
-             f"{summary['windows']} windows flagged, {summary['episodes']} episodes; "
+             f"**Verdict: {summary['verdict']}** — {summary['anomalous_windows']:,} of "
+             f"{plural(summary['windows'], 'window')} flagged, "
+             f"{plural(summary['episodes'], 'episode')}; "
              f"{report.channels.get('analysed', '?')} channels analysed.", ""]
     if faults:
-        lines += ["## Injected faults (ground truth)", "", *_fault_rows(faults, scores, t0), ""]
-    lines += ["## Anomalies", "", render_table(report), "",
+        lines += ["## Injected faults (ground truth)", "",
+                  *_fault_rows(faults, scores, clock(report)), ""]
+    lines += ["## Anomalies", "", render_table(report, json_path=written["json"].name), "",
               "## Figures", "",
               "Scores per detector over time, with thresholds, flagged windows and injected "
               "faults shaded:", "", "![per-detector timeline](timeline.png)", "",
