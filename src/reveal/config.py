@@ -60,6 +60,23 @@ class DetectConfig:
 
 
 @dataclass(frozen=True)
+class RefitConfig:
+    """A baseline that keeps itself current (see :mod:`reveal.analyze.consensus`): as scored
+    data comes in (``Reveal.partial_fit``), a new model *generation* is fitted every
+    ``every_s`` seconds of data on the recent windows that were not flagged; the newest
+    ``generations`` are kept, and a window is flagged only when every one of them finds it
+    above its own threshold. Nothing changes while no scored data is given back."""
+
+    every_s: float | None = None  # seconds of scored data between refits (None: never)
+    span_s: float = 86400.0  # a refit learns from the unflagged windows of this many seconds
+    generations: int = 3  # generations kept; all must agree for a flag
+    # the generation fitted on the baseline stays one of them (the consensus never flags
+    # more than the baseline's model alone); off: it is dropped like any other
+    keep_baseline: bool = True
+    min_windows: int = 200  # fewest unflagged windows a refit needs (else it waits)
+
+
+@dataclass(frozen=True)
 class AnalyzeConfig:
     """The whole analysis. Settings that depend on the data's resolution come from a preset
     (see :mod:`reveal.analyze.presets`), chosen from the sampling interval."""
@@ -89,3 +106,5 @@ class AnalyzeConfig:
     self_fit_threshold_mads: float | None = 5.0
     # a baseline shorter than this many windows is named in the report as too short
     min_baseline_windows: int = 60
+    # periodic refits on recent unflagged windows and the consensus of model generations
+    refit: RefitConfig = field(default_factory=RefitConfig)

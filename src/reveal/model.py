@@ -4,6 +4,7 @@
     model.fit(baseline)                    # a run directory, CSV, smd:/asd: spec or Telemetry
     report = model.score(run)              # a Report: windows, verdicts, evidence, claims
     model.save("host.model"); Reveal.load("host.model")
+    model.partial_fit(analysis)            # live: learn from what was just scored
 
 ``reveal analyze``, ``evaluate``, ``validate``, ``demo`` and ``profile`` all go through it.
 Settings that depend on the data's resolution come from a preset chosen from the
@@ -12,6 +13,13 @@ settings of it by dotted name (``{"window.size_s": 5.0}``).
 
 Without a baseline, :meth:`Reveal.fit_score` fits on the run itself, robustly, and says so.
 
+A baseline that keeps itself current (``watch``, ``evaluate --mode stream``): score what
+comes in, in time order, and give each scored chunk back with :meth:`Reveal.partial_fit`.
+Every ``refit.every_s`` seconds of data a new model generation is fitted on the recent
+windows that were not flagged; a window is flagged only when all kept generations agree
+(:mod:`reveal.analyze.consensus`). While nothing is given back, scoring is that of the
+baseline's model alone, as before.
+
 A model file is a header line of JSON (format, format version, Reveal version, settings,
 baseline, SHA-256 of the payload) and a pickled payload, written atomically. Load only model
 files you wrote: unpickling runs code.
@@ -19,6 +27,7 @@ files you wrote: unpickling runs code.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,14 +39,18 @@ from typing import Any, Self
 import numpy as np
 
 from reveal import __version__
+from reveal.analyze.consensus import Consensus
 from reveal.analyze.pipeline import (
     Analysis,
     FittedAnalysis,
     Progress,
     analyse,
+    ensemble_options,
     explain_windows,
     fit_analysis,
     fit_and_analyse,
+    rows_per_window,
+    stride_seconds,
     usable_channels,
 )
 from reveal.analyze.presets import preset, preset_for, with_overrides
@@ -50,7 +63,7 @@ from reveal.store.sources import default_baseline, open_source, parse_labelled
 
 MAGIC = b"REVEAL-MODEL\n"
 MODEL_FORMAT = "reveal-model"
-MODEL_FORMAT_VERSION = 1
+MODEL_FORMAT_VERSION = 2  # 2: model generations and the stream state (consensus_)
 
 Source = str | Path | Telemetry
 
@@ -80,6 +93,9 @@ class Reveal:
         Channels, windows, floors, fitted detectors and thresholds (after :meth:`fit`).
     config_ : AnalyzeConfig
         The settings used.
+    consensus_ : Consensus or None
+        Model generations and what the stream showed them (after :meth:`partial_fit`;
+        None before: the baseline's model alone).
     """
 
     def __init__(self, preset: str = "auto", config: AnalyzeConfig | None = None,
@@ -108,6 +124,7 @@ class Reveal:
         self.fitted_ = fit_analysis(tel, self.config_, channels=channels,
                                     metric_set=self.metric_set, robust=robust,
                                     progress=progress)
+        self.consensus_ = None
         return self
 
     def fit_score(self, run: Source, *, progress: Progress | None = None) -> Report:
@@ -117,7 +134,60 @@ class Reveal:
         self.config_ = self.resolve_config(tel.interval_s)
         self.fitted_, analysis = fit_and_analyse(tel, self.config_, metric_set=self.metric_set,
                                                  progress=progress)
+        self.consensus_ = None
         return build_report(self.fitted_, analysis)
+
+    # -- following a stream ----------------------------------------------------------
+    def _consensus(self) -> Consensus:
+        fitted = self._check_fitted()
+        if getattr(self, "consensus_", None) is None:
+            stride = stride_seconds(fitted.window, fitted.interval_s)
+            rows = rows_per_window(fitted.window, fitted.interval_s)
+            stride_rows = max(1, round(stride / fitted.interval_s))
+            self.consensus_ = Consensus(
+                fitted.ensemble, fitted.config.refit, fitted.config.detect,
+                ensemble_options(fitted.config, stride), fitted.floors, stride,
+                guard=-(-rows // stride_rows))
+        return self.consensus_
+
+    def scoring_fitted(self) -> FittedAnalysis:
+        """The fitted analysis that scores now (for callers of
+        :func:`reveal.analyze.pipeline.analyse`): the baseline's model alone, or, once data
+        was given back by :meth:`partial_fit`, the same with the consensus of the model
+        generations in place of its ensemble. Fetch it again after each ``partial_fit``."""
+        return self._scoring()
+
+    def _scoring(self) -> FittedAnalysis:
+        fitted = self._check_fitted()
+        consensus = getattr(self, "consensus_", None)
+        if consensus is None or not consensus.streaming:
+            return fitted
+        return dataclasses.replace(fitted, ensemble=consensus)
+
+    def partial_fit(self, recent: Source | Analysis, *, lead_in: Source | None = None,
+                    refit: bool | None = None) -> Self:
+        """Learn from data just scored: ``recent`` is the :class:`Analysis` this model made
+        of the windows that follow those given before (or a run, scored here first, with
+        ``lead_in`` as in :meth:`analyse`). Its windows move the drift-following centre on
+        and join the recent buffer; when ``refit.every_s`` seconds of data have passed
+        since the last refit (``refit=None``; ``True``: now; ``False``: not), a new model
+        generation is fitted on the recent windows that were not flagged. Scoring then
+        flags a window only when every kept generation agrees."""
+        analysis = recent if isinstance(recent, Analysis) else self.analyse(recent,
+                                                                            lead_in=lead_in)
+        consensus = self._consensus()
+        v = analysis.verdicts
+        consensus.advance(analysis.features.values, v.flagged,
+                          v.combined > v.combined_threshold, analysis.windows.end_ns)
+        if consensus.refit_due() if refit is None else refit:
+            consensus.fit_generation()
+        return self
+
+    @property
+    def generations_(self) -> int:
+        """Model generations that vote (1: the baseline's alone)."""
+        consensus = getattr(self, "consensus_", None)
+        return 1 if consensus is None else len(consensus.generations)
 
     # -- scoring ---------------------------------------------------------------------
     def _check_fitted(self) -> FittedAnalysis:
@@ -129,33 +199,34 @@ class Reveal:
                 progress: Progress | None = None) -> Analysis:
         """Score ``run``: windows, verdicts and evidence as numbers. ``lead_in``: a
         recording directly before the run (its last samples complete the first windows)."""
-        fitted = self._check_fitted()
         lead = load_source(lead_in) if lead_in is not None else None
-        return analyse(fitted, load_source(run), lead_in=lead, progress=progress)
+        return analyse(self._scoring(), load_source(run), lead_in=lead, progress=progress)
 
     def score(self, run: Source, *, lead_in: Source | None = None,
               progress: Progress | None = None) -> Report:
         """Score ``run`` and word the result: a :class:`Report`."""
         analysis = self.analyse(run, lead_in=lead_in, progress=progress)
-        return build_report(self.fitted_, analysis)
+        return build_report(self._scoring(), analysis)
 
     def report(self, analysis: Analysis) -> Report:
         """The :class:`Report` of an analysis made by :meth:`analyse`."""
-        return build_report(self._check_fitted(), analysis)
+        return build_report(self._scoring(), analysis)
 
     def explain(self, analysis: Analysis, rows: np.ndarray) -> np.ndarray:
         """Per-column contributions (len(rows), K) for any windows of ``analysis``."""
-        return explain_windows(self._check_fitted(), analysis, rows)
+        return explain_windows(self._scoring(), analysis, rows)
 
     # -- persistence -----------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the fitted model to ``path`` atomically; returns the path."""
         fitted = self._check_fitted()
-        payload = pickle.dumps({"params": self.get_params(), "fitted": fitted},
-                               protocol=pickle.HIGHEST_PROTOCOL)
+        consensus = getattr(self, "consensus_", None)
+        payload = pickle.dumps({"params": self.get_params(), "fitted": fitted,
+                                "consensus": consensus}, protocol=pickle.HIGHEST_PROTOCOL)
         header = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION,
                   "reveal_version": __version__, "preset": fitted.config.preset,
                   "channels": len(fitted.channels), "baseline": fitted.baseline,
+                  "generations": 1 if consensus is None else len(consensus.generations),
                   "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -203,6 +274,7 @@ class Reveal:
         model = cls(**state["params"])
         model.fitted_ = state["fitted"]
         model.config_ = model.fitted_.config
+        model.consensus_ = state.get("consensus")
         return model
 
     def get_params(self) -> dict[str, Any]:

@@ -12,6 +12,13 @@ the model (scaling, detectors, thresholds); the ``test`` half is scored window b
   row has exactly one window ending on it; no smoothing looks ahead;
 - one global setting for all machines (:class:`EvalSettings` defaults).
 
+``mode="stream"`` walks the test part instead with the live logic (refits on recent
+unflagged windows, consensus of model generations; :mod:`reveal.evaluate.stream`);
+``"both"`` gives batch and stream side by side.
+
+False alarms as an operator counts them: flagged runs (maximal runs of consecutive
+flagged rows) that touch no labelled segment, per hour of rows outside labelled segments.
+
 Side by side, the plain baseline: PCA reconstruction error on the raw rows (PCA keeping
 95 % of the train variance, threshold at the train errors' 99th percentile, metrics ranked
 by their squared reconstruction error for HitRate).
@@ -33,6 +40,7 @@ from reveal.evaluate.metrics import (
     auprc,
     best_f1,
     event_prf,
+    false_alarm_episodes,
     point_adjusted_prf,
     point_prf,
 )
@@ -53,6 +61,16 @@ class EvalSettings:
     overrides: tuple[tuple[str, Any], ...] = ()
     baseline_variance: float = 0.95  # PCA baseline on raw rows
     baseline_quantile: float = 0.99
+    chunk_s: float | None = None  # stream mode: seconds per chunk (None: the refit period)
+
+    def validate(self) -> None:
+        """Raise :class:`InputError` for an unknown analysis setting (before any work)."""
+        reveal_model(self).resolve_config(60.0)
+
+
+MODES = ("batch", "stream", "both")
+METHODS = {"batch": ("reveal", "pca_raw"), "stream": ("stream", "pca_raw"),
+           "both": ("reveal", "stream", "pca_raw")}
 
 
 @dataclass
@@ -131,6 +149,8 @@ def score_run(lm: LabelledMachine, run: MachineRun) -> dict:
     hits_detected = hit_rates(run.metric_scores[detected], gt_rows[detected], gt_sets,
                               HIT_PERCENTS)
     hits_all = hit_rates(run.metric_scores, gt_rows, gt_sets, HIT_PERCENTS)
+    episodes, clean_rows = false_alarm_episodes(y, run.flagged)
+    clean_hours = clean_rows * lm.test.interval_s / 3600.0
     return {
         "auto": {"precision": auto.precision, "recall": auto.recall, "f1": auto.f1},
         "best_f1": best.f1,
@@ -144,6 +164,10 @@ def score_run(lm: LabelledMachine, run: MachineRun) -> dict:
         "hitrate_all_150": hits_all[1.5],
         "flagged_share": float(run.flagged.mean()),
         "anomaly_share": float(y.mean()),
+        "false_episodes": episodes,
+        "false_episodes_per_hour": episodes / clean_hours if clean_hours else float("nan"),
+        "false_episodes_per_day": 24 * episodes / clean_hours if clean_hours else float("nan"),
+        "clean_flagged_share": float(run.flagged[~y].mean()) if (~y).any() else float("nan"),
         "seconds": run.seconds,
     }
 
@@ -161,10 +185,27 @@ def _mean(rows: list[dict]) -> dict:
     return out
 
 
+def run_method(lm: LabelledMachine, method: str, settings: EvalSettings) -> MachineRun:
+    """One method on one machine: ``reveal`` (batch), ``stream`` or ``pca_raw``."""
+    if method == "reveal":
+        return run_reveal(lm, settings)
+    if method == "stream":
+        from reveal.evaluate.stream import run_stream
+
+        return run_stream(lm, reveal_model(settings), settings.chunk_s)
+    if method == "pca_raw":
+        return run_pca_baseline(lm, settings)
+    raise InputError(f"unknown method {method!r}")
+
+
 def evaluate(root: Path, datasets: Sequence[str] = ("smd", "asd"),
              machines: Sequence[str] | None = None, settings: EvalSettings | None = None,
-             progress: Progress | None = None) -> dict:
-    """Evaluate Reveal and the PCA baseline on every machine; per-machine and mean metrics."""
+             progress: Progress | None = None, mode: str = "batch") -> dict:
+    """Evaluate Reveal (``mode``: batch, stream or both) and the PCA baseline on every
+    machine; per-machine and mean metrics."""
+    if mode not in MODES:
+        raise InputError(f"unknown mode {mode!r} ({', '.join(MODES)})")
+    methods = METHODS[mode]
     settings = settings or EvalSettings()
     say = progress or (lambda _msg: None)
     result: dict = {"datasets": {}}
@@ -179,18 +220,18 @@ def evaluate(root: Path, datasets: Sequence[str] = ("smd", "asd"),
         for name in names:
             lm = load_machine(root, dataset, name)
             intervals[dataset] = lm.train.interval_s
-            reveal = score_run(lm, run_reveal(lm, settings))
-            pca = score_run(lm, run_pca_baseline(lm, settings))
-            per_machine[name] = {"reveal": reveal, "pca_raw": pca}
-            say(f"{dataset}/{name}: best-F1 {reveal['best_f1']:.3f} (PCA {pca['best_f1']:.3f}), "
-                f"auto F1 {reveal['auto']['f1']:.3f}, HitRate@150 {reveal['hitrate_150']:.3f}, "
-                f"{reveal['seconds']:.1f} s")
+            per_machine[name] = {method: score_run(lm, run_method(lm, method, settings))
+                                 for method in methods}
+            say(f"{dataset}/{name}: " + "; ".join(
+                f"{method} best-F1 {r['best_f1']:.3f} auto F1 {r['auto']['f1']:.3f} "
+                f"({r['seconds']:.1f} s)" for method, r in per_machine[name].items()))
         result["datasets"][dataset] = {
             "machines": per_machine,
             "mean": {method: _mean([m[method] for m in per_machine.values()])
-                     for method in ("reveal", "pca_raw")},
+                     for method in methods},
             "n_machines": len(per_machine),
         }
+    result["mode"] = mode
     result["settings"] = _settings_dict(settings, intervals)
     return result
 
@@ -199,6 +240,7 @@ def _settings_dict(settings: EvalSettings, intervals: dict[str, float]) -> dict:
     """The settings and, per dataset, the analysis settings its sampling interval gets."""
     model = reveal_model(settings)
     return {"preset": settings.preset, "overrides": dict(settings.overrides),
+            "chunk_s": settings.chunk_s,
             "baseline_variance": settings.baseline_variance,
             "baseline_quantile": settings.baseline_quantile,
             "analysis": {dataset: asdict(model.resolve_config(interval))

@@ -121,6 +121,17 @@ def event_prf(labels: np.ndarray, predicted: np.ndarray) -> PRF:
     return PRF(precision, recall, float(f1))
 
 
+def false_alarm_episodes(labels: np.ndarray, predicted: np.ndarray) -> tuple[int, int]:
+    """False alarms as an operator counts them: flagged runs (maximal runs of consecutive
+    flagged rows) that touch no labelled segment, and the rows outside labelled segments
+    (divide to get a rate per row, hour or day)."""
+    y, p = _pair(labels, predicted, "prediction")
+    runs = segments(p.astype(bool))
+    cum_y = np.r_[0, np.cumsum(y)]
+    false = int(np.sum((cum_y[runs[:, 1]] - cum_y[runs[:, 0]]) == 0)) if len(runs) else 0
+    return false, int((~y).sum())
+
+
 def point_adjust(labels: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     """The point-adjusted prediction: a labelled segment with one flagged row is all flagged."""
     y, p = _pair(labels, predicted, "prediction")
