@@ -69,9 +69,9 @@ def test_spread_trend_and_extremes():
     assert "held steadier than usual: ±1 MB/s" in claim(
         reason("derived.net_bytes_per_s{iface=eth0}", "std", 1e6, 5e7, -4.0))
     # slope per sample (0.1 s apart) → per second
-    assert "was rising by 0.5 % per second (baseline flat" in claim(
+    assert "trended up by 0.5 % per second (baseline flat" in claim(
         reason("derived.mem_used_pct", "slope", 0.05, 0.0, 6.0))
-    assert "was falling by 20 MB/s per second" in claim(
+    assert "trended down by 20 MB/s per second" in claim(
         reason("derived.disk_write_bytes_per_s{dev=sda}", "slope", -2e6, 0.0, -5.0))
     assert "peaked at 12 ms (baseline peak 800 µs, +7.0σ)" in claim(
         reason("ebpf.block.latency_ns_max", "max", 1.2e7, 8e5, 7.0))

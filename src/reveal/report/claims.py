@@ -157,13 +157,13 @@ def _trend(r: Reason, q: Quantity, flat: bool, sig: str, interval_s: float | Non
     def words(slope: float) -> str:
         if not math.isfinite(slope) or slope == 0:
             return "flat"
-        way = "rising" if slope > 0 else "falling"
+        way = "up" if slope > 0 else "down"
         return f"{way} by {q.format(abs(slope) * factor)} per {per}"
 
     still = flat or not abs(r.baseline_median) > 0.01 * abs(r.value)  # next to the change
-    base = "baseline flat" if still else f"baseline {words(r.baseline_median)}"
+    base = "baseline flat" if still else f"baseline trending {words(r.baseline_median)}"
     now = words(r.value)
-    return f"was {now} ({base}{sig})" if now != "flat" else f"stopped moving ({base}{sig})"
+    return f"trended {now} ({base}{sig})" if now != "flat" else f"stopped moving ({base}{sig})"
 
 
 def _bursts(r: Reason, q: Quantity, up: int, window: Mapping[str, float]) -> str:
@@ -237,7 +237,7 @@ def predicate(reason: Reason, q: Quantity, interval_s: float | None = None,
                                          if up >= 0 else
                                          "jumpier from sample to sample than usual")
     if feature == "adf_stat":
-        return ("stopped being steady: it drifted within the window" if up >= 0 else
+        return ("stopped being steady: drifted within the window" if up >= 0 else
                 "became unusually steady within the window")
     if feature == "sum":
         return _events(reason, q, up, flat, sig, interval_s)
