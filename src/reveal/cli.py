@@ -21,7 +21,7 @@ from reveal.commands import HelpFormatter
 from reveal.errors import RevealError, missing_package, with_log_reason
 
 COMMANDS = (
-    "analyze", "evaluate", "select", "collect", "profile", "probes",
+    "analyze", "evaluate", "select", "collect", "profile", "probes", "watch",
     "validate", "demo", "compare", "trace",
 )
 

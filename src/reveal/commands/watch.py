@@ -1,0 +1,129 @@
+"""``reveal watch``: score this host live, alert, and export to Prometheus."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+NAME = "watch"
+HELP = ("Watch this host: record, learn a model (or load it), score each window as it "
+        "closes, send alerts, serve /metrics.")
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SIZES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``10m``, ``1.5h``, ``2d``."""
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 10m, 1h")
+    return float(found[1]) * _UNITS[found[2] or "s"]
+
+
+def size(text: str) -> int:
+    """Bytes from ``500M``, ``2G``, ``2GiB``, ``1048576``."""
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 500M or 2G")
+    return int(float(found[1]) * _SIZES[found[2]])
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state", type=Path, metavar="DIR",
+                        help="state directory: model, alert state, recordings (default: "
+                             "/var/lib/reveal as root, else ~/.local/state/reveal)")
+    parser.add_argument("--learn", type=duration, default=600.0, metavar="DURATION",
+                        help="learn the model from this much data at the first start "
+                             "(at least 63s: 60 windows place the 99th-percentile "
+                             "threshold; default 10m)")
+    parser.add_argument("--relearn", action="store_true",
+                        help="learn a new model even when the state directory holds one")
+    parser.add_argument("--allow-short-learn", action="store_true",
+                        help="accept --learn down to 15s (tests; verdicts of such a model "
+                             "flag ordinary variation)")
+    parser.add_argument("--resolve-after", type=duration, default=30.0, metavar="DURATION",
+                        help="an alert resolves when no window was flagged for this long "
+                             "(default 30s)")
+    parser.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
+                        help="serve /metrics here; another address than loopback only when "
+                             "given; 'none' for no exporter")
+    parser.add_argument("--alerts-file", metavar="FILE",
+                        help="append alert events as JSON lines to FILE ('-': stdout)")
+    parser.add_argument("--alert-webhook", metavar="URL",
+                        help="POST each alert event as JSON to URL (retried; never blocks "
+                             "scoring)")
+    parser.add_argument("--alertmanager", metavar="URL",
+                        help="send alerts to Alertmanager's v2 API at URL "
+                             "(e.g. http://127.0.0.1:9093)")
+    parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
+                        help="sampling interval")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--probes", type=_names, metavar="P1,P2",
+                       help="record only these probes (see `reveal probes`)")
+    group.add_argument("--exclude", type=_names, metavar="P1,P2",
+                       help="record the default probes except these")
+    parser.add_argument("--probe-option", action="append", default=[], metavar="P.KEY=VALUE",
+                        dest="probe_option", help="an option of one probe (repeatable)")
+    parser.add_argument("--no-realtime", dest="realtime", action="store_false",
+                        help="keep the tick thread at normal priority")
+    parser.add_argument("--retain", type=duration, default=86400.0, metavar="DURATION",
+                        help="remove finished recordings older than this (default 24h)")
+    parser.add_argument("--retain-size", type=size, default=2 << 30, metavar="SIZE",
+                        help="remove the oldest finished recordings beyond this size "
+                             "(default 2G)")
+    parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
+                        help="multiply the model's threshold (tests and tuning: below 1 "
+                             "flags more than `reveal analyze` would)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="only warnings and alerts on stderr")
+    parser.add_argument("--systemd-unit", action="store_true",
+                        help="print a systemd unit running this watch (with these options) "
+                             "and exit")
+    parser.add_argument("--grafana-dashboard", action="store_true",
+                        help="print the Grafana dashboard JSON and exit")
+
+
+def _notify(quiet: bool):
+    def notify(level: str, message: str) -> None:
+        if level in ("warning", "notice") or not quiet:
+            prefix = "warning: " if level == "warning" else ""
+            print(f"reveal watch: {prefix}{message}", file=sys.stderr, flush=True)
+    return notify
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.collect.options import options_from_args as probe_options
+    from reveal.live.exporter import parse_listen
+    from reveal.live.service import Watch, WatchOptions, default_state_dir
+    from reveal.live.unit import dashboard_json, systemd_unit
+
+    if args.grafana_dashboard:
+        print(dashboard_json())
+        return 0
+    state = args.state or default_state_dir()
+    if args.systemd_unit:
+        print(systemd_unit(sys.argv[sys.argv.index(NAME) + 1:] if NAME in sys.argv else [],
+                           state))
+        return 0
+    listen = None if args.listen.lower() == "none" else parse_listen(args.listen)
+    options = WatchOptions(
+        state=state, learn_s=args.learn, relearn=args.relearn,
+        allow_short_learn=args.allow_short_learn, resolve_after_s=args.resolve_after,
+        listen=listen, alerts_file=args.alerts_file, webhook=args.alert_webhook,
+        alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,
+        interval_s=args.interval, include=args.probes, exclude=args.exclude,
+        probe_options=probe_options(args.probe_option), realtime=args.realtime,
+        retain_s=args.retain, retain_bytes=args.retain_size)
+    watch = Watch(options, _notify(args.quiet))
+    watch.start()
+    if listen is not None:
+        print(f"reveal watch: /metrics on http://{listen[0]}:{listen[1]}/metrics",
+              file=sys.stderr, flush=True)
+    return watch.run()

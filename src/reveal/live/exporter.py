@@ -1,0 +1,275 @@
+"""``/metrics`` for Prometheus (prometheus-client): what ``reveal watch`` sees and does.
+
+Scores and thresholds of the last scored window (combined and per detector), active
+anomalies by subsystem, alert counters per event and sink, the model's generation and
+age, the collector's own health, and a curated set of host channels named the Prometheus
+way (base units, ``_total`` for counters, ``_seconds`` and ``_bytes`` suffixes). Values are
+read from the watch's state at scrape time; nothing is computed for a scrape that the
+watch does not already hold, but the tick-lag quantiles.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+
+from reveal.errors import InputError
+from reveal.frame import parse_channel
+
+_TICK_HZ = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+#: (metric name, help, type, source metric, label taken from the channel -> our label,
+#:  scale to base units); one per curated host channel
+HOST_CHANNELS: list[tuple[str, str, str, str, tuple[str, str] | None, float]] = [
+    ("reveal_host_cpu_seconds_total", "CPU time of all CPUs by mode", "counter",
+     "cpu.{mode}", None, 1.0 / _TICK_HZ),
+    ("reveal_host_context_switches_total", "Context switches", "counter", "cpu.ctxt", None,
+     1.0),
+    ("reveal_host_forks_total", "Processes created", "counter", "cpu.processes", None, 1.0),
+    ("reveal_host_procs_running", "Runnable tasks", "gauge", "cpu.procs_running", None, 1.0),
+    ("reveal_host_procs_blocked", "Tasks blocked on I/O", "gauge", "cpu.procs_blocked", None,
+     1.0),
+    ("reveal_host_load1", "Load average over 1 minute", "gauge", "loadavg.load1", None, 1.0),
+    ("reveal_host_memory_total_bytes", "Memory size", "gauge", "mem.MemTotal", None, 1.0),
+    ("reveal_host_memory_available_bytes", "Memory available", "gauge", "mem.MemAvailable",
+     None, 1.0),
+    ("reveal_host_memory_dirty_bytes", "Dirty page cache", "gauge", "mem.Dirty", None, 1.0),
+    ("reveal_host_pressure_cpu_waiting_seconds_total", "Time some task waited for CPU (PSI)",
+     "counter", "psi.cpu.some.total", None, 1e-6),
+    ("reveal_host_pressure_memory_waiting_seconds_total",
+     "Time some task waited for memory (PSI)", "counter", "psi.memory.some.total", None,
+     1e-6),
+    ("reveal_host_pressure_io_waiting_seconds_total", "Time some task waited for I/O (PSI)",
+     "counter", "psi.io.some.total", None, 1e-6),
+    ("reveal_host_disk_read_bytes_total", "Bytes read from disk", "counter",
+     "disk.sectors_read", ("dev", "device"), 512.0),
+    ("reveal_host_disk_written_bytes_total", "Bytes written to disk", "counter",
+     "disk.sectors_written", ("dev", "device"), 512.0),
+    ("reveal_host_disk_io_time_seconds_total", "Time the disk was busy", "counter",
+     "disk.time_io_ms", ("dev", "device"), 1e-3),
+    ("reveal_host_network_receive_bytes_total", "Bytes received", "counter", "net.rx_bytes",
+     ("iface", "device"), 1.0),
+    ("reveal_host_network_transmit_bytes_total", "Bytes sent", "counter", "net.tx_bytes",
+     ("iface", "device"), 1.0),
+    ("reveal_host_gpu_utilization_ratio", "GPU busy share", "gauge", "gpu.sm_util",
+     ("gpu", "gpu"), 0.01),
+    ("reveal_host_gpu_memory_used_bytes", "GPU memory used", "gauge", "gpu.mem_used_bytes",
+     ("gpu", "gpu"), 1.0),
+]
+
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def host_metrics(channels: list[str], row: np.ndarray) -> list[Metric]:
+    """The curated host channels of the newest sample (channels absent here are left out)."""
+    index = {c: j for j, c in enumerate(channels)}
+    out: list[Metric] = []
+    for name, text, kind, source, label, scale in HOST_CHANNELS:
+        family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        if source == "cpu.{mode}":
+            metric = family(name, text, labels=["mode"])
+            for mode in CPU_MODES:
+                j = index.get(f"cpu.{mode}")
+                if j is not None and np.isfinite(row[j]):
+                    metric.add_metric([mode], float(row[j]) * scale)
+            if metric.samples:
+                out.append(metric)
+            continue
+        if label is None:
+            j = index.get(source)
+            if j is not None and np.isfinite(row[j]):
+                metric = family(name, text)
+                metric.add_metric([], float(row[j]) * scale)
+                out.append(metric)
+            continue
+        metric = family(name, text, labels=[label[1]])
+        for c, j in index.items():
+            if not c.startswith(source + "{"):
+                continue
+            base, labels = parse_channel(c)
+            if base != source or label[0] not in labels or not np.isfinite(row[j]):
+                continue
+            metric.add_metric([labels[label[0]]], float(row[j]) * scale)
+        if metric.samples:
+            out.append(metric)
+    return out
+
+
+class WatchCollector:
+    """A prometheus-client collector over ``snapshot()`` (a dict the watch keeps)."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        return []  # collected fresh at each scrape
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot()
+        yield from self._scores(s)
+        yield from self._alerts(s)
+        yield from self._model(s)
+        yield from self._collector(s)
+        last = s.get("last_row")
+        if last is not None:
+            yield from host_metrics(last[2], last[1])
+
+    @staticmethod
+    def _scores(s: dict[str, Any]) -> Iterator[Metric]:
+        w = s.get("window")
+        score = GaugeMetricFamily("reveal_score", "Score of the last window scored "
+                                  "(detector=combined: the ensemble's)", labels=["detector"])
+        thr = GaugeMetricFamily("reveal_threshold", "Threshold on each score (from the "
+                                "baseline)", labels=["detector"])
+        if w is not None:
+            score.add_metric(["combined"], w.combined)
+            thr.add_metric(["combined"], w.threshold)
+            for name, value in w.scores.items():
+                score.add_metric([name], value)
+                thr.add_metric([name], w.thresholds[name])
+        yield score
+        yield thr
+        flagged = GaugeMetricFamily("reveal_window_flagged", "1 when the last window "
+                                    "scored is flagged (after persistence)")
+        flagged.add_metric([], float(bool(w is not None and w.flagged)))
+        yield flagged
+        end = GaugeMetricFamily("reveal_window_end_timestamp_seconds",
+                                "Wall-clock end of the last window scored")
+        end.add_metric([], s.get("window_end_unix") or 0.0)
+        yield end
+        scored = CounterMetricFamily("reveal_windows_scored", "Windows scored")
+        scored.add_metric([], s.get("windows_scored", 0))
+        yield scored
+        nflag = CounterMetricFamily("reveal_windows_flagged", "Windows flagged")
+        nflag.add_metric([], s.get("windows_flagged", 0))
+        yield nflag
+        skipped = CounterMetricFamily("reveal_windows_skipped", "Windows never scored "
+                                      "(scoring fell too far behind)")
+        skipped.add_metric([], s.get("windows_skipped", 0))
+        yield skipped
+        lag = GaugeMetricFamily("reveal_scoring_lag_seconds", "From the end of the last "
+                                "window scored to when its verdict was ready")
+        lag.add_metric([], s.get("scoring_lag_s", 0.0))
+        yield lag
+        took = GaugeMetricFamily("reveal_scoring_duration_seconds", "Wall time of the last "
+                                 "scoring call")
+        took.add_metric([], s.get("scoring_s", 0.0))
+        yield took
+
+    @staticmethod
+    def _alerts(s: dict[str, Any]) -> Iterator[Metric]:
+        active = GaugeMetricFamily("reveal_active_anomalies", "Open alert episodes by "
+                                   "subsystem", labels=["subsystem"])
+        for subsystem, n in sorted(s.get("active", {}).items()):
+            active.add_metric([subsystem], n)
+        yield active
+        events = CounterMetricFamily("reveal_alerts", "Alert events raised",
+                                     labels=["event"])
+        for kind, n in s.get("alert_counts", {}).items():
+            events.add_metric([kind], n)
+        yield events
+        sent = CounterMetricFamily("reveal_alert_sink_sent", "Events delivered",
+                                   labels=["sink"])
+        failed = CounterMetricFamily("reveal_alert_sink_failures", "Failed delivery "
+                                     "attempts", labels=["sink"])
+        dropped = CounterMetricFamily("reveal_alert_sink_dropped", "Events given up (queue "
+                                      "full or retried too long)", labels=["sink"])
+        queued = GaugeMetricFamily("reveal_alert_sink_queue_length", "Events waiting",
+                                   labels=["sink"])
+        for sink in s.get("sinks", []):
+            sent.add_metric([sink.name], sink.sent)
+            failed.add_metric([sink.name], sink.failed)
+            dropped.add_metric([sink.name], sink.dropped)
+            queued.add_metric([sink.name], sink.queued())
+        yield from (sent, failed, dropped, queued)
+
+    @staticmethod
+    def _model(s: dict[str, Any]) -> Iterator[Metric]:
+        gen = GaugeMetricFamily("reveal_model_generation", "Models learned in this state "
+                                "directory (0: learning the first)")
+        gen.add_metric([], s.get("generation", 0))
+        yield gen
+        age = GaugeMetricFamily("reveal_model_age_seconds", "Time since the model in use "
+                                "was learned")
+        if s.get("learned_at") is not None:
+            age.add_metric([], max(0.0, s["now"] - s["learned_at"]))
+        yield age
+        learning = GaugeMetricFamily("reveal_learning", "1 while learning a model")
+        learning.add_metric([], float(bool(s.get("learning"))))
+        yield learning
+        left = GaugeMetricFamily("reveal_learn_remaining_seconds", "Data still to collect "
+                                 "before the model is fitted")
+        left.add_metric([], s.get("learn_remaining_s", 0.0))
+        yield left
+        channels = GaugeMetricFamily("reveal_model_channels", "Channels the model scores")
+        channels.add_metric([], s.get("model_channels", 0))
+        yield channels
+        unknown = GaugeMetricFamily("reveal_unmodelled_channels", "Channels with data that "
+                                    "the model does not know (they join at the next fit)")
+        unknown.add_metric([], len(s.get("unmodelled", [])))
+        yield unknown
+
+    @staticmethod
+    def _collector(s: dict[str, Any]) -> Iterator[Metric]:
+        c = s.get("collector") or {}
+        for name, text, key in (
+                ("reveal_collector_samples", "Samples taken", "samples"),
+                ("reveal_collector_missed_ticks", "Ticks missed (a sample not taken on "
+                 "time)", "missed_ticks"),
+                ("reveal_collector_dropped_samples", "Samples not stored (storage "
+                 "failing)", "dropped_samples")):
+            metric = CounterMetricFamily(name, text)
+            metric.add_metric([], c.get(key, 0))
+            yield metric
+        lag = GaugeMetricFamily("reveal_collector_tick_lag_seconds", "Tick start minus its "
+                                "deadline over recent ticks", labels=["quantile"])
+        for q, value in (c.get("lag_quantiles") or {}).items():
+            if value == value:
+                lag.add_metric([q], value)
+        yield lag
+        channels = GaugeMetricFamily("reveal_collector_channels", "Channels recorded")
+        channels.add_metric([], c.get("channels", 0))
+        yield channels
+        disk = GaugeMetricFamily("reveal_collector_bytes_on_disk_bytes", "Size of the run "
+                                 "being recorded")
+        disk.add_metric([], c.get("bytes_on_disk", 0))
+        yield disk
+        cpu = CounterMetricFamily("reveal_collector_cpu_seconds", "CPU time of the watch "
+                                  "process (collection and scoring)")
+        cpu.add_metric([], c.get("cpu_s", 0.0))
+        yield cpu
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; ``:PORT`` or ``PORT`` is loopback)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise InputError(f"--listen {text!r}: expected HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise InputError(f"--listen {text!r}: port out of range")
+    return host, number
+
+
+def serve(listen: tuple[str, int], snapshot: Callable[[], dict[str, Any]]) -> Any:
+    """Start the HTTP server on ``listen``; returns the server (``shutdown()`` to stop)."""
+    registry = CollectorRegistry()
+    registry.register(WatchCollector(snapshot))
+    ProcessCollector(registry=registry)
+    host, port = listen
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); another "
+                         f"process holds it? choose --listen HOST:PORT") from None
+    return server

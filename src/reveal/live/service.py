@@ -1,0 +1,514 @@
+"""``reveal watch``: collect, learn or load a model, score each window as it closes, alert,
+export — one process per host, restart-safe.
+
+Threads: the main thread runs the collector (as ``reveal collect`` does: the C tick thread
+samples, Python drains every second into the segment writer, which now also feeds the
+sample buffer); a scoring thread learns the model (once) and scores windows; each HTTP
+alert sink has its own worker; prometheus-client serves ``/metrics`` from its own thread.
+Nothing that scoring or a sink does can delay a tick.
+
+The state directory holds::
+
+    model.reveal     the fitted model (Reveal.save: versioned, checksummed, atomic)
+    watch.json       model generation, when and from which run it was learned
+    alerts.json      alert episodes and what each sink delivered (atomic)
+    runs/HOST-TIME/  the recordings (one per start; the first learn comes from its start)
+    lock             held while a watch runs (one watch per state directory)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import resource
+import shutil
+import socket
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reveal.analyze.presets import preset_name_for
+from reveal.collect.hostinfo import boot_id, wall_offset_ns
+from reveal.collect.runner import CollectOptions, Collector, Notify, stop_on_signals
+from reveal.errors import InputError
+from reveal.live.alerts import EpisodeTracker, Event
+from reveal.live.buffer import SampleBuffer, TeeSink
+from reveal.live.scorer import LiveScorer, LiveWindow
+from reveal.live.sinks import AlertmanagerSink, JsonLinesSink, Sink, WebhookSink
+from reveal.model import Reveal
+from reveal.store.layout import write_json_atomic
+from reveal.store.run_reader import read_run
+
+MODEL_FILE = "model.reveal"
+WATCH_FILE = "watch.json"
+ALERTS_FILE = "alerts.json"
+RUNS_DIR = "runs"
+LOCK_FILE = "lock"
+
+#: the default learning span, seconds
+DEFAULT_LEARN_S = 600.0
+#: windows the baseline needs for the 99th-percentile threshold (AnalyzeConfig's
+#: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s
+RECOMMENDED_LEARN_S = 63.0
+#: the least learning span at all (``--allow-short-learn``): enough windows to fit the
+#: detectors (the ensemble's minimum of 10) with some margin
+ABSOLUTE_MIN_LEARN_S = 15.0
+#: seconds of samples the buffer keeps (scoring may fall behind by this much, e.g. while
+#: a model is fitted, before windows are skipped)
+BUFFER_S = 180.0
+#: how often an active alert is sent again to Alertmanager (seconds)
+AM_REFRESH_S = 60.0
+#: how often old recordings are pruned (seconds)
+RETENTION_EVERY_S = 60.0
+
+
+def default_state_dir() -> Path:
+    """``/var/lib/reveal`` as root, else ``$XDG_STATE_HOME/reveal`` (~/.local/state)."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/reveal")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "reveal"
+
+
+@dataclass
+class WatchOptions:
+    state: Path
+    learn_s: float = DEFAULT_LEARN_S
+    relearn: bool = False
+    allow_short_learn: bool = False
+    resolve_after_s: float = 30.0
+    listen: tuple[str, int] | None = ("127.0.0.1", 9464)
+    alerts_file: str | None = None
+    webhook: str | None = None
+    alertmanager: str | None = None
+    threshold_factor: float = 1.0
+    interval_s: float = 0.1
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    probe_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    realtime: bool = True
+    retain_s: float = 86400.0
+    retain_bytes: int = 2 << 30
+    webhook_queue: int = 1000
+
+
+def check_learn(learn_s: float, allow_short: bool) -> None:
+    """The learning span is long enough (see :data:`RECOMMENDED_LEARN_S`)."""
+    floor = ABSOLUTE_MIN_LEARN_S if allow_short else RECOMMENDED_LEARN_S
+    if not learn_s >= floor:
+        raise InputError(
+            f"--learn {learn_s:g}s is too short: the model needs at least 60 windows "
+            f"({RECOMMENDED_LEARN_S:g} s) to place its 99th-percentile threshold"
+            + ("" if allow_short else f" (--allow-short-learn goes down to "
+               f"{ABSOLUTE_MIN_LEARN_S:g} s, for tests)"))
+
+
+class Watch:
+    """One ``reveal watch``: :meth:`start` (checks and opens everything, one-line errors),
+    then :meth:`run` until SIGTERM/SIGINT or :meth:`stop`."""
+
+    def __init__(self, options: WatchOptions, notify: Notify) -> None:
+        self.options = options
+        self.notify = notify
+        self.state = Path(options.state)
+        self.host = socket.gethostname()
+        self.model: Reveal | None = None
+        self.scorer: LiveScorer | None = None
+        self.generation = 0
+        self.learned_at: float | None = None
+        self.learning = False
+        self.learn_start_ns: int | None = None
+        self.sinks: list[Sink] = []
+        self.collector: Collector | None = None
+        self.buffer: SampleBuffer | None = None
+        self.server: Any = None
+        self.tracker: EpisodeTracker | None = None
+        self.last_window: LiveWindow | None = None
+        self.counts = {"scored": 0, "flagged": 0}
+        self.scoring_lag_s = 0.0
+        self.scoring_s = 0.0
+        self.unmodelled: list[str] = []
+        self._reported: set[str] = set()
+        self._layouts_seen = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock_handle: Any = None
+        self.error: BaseException | None = None
+        self.wall_offset = wall_offset_ns()
+
+    # -- start -------------------------------------------------------------------------
+    def start(self) -> None:
+        opts = self.options
+        if not opts.resolve_after_s > 0:
+            raise InputError(f"--resolve-after must be positive, got {opts.resolve_after_s}")
+        self._open_state()
+        self._load_model()
+        if self.model is None:
+            check_learn(opts.learn_s, opts.allow_short_learn)
+        if opts.listen is not None:
+            from reveal.live.exporter import serve
+
+            self.server = serve(opts.listen, self.snapshot)
+        try:
+            self._open_sinks()
+            self._open_collector()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_state(self) -> None:
+        try:
+            self.state.mkdir(parents=True, exist_ok=True)
+            (self.state / RUNS_DIR).mkdir(exist_ok=True)
+            probe = self.state / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+            self._lock_handle = open(self.state / LOCK_FILE, "a+")  # noqa: SIM115
+        except OSError as exc:
+            raise InputError(f"state directory is not writable ({exc.strerror}); choose "
+                             f"another with --state DIR", str(self.state)) from None
+        try:
+            fcntl.flock(self._lock_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock_handle.seek(0)
+            holder = self._lock_handle.read().strip() or "?"
+            self._lock_handle.close()
+            self._lock_handle = None
+            raise InputError(f"another reveal watch (pid {holder}) uses this state "
+                             f"directory; stop it or choose --state DIR",
+                             str(self.state)) from None
+        self._lock_handle.seek(0)
+        self._lock_handle.truncate()
+        self._lock_handle.write(str(os.getpid()))
+        self._lock_handle.flush()
+        info = self._read_watch_file()
+        self.generation = int(info.get("generation", 0))
+        self.learned_at = info.get("learned_at")
+
+    def _read_watch_file(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.state / WATCH_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def _load_model(self) -> None:
+        path = self.state / MODEL_FILE
+        if self.options.relearn or not path.exists():
+            return
+        try:
+            model = Reveal.load(path)
+        except InputError as exc:
+            raise InputError(f"{exc}; start with --relearn to learn a new model "
+                             f"(it replaces this one)") from None
+        fitted = model.fitted_
+        wanted = preset_name_for(self.options.interval_s)
+        if abs(fitted.interval_s - self.options.interval_s) > 1e-9 or \
+                fitted.config.preset != wanted:
+            raise InputError(f"the model was learned from samples every "
+                             f"{fitted.interval_s:g} s, not --interval "
+                             f"{self.options.interval_s:g}; use --relearn", str(path))
+        self.model = model
+        if self.learned_at is None:
+            self.learned_at = path.stat().st_mtime
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.learned_at))
+        self.notify("info", f"model loaded from {path} (generation {self.generation}, "
+                            f"{len(fitted.channels)} channels, learned {when}); scoring")
+
+    def _open_sinks(self) -> None:
+        opts = self.options
+        self.tracker = EpisodeTracker(self.state / ALERTS_FILE, self.host,
+                                      opts.resolve_after_s, self.wall_offset, boot_id(),
+                                      emit=self._dispatch)
+        try:
+            after_reboot = self.tracker.load()
+        except ValueError as exc:
+            self.notify("warning", str(exc))
+            after_reboot = []
+        delivered = self.tracker.delivered
+        if opts.alerts_file is not None:
+            try:
+                self.sinks.append(JsonLinesSink(opts.alerts_file, delivered, self.notify))
+            except OSError as exc:
+                raise InputError(f"cannot write alerts ({exc.strerror})",
+                                 opts.alerts_file) from None
+        if opts.webhook is not None:
+            _check_url(opts.webhook, "--alert-webhook")
+            self.sinks.append(WebhookSink(opts.webhook, delivered, self.notify,
+                                          max_queue=opts.webhook_queue))
+        if opts.alertmanager is not None:
+            _check_url(opts.alertmanager, "--alertmanager")
+            am = AlertmanagerSink(opts.alertmanager, delivered, self.notify,
+                                  max_queue=opts.webhook_queue)
+            why = am.reachable()
+            if why is not None:
+                self.notify("warning", f"Alertmanager at {am.base_url} does not answer "
+                                       f"({why}); alerts are queued and retried")
+            self.sinks.append(am)
+        for e in after_reboot:
+            self.notify("info", f"episode {e['id']} resolved: the host rebooted since")
+        for sink in self.sinks:  # what a previous run did not get delivered
+            for event in self.tracker.owed(sink.name):
+                sink.submit(event)
+
+    def _open_collector(self) -> None:
+        opts = self.options
+        out = self.state / RUNS_DIR / f"{self.host}-{time.strftime('%Y%m%d-%H%M%S')}"
+        n = 1
+        while out.exists():
+            n += 1
+            out = out.with_name(f"{self.host}-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+        self.collector = Collector(CollectOptions(
+            out=out, interval_s=opts.interval_s, include=opts.include, exclude=opts.exclude,
+            probe_options=opts.probe_options, realtime=opts.realtime, source="reveal watch"),
+            self.notify)
+        self.collector.open()
+        sampler = self.collector.sampler
+        assert sampler is not None
+        capacity = max(int(BUFFER_S / opts.interval_s), 200)
+        self.buffer = SampleBuffer(sampler.channels, capacity, host=self.host,
+                                   meta={"interval_s": opts.interval_s, "host": self.host,
+                                         "path": str(out)})
+        self.collector.writer = TeeSink(self.collector.writer, self.buffer)
+        if self.model is not None:
+            self._use_model(self.model, origin=0)
+        else:
+            self.learning = True
+            self.notify("info", f"learning a model from the first {opts.learn_s:g} s "
+                                f"(recording into {out})")
+
+    def _use_model(self, model: Reveal, origin: int) -> None:
+        self.model = model
+        self.scorer = LiveScorer(model, interval_s=self.options.interval_s, origin=origin,
+                                 threshold_factor=self.options.threshold_factor)
+        self.learning = False
+
+    # -- run ---------------------------------------------------------------------------
+    def run(self) -> int:
+        """Collect and score until a signal or :meth:`stop`; returns the exit code."""
+        assert self.collector is not None
+        self._thread = threading.Thread(target=self._score_loop, name="reveal-scoring",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            with stop_on_signals(lambda _sig: self.stop()):
+                self.collector.run(lambda: self._stop.is_set())
+        finally:
+            self.stop()
+            self.close()
+        if self.error is not None:
+            raise self.error
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.collector is not None:
+            self.collector.request_stop()
+        if self.buffer is not None:
+            self.buffer.wake()
+
+    def close(self) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(30)
+        for sink in self.sinks:
+            sink.close(timeout=3.0)
+        if self.tracker is not None:
+            with contextlib.suppress(OSError):
+                self.tracker.save()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if self.collector is not None:
+            self.collector.close()
+        if self._lock_handle is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
+                self._lock_handle.close()
+            self._lock_handle = None
+
+    # -- the scoring thread -------------------------------------------------------------
+    def _score_loop(self) -> None:
+        try:
+            self._scoring()
+        except BaseException as exc:  # stop the watch, and say why (the main thread raises)
+            self.error = exc
+            self.stop()
+
+    def _scoring(self) -> None:
+        assert self.buffer is not None and self.tracker is not None
+        buffer = self.buffer
+        seen = 0
+        next_refresh = time.monotonic() + AM_REFRESH_S
+        next_retention = time.monotonic()
+        while not self._stop.is_set():
+            seen = buffer.wait(seen, 0.5)
+            now = time.monotonic()
+            if now >= next_retention:
+                next_retention = now + RETENTION_EVERY_S
+                self._retention()
+            if self.scorer is None:
+                self.tracker.expire(time.monotonic_ns())
+                if self.learning:
+                    self._maybe_learn()
+                continue
+            if buffer.layout_changes != self._layouts_seen:
+                self._check_channels()
+            t0 = time.monotonic()
+            windows = self.scorer.score(buffer.read, buffer.total, buffer.oldest)
+            if not windows:
+                continue
+            self.scoring_s = time.monotonic() - t0
+            for w in windows:
+                self.counts["scored"] += 1
+                self.counts["flagged"] += int(w.flagged)
+                self.tracker.observe(w)
+            self.last_window = windows[-1]
+            self.scoring_lag_s = max(0.0, time.monotonic_ns() - windows[-1].end_ns) / 1e9
+            if now >= next_refresh:
+                next_refresh = now + AM_REFRESH_S
+                self._refresh_alertmanager()
+
+    def _maybe_learn(self) -> None:
+        assert self.buffer is not None and self.collector is not None
+        first = self.buffer.last_row()
+        if first is None:
+            return
+        if self.learn_start_ns is None:
+            self.learn_start_ns = int(self.buffer.read(0, 1).timestamps_ns[0])
+        learn_end = self.learn_start_ns + int(self.options.learn_s * 1e9)
+        if first[0] < learn_end + int(2e9):  # wait for the journal to hold the span
+            return
+        run = self.collector.run_dir
+        self.notify("info", f"fitting the model on {self.options.learn_s:g} s of {run}")
+        t0 = time.monotonic()
+        with warnings.catch_warnings():  # the journal being written may end mid-record
+            warnings.simplefilter("ignore", UserWarning)
+            tel = read_run(run, start_ns=self.learn_start_ns, end_ns=learn_end)
+        model = Reveal().fit(tel)
+        path = model.save(self.state / MODEL_FILE)
+        self.generation += 1
+        self.learned_at = time.time()
+        write_json_atomic(self.state / WATCH_FILE, {
+            "generation": self.generation, "learned_at": self.learned_at,
+            "learned_from": str(run), "learn_s": self.options.learn_s,
+            "channels": len(model.fitted_.channels), "model": MODEL_FILE})
+        fitted = model.fitted_
+        # score from the first sample after the learning span
+        origin = int(np.searchsorted(self.buffer.read(self.buffer.oldest, self.buffer.total)
+                                     .timestamps_ns, learn_end)) + self.buffer.oldest
+        self._use_model(model, origin=max(origin - 1, 0))
+        for w in fitted.warnings:
+            self.notify("info", f"model: {w}")
+        self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
+                            f"{path} (generation {self.generation}, {len(fitted.channels)} "
+                            f"channels, {fitted.baseline_windows} windows, threshold "
+                            f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
+
+    def _check_channels(self) -> None:
+        assert self.buffer is not None and self.scorer is not None
+        self._layouts_seen = self.buffer.layout_changes
+        total, oldest = self.buffer.total, self.buffer.oldest
+        if total - oldest < 2:
+            self._layouts_seen = -1
+            return
+        tail = self.buffer.read(max(oldest, total - 20), total)
+        self.unmodelled = self.scorer.unmodelled(tail)
+        new = [c for c in self.unmodelled if c not in self._reported]
+        if new:
+            self._reported.update(new)
+            self.notify("warning", f"{len(new)} channels appeared that the model does not "
+                                   f"know (e.g. {', '.join(new[:3])}); they are recorded but "
+                                   f"not scored until the next fit (--relearn)")
+
+    def _dispatch(self, event: Event) -> None:
+        kind = event["event"]
+        self.notify("info" if kind != "firing" else "warning",
+                    f"alert {kind}: {event['id']} {event['subsystem']}: {event['claim']}")
+        for sink in self.sinks:
+            sink.submit(event)
+
+    def _refresh_alertmanager(self) -> None:
+        assert self.tracker is not None
+        for sink in self.sinks:
+            if isinstance(sink, AlertmanagerSink):
+                for ep in self.tracker.open():
+                    sink.submit(ep.event("update"))
+
+    def _retention(self) -> None:
+        """Remove the oldest finished recordings beyond ``retain_s`` or ``retain_bytes``."""
+        runs = sorted((p for p in (self.state / RUNS_DIR).iterdir() if p.is_dir()),
+                      key=lambda p: p.stat().st_mtime)
+        current = self.collector.run_dir if self.collector else None
+        sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in runs}
+        total = sum(sizes.values())
+        now = time.time()
+        for p in runs:
+            if p == current:
+                continue
+            old = now - p.stat().st_mtime > self.options.retain_s
+            if old or total > self.options.retain_bytes:
+                shutil.rmtree(p, ignore_errors=True)
+                total -= sizes[p]
+
+    # -- what /metrics shows -------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        tracker = self.tracker
+        active: dict[str, int] = {}
+        if tracker is not None:
+            for ep in tracker.open():
+                active[ep.subsystem] = active.get(ep.subsystem, 0) + 1
+        w = self.last_window
+        collector: dict[str, Any] = {}
+        c = self.collector
+        if c is not None and c.sampler is not None and c.writer is not None:
+            stats = c.sampler.stats
+            lag = stats.lag_s
+            collector = {"samples": stats.samples, "missed_ticks": stats.missed_ticks,
+                         "dropped_samples": c.writer.stats.dropped_samples,
+                         "channels": len(c.sampler.channels),
+                         "bytes_on_disk": c.writer.stats.bytes_on_disk,
+                         "lag_quantiles": {"0.5": lag.quantile(0.5), "0.99": lag.quantile(0.99),
+                                           "1": lag.max} if stats.samples else {}}
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            collector["cpu_s"] = usage.ru_utime + usage.ru_stime
+        remaining = 0.0
+        if self.learning and self.buffer is not None:
+            last = self.buffer.last_row()
+            if last is not None and self.learn_start_ns is not None:
+                remaining = max(0.0, self.options.learn_s
+                                - (last[0] - self.learn_start_ns) / 1e9)
+            else:
+                remaining = self.options.learn_s
+        return {
+            "now": time.time(),
+            "window": w,
+            "window_end_unix": (w.end_ns + self.wall_offset) / 1e9 if w else None,
+            "windows_scored": self.counts["scored"],
+            "windows_flagged": self.counts["flagged"],
+            "windows_skipped": self.scorer.skipped if self.scorer else 0,
+            "scoring_lag_s": self.scoring_lag_s,
+            "scoring_s": self.scoring_s,
+            "active": active,
+            "alert_counts": dict(tracker.counts) if tracker else {},
+            "sinks": list(self.sinks),
+            "generation": self.generation,
+            "learned_at": self.learned_at if self.model is not None else None,
+            "learning": self.learning,
+            "learn_remaining_s": remaining,
+            "model_channels": len(self.model.fitted_.channels) if self.model else 0,
+            "unmodelled": list(self.unmodelled),
+            "collector": collector,
+            "last_row": self.buffer.last_row() if self.buffer else None,
+        }
+
+
+def _check_url(url: str, option: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise InputError(f"{option} {url!r}: expected an http:// or https:// URL")
