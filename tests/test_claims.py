@@ -179,3 +179,11 @@ def test_claims_name_the_cpu_the_reasons_name():
 def test_byte_rates_scale(value: float, text: str):
     q = quantity(CATALOG.lookup("derived.disk_read_bytes_per_s"))
     assert q.format(value) == text
+
+
+def test_locations_read_as_words():
+    assert claim(reason("irq.count{cpu=0,irq=39}", "mean", 900, 100, 9.0)).startswith(
+        "Interrupts handled on CPU 0 for IRQ 39 rose to 900 interrupts/s")
+    assert claim(reason("buddy.free_blocks{node=0,order=3,zone=Normal}", "std", 40, 2, 6.0)) \
+        .startswith("Free memory blocks of one size order on NUMA node 0 (order 3, zone Normal) "
+                    "varied by ±40 blocks")

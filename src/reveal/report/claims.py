@@ -52,12 +52,15 @@ FEATURE_PHRASES = {
 NO_SINGLE_FEATURE = "Flagged by the detectors, with no single feature standing out."
 
 _WHERE = {"cpu": "on CPU {}", "dev": "on {}", "iface": "on {}", "gpu": "on GPU {}",
-          "cgroup": "in cgroup {}", "node": "on NUMA node {}", "irq": "IRQ {}"}
+          "cgroup": "in cgroup {}", "node": "on NUMA node {}", "irq": "for IRQ {}"}
 
 
 def location(labels: Mapping[str, str]) -> str:
-    """Where a channel is, in words: ``on vda``, ``on CPU 3``, ``in cgroup web``."""
-    return ", ".join(_WHERE.get(k, f"{k} {{}}").format(plain(v, 40)) for k, v in labels.items())
+    """Where a channel is, in words: ``on vda``, ``on CPU 3 for IRQ 27``, ``in cgroup web``;
+    other labels in parentheses: ``on NUMA node 0 (order 3, zone Normal)``."""
+    known = [_WHERE[k].format(plain(v, 40)) for k, v in labels.items() if k in _WHERE]
+    other = [f"{plain(k, 20)} {plain(v, 40)}" for k, v in labels.items() if k not in _WHERE]
+    return " ".join(known + ([f"({', '.join(other)})"] if other else []))
 
 
 def _short(description: str) -> str:
