@@ -11,6 +11,7 @@ from reveal.collect import (  # noqa: F401  (imported to register their probes)
     gpu,
     interrupts,
     memory,
+    netns,
     network,
     power,
     pressure,

@@ -1,0 +1,281 @@
+"""Network namespaces of this host: finding them, entering them, holding their files.
+
+- :func:`scan` lists every network namespace: the unique ``/proc/PID/ns/net`` of every
+  process (threads that entered another namespace on their own are not seen), plus those
+  only a bind mount keeps alive (``ip netns add`` puts them under ``/run/netns``), with
+  their names. The scan costs about 5 µs per process; a result is reused for a second, so
+  two probes refreshing together scan once.
+- A namespace is read through ``/proc/PID/net/*`` of one process inside it; one with no
+  process is entered with ``setns`` (root, or CAP_SYS_ADMIN) on a short-lived thread of
+  its own, which opens ``/proc/thread-self/net/*`` or a netlink socket there and leaves.
+- Every file or socket opened that way holds a reference on the namespace: the kernel
+  keeps a namespace (and its interfaces, so a veth peer on the host) alive while we hold
+  one. So a namespace whose last process exited and whose bind mount went away is
+  *released* at once by :meth:`NsFile.release`, which puts ``/dev/null`` on the same
+  descriptor number (``dup2``): readers in C that still hold the number read nothing,
+  fail their layout check and are NaN until the probe drops them at its next refresh.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from reveal.collect._procfs import pread_all
+
+CLONE_NEWNET = 0x40000000
+NETNS_DIR = "/run/netns"
+#: How long a scan is reused, seconds.
+SCAN_TTL_S = 1.0
+
+T = TypeVar("T")
+
+
+@dataclass
+class Namespace:
+    """One network namespace: its inode, names under ``/run/netns``, processes inside."""
+
+    ino: int
+    names: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # ascending
+
+
+@dataclass
+class Scan:
+    """What :func:`scan` found: the namespaces other than ``own``, and how many processes'
+    namespaces could not be read (another user's processes, without root)."""
+
+    own: int
+    namespaces: dict[int, Namespace]
+    hidden: int = 0
+    at: float = 0.0
+
+
+_cache: dict[tuple[str, str], Scan] = {}
+_cache_lock = threading.Lock()
+
+
+def ns_inode(link: str) -> int | None:
+    """``net:[4026531840]`` → 4026531840 (None for anything else)."""
+    if link.startswith("net:[") and link.endswith("]"):
+        return int(link[5:-1])
+    return None
+
+
+def _nsfs_dev(proc_root: str) -> int | None:
+    try:
+        return os.stat(f"{proc_root}/self/ns/net").st_dev
+    except OSError:
+        return None
+
+
+def scan(proc_root: str = "/proc", netns_dir: str = NETNS_DIR, max_age_s: float = SCAN_TTL_S
+         ) -> Scan:
+    """Every network namespace but this process's own (see the module docstring)."""
+    key = (proc_root, netns_dir)
+    now = time.monotonic()
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None and now - hit.at < max_age_s:
+            return hit
+    own = ns_inode(os.readlink(f"{proc_root}/self/ns/net")) or 0
+    found: dict[int, Namespace] = {}
+    hidden = 0
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        entries = []
+    pids = sorted(int(e) for e in entries if e.isdigit())
+    readlink = os.readlink
+    for pid in pids:
+        try:
+            ino = ns_inode(readlink(f"{proc_root}/{pid}/ns/net"))
+        except PermissionError:
+            hidden += 1
+            continue
+        except OSError:  # exited meanwhile, or a kernel thread being reaped
+            continue
+        if ino is None or ino == own:
+            continue
+        ns = found.get(ino)
+        if ns is None:
+            ns = found[ino] = Namespace(ino)
+        ns.pids.append(pid)
+    nsfs = _nsfs_dev(proc_root)
+    for name, ino in bind_mounts(netns_dir, nsfs).items():
+        if ino != own:
+            found.setdefault(ino, Namespace(ino)).names.append(name)
+    result = Scan(own, found, hidden, now)
+    with _cache_lock:
+        _cache[key] = result
+    return result
+
+
+def bind_mounts(netns_dir: str, nsfs_dev: int | None) -> dict[str, int]:
+    """``{name: namespace inode}`` of the namespace bind mounts in ``netns_dir``."""
+    out: dict[str, int] = {}
+    try:
+        names = sorted(os.listdir(netns_dir))
+    except OSError:
+        return out
+    for name in names:
+        try:
+            st = os.stat(os.path.join(netns_dir, name))
+        except OSError:
+            continue
+        if nsfs_dev is not None and st.st_dev == nsfs_dev:  # a mounted namespace file
+            out[name] = st.st_ino
+    return out
+
+
+def forget_scan() -> None:
+    """Drop the cached scan (the next :func:`scan` looks again)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+_libc: Any = None
+
+
+def _setns(fd: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def run_inside(ns_path: str, ino: int, func: Callable[[], T]) -> T:
+    """Call ``func`` on a new thread that has entered the network namespace at ``ns_path``
+    (``/run/netns/NAME`` or ``/proc/PID/ns/net``), checked to be ``ino``. Needs
+    CAP_SYS_ADMIN. What ``func`` opens stays bound to that namespace after the thread
+    leaves it; no other thread ever changes namespace."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if os.fstat(fd).st_ino != ino:
+                    raise OSError(errno.ESTALE, "another namespace is there now", ns_path)
+                home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    _setns(fd)
+                    try:
+                        box["value"] = func()
+                    finally:
+                        _setns(home)  # if this failed, the thread ends here anyway
+                finally:
+                    os.close(home)
+            finally:
+                os.close(fd)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="reveal-setns", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class NsFile:
+    """A descriptor of a file (or socket) bound to one namespace, re-read from offset 0
+    to end of file (the same contract as :class:`reveal.collect._procfs.OpenFile`)."""
+
+    __slots__ = ("fd", "path", "released", "size")
+
+    def __init__(self, fd: int, path: str, size: int = 4096) -> None:
+        self.fd, self.path, self.size = fd, path, size
+        self.released = False
+
+    def read(self) -> bytes:
+        if self.released:
+            return b""
+        data = pread_all(self.fd, self.size)
+        while len(data) >= self.size:
+            self.size *= 4
+        return data
+
+    def release(self, devnull: int) -> None:
+        """Drop the namespace now: ``/dev/null`` takes the descriptor number, so a reader
+        still holding the number reads nothing and no other file ever gets it."""
+        if self.fd >= 0 and not self.released:
+            os.dup2(devnull, self.fd, inheritable=False)
+            self.released = True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def open_net_files(ns: Namespace, names: tuple[str, ...], proc_root: str = "/proc",
+                   netns_dir: str = NETNS_DIR) -> tuple[dict[str, NsFile], str]:
+    """Open ``proc/net/<name>`` files of namespace ``ns``: through a process inside it
+    (checked to be in it after opening), else by entering it. Returns the files and how
+    they were reached (``pid N`` or ``setns NAME``); OSError when neither works."""
+    for pid in ns.pids[:4]:
+        files: dict[str, NsFile] = {}
+        try:
+            for name in names:
+                path = f"{proc_root}/{pid}/net/{name}"
+                files[name] = NsFile(os.open(path, os.O_RDONLY | os.O_CLOEXEC), path)
+            if ns_inode(os.readlink(f"{proc_root}/{pid}/ns/net")) == ns.ino:
+                return files, f"pid {pid}"
+        except OSError:
+            pass
+        for handle in files.values():
+            handle.close()
+    if not ns.names:
+        raise OSError(errno.ESRCH, "no process inside any more")
+
+    def inside() -> dict[str, NsFile]:
+        opened: dict[str, NsFile] = {}
+        try:
+            for name in names:
+                path = f"/proc/thread-self/net/{name}"
+                opened[name] = NsFile(os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                                      f"{netns_dir}/{ns.names[0]}:net/{name}")
+        except BaseException:
+            for handle in opened.values():
+                handle.close()
+            raise
+        return opened
+
+    try:
+        return run_inside(os.path.join(netns_dir, ns.names[0]), ns.ino, inside), \
+            f"setns {ns.names[0]}"
+    except PermissionError as exc:
+        raise PermissionError(exc.errno, "no process inside, and entering it needs "
+                                         "CAP_SYS_ADMIN") from None
+
+
+def still_there(ns: Namespace, holder: int, proc_root: str = "/proc",
+                netns_dir: str = NETNS_DIR, nsfs_dev: int | None = None) -> int | None:
+    """Whether namespace ``ns`` still exists without us: a process of it (``holder``
+    first, then the others last seen) is still inside, or its bind mount is still there.
+    Returns a live process inside (0 when only the mount keeps it), None when gone."""
+    want = f"net:[{ns.ino}]"
+    for pid in [holder, *ns.pids] if holder else ns.pids:
+        try:
+            if os.readlink(f"{proc_root}/{pid}/ns/net") == want:
+                return pid
+        except OSError:
+            continue
+    for name in ns.names:
+        try:
+            st = os.stat(os.path.join(netns_dir, name))
+        except OSError:
+            continue
+        if st.st_ino == ns.ino and (nsfs_dev is None or st.st_dev == nsfs_dev):
+            return 0
+    return None
