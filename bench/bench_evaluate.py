@@ -2,11 +2,22 @@
 
 Runs the same evaluation as ``reveal evaluate`` (fit on train, causal scoring of test, one
 global setting) and writes every per-machine and mean figure, the targets and whether they
-are met to JSON. ``--sweep`` also re-runs SMD with neighbouring settings (one change at a
-time) to show how sensitive the figures are to the chosen setting.
+are met to JSON:
 
-    python bench/bench_evaluate.py                 # SMD + ASD with the default setting
-    python bench/bench_evaluate.py --sweep         # + the sensitivity table (~10 min more)
+- **batch**: ``reveal analyze``'s path (the whole test part scored at once);
+- **stream**: the live logic (``reveal evaluate --mode stream``) for each candidate refit
+  setting in :data:`CANDIDATES` (``--candidates``); "no refits" is the batch result
+  itself (the stream walk without refits gives exactly the batch verdicts, tested);
+- **cross-fitted**: the refit setting chosen on half the machines and scored on the other
+  half, both ways (2-fold by machine). The fold split is fixed: each data set's machine
+  names sorted, alternating (fold A: 1st, 3rd, 5th...; fold B: 2nd, 4th...). A fold's
+  choice is the candidate with the best mean automatic-threshold F1 in stream mode over
+  its machines (each data set's mean weighted equally, since one preset serves both);
+  every machine's cross-fitted figures are those of the candidate chosen on the *other*
+  fold.
+
+    python bench/bench_evaluate.py                 # all of the above (~1 h on 2 cores)
+    python bench/bench_evaluate.py --sweep         # + the batch sensitivity table
 
 Writes ``bench/results/evaluate.json`` (``--out``).
 """
@@ -22,11 +33,72 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from reveal.evaluate.labelled import EvalSettings, evaluate
 from reveal.store.labelled import default_data_root
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS_SMD = {"best_f1_min": 0.50, "auto_f1_min": 0.40, "hitrate_150_min": 0.65}
+TARGETS_STREAM = {"smd_auto_f1_stream_min": 0.45, "smd_auto_f1_crossfit_min": 0.42,
+                  "smd_best_f1_min": 0.50, "smd_event_recall_min": 0.85,
+                  "asd_auto_f1_min": 0.38}
+
+#: Candidate refit settings of the stream (by dotted name); "no refits" is the batch path.
+CANDIDATES: dict[str, tuple[tuple[str, object], ...]] = {
+    "no refits": (),
+    "daily, 1 day, 3 generations with the baseline's": (
+        ("refit.every_s", 86400.0), ("refit.span_s", 86400.0), ("refit.generations", 3),
+        ("refit.keep_baseline", True)),
+    "daily, 1 day, 2 generations, baseline's dropped": (
+        ("refit.every_s", 86400.0), ("refit.span_s", 86400.0), ("refit.generations", 2),
+        ("refit.keep_baseline", False)),
+}
+
+
+def folds(names: list[str]) -> tuple[list[str], list[str]]:
+    """The fixed 2-fold split: names sorted, alternating."""
+    ordered = sorted(names)
+    return ordered[0::2], ordered[1::2]
+
+
+def _auto(block: dict, machines: list[str], method: str) -> float:
+    return float(np.mean([block["machines"][m][method]["auto"]["f1"] for m in machines]))
+
+
+def cross_fit(runs: dict[str, dict], method: dict[str, str]) -> dict:
+    """Choose a candidate on each fold, score it on the other. ``runs[candidate]`` is an
+    ``evaluate`` result; ``method[candidate]`` the key of its figures ("reveal" for batch,
+    "stream")."""
+    first = next(iter(runs.values()))
+    split = {d: folds(list(b["machines"])) for d, b in first["datasets"].items()}
+    out: dict = {"split": {d: {"A": a, "B": b} for d, (a, b) in split.items()}, "folds": {}}
+    held: dict[str, dict[str, dict]] = {d: {} for d in split}
+    pick = {"A": 0, "B": 1}
+
+    def score(candidate: str, which: str) -> float:
+        block = runs[candidate]["datasets"]
+        return float(np.mean([_auto(block[d], split[d][pick[which]], method[candidate])
+                              for d in split if split[d][pick[which]]]))
+
+    for fold, other in (("A", "B"), ("B", "A")):
+        choosing = {c: score(c, fold) for c in runs}
+        chosen = max(runs, key=lambda c: (round(choosing[c], 6), -list(runs).index(c)))
+        for d in split:
+            for m in split[d][pick[other]]:
+                held[d][m] = runs[chosen]["datasets"][d]["machines"][m][method[chosen]]
+        out["folds"][fold] = {"chosen": chosen, "choosing_auto_f1": choosing,
+                              "held_out_auto_f1": score(chosen, other),
+                              "scored_on": {d: split[d][pick[other]] for d in split}}
+    out["datasets"] = {d: {"machines": held[d], "mean": _mean_of(list(held[d].values()))}
+                       for d in held}
+    return out
+
+
+def _mean_of(rows: list[dict]) -> dict:
+    from reveal.evaluate.labelled import _mean
+
+    return _mean(rows)
 
 
 def _variants(base: EvalSettings) -> dict[str, EvalSettings]:
@@ -49,8 +121,7 @@ def _variants(base: EvalSettings) -> dict[str, EvalSettings]:
 
 def _headline(block: dict) -> dict:
     out = {}
-    for method in ("reveal", "pca_raw"):
-        m = block["mean"][method]
+    for method, m in block["mean"].items():
         out[method] = {"best_f1": round(m["best_f1"], 4), "auto_f1": round(m["auto"]["f1"], 4),
                        "auto_precision": round(m["auto"]["precision"], 4),
                        "auto_recall": round(m["auto"]["recall"], 4),
@@ -61,8 +132,24 @@ def _headline(block: dict) -> dict:
                        "hitrate_100": round(m["hitrate_100"], 4),
                        "hitrate_150": round(m["hitrate_150"], 4),
                        "hitrate_all_labelled_150": round(m["hitrate_all_150"], 4),
-                       "flagged_share": round(m["flagged_share"], 4)}
+                       "flagged_share": round(m["flagged_share"], 4),
+                       "false_episodes_per_day": round(m["false_episodes_per_day"], 4),
+                       "clean_flagged_share": round(m["clean_flagged_share"], 4)}
     return out
+
+
+def _per_machine_table(block: dict, method: str, against: str = "pca_raw") -> dict:
+    """Per machine: auto F1, best F1, whether auto ≥ half of best, and the baseline's."""
+    rows = {}
+    for name, methods in block["machines"].items():
+        m = methods[method]
+        rows[name] = {"auto_f1": round(m["auto"]["f1"], 4), "best_f1": round(m["best_f1"], 4),
+                      "auto_at_least_half_best": bool(m["auto"]["f1"] >= 0.5 * m["best_f1"]),
+                      "false_episodes_per_day": round(m["false_episodes_per_day"], 3)}
+        if against in methods:
+            rows[name]["above_pca_auto_f1"] = bool(m["auto"]["f1"]
+                                                   > methods[against]["auto"]["f1"])
+    return rows
 
 
 def main() -> int:
@@ -70,6 +157,10 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="labelled data root (default: the nearest shared/data)")
     parser.add_argument("--sweep", action="store_true", help="also run the SMD sensitivity sweep")
+    parser.add_argument("--candidates", nargs="*", default=None,
+                        help="refit candidates to run in stream mode (default: all of "
+                             "CANDIDATES; 'no refits' is always the batch result)")
+    parser.add_argument("--machines", nargs="+", help="only these machines (exploring)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "evaluate.json"))
     args = parser.parse_args()
     root = Path(args.data) if args.data else default_data_root()
@@ -82,8 +173,22 @@ def main() -> int:
 
     settings = EvalSettings()
     t0 = time.perf_counter()
-    result = evaluate(root, ("smd", "asd"), settings=settings, progress=say)
+    result = evaluate(root, ("smd", "asd"), args.machines, settings=settings, progress=say)
     seconds = time.perf_counter() - t0
+    wanted = list(CANDIDATES) if args.candidates is None else ["no refits", *args.candidates]
+    runs, method = {"no refits": result}, {"no refits": "reveal"}
+    for name in wanted[1:]:
+        say(f"stream: {name}")
+        variant = dataclasses.replace(settings, overrides=CANDIDATES[name])
+        runs[name] = evaluate(root, ("smd", "asd"), args.machines, settings=variant,
+                              progress=say, mode="stream")
+        method[name] = "stream"
+    crossed = cross_fit(runs, method)
+    stream = {name: {d: {"headline": _headline(b)["stream"] if "stream" in b["mean"]
+                         else _headline(b)["reveal"],
+                         "per_machine": _per_machine_table(b, method[name])}
+                     for d, b in r["datasets"].items()}
+              for name, r in runs.items()}
     smd = _headline(result["datasets"]["smd"])["reveal"]
     pca = _headline(result["datasets"]["smd"])["pca_raw"]
     out = {
@@ -111,6 +216,21 @@ def main() -> int:
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
                  "note": "shared 2-core machine; timings are noisy"},
         "per_machine": result["datasets"],
+        "stream": {"candidates": {n: dict(CANDIDATES[n]) for n in runs},
+                   "results": stream,
+                   "per_machine": {n: r["datasets"] for n, r in runs.items()
+                                   if n != "no refits"}},
+        "cross_fitted": {"protocol": "2-fold by machine (names sorted, alternating); each "
+                                     "fold's refit setting chosen by mean stream auto F1 on "
+                                     "it, every machine scored with the other fold's choice",
+                         "split": crossed["split"], "folds": crossed["folds"],
+                         "headline": {d: _headline({"mean": {"stream": b["mean"]}})["stream"]
+                                      for d, b in crossed["datasets"].items()},
+                         "per_machine": {d: {m: {"auto_f1": round(v["auto"]["f1"], 4),
+                                                 "best_f1": round(v["best_f1"], 4)}
+                                             for m, v in b["machines"].items()}
+                                         for d, b in crossed["datasets"].items()}},
+        "targets_stream": TARGETS_STREAM,
     }
     if args.sweep:
         sweep = {}
@@ -121,7 +241,12 @@ def main() -> int:
         out["sensitivity_smd"] = sweep
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=float) + "\n", encoding="utf-8")
-    print(json.dumps({"headline": out["headline"], "meets_smd": out["meets_smd"]}, indent=2))
+    print(json.dumps({"headline": out["headline"], "meets_smd": out["meets_smd"],
+                      "stream": {n: {d: v["headline"]["auto_f1"] for d, v in r.items()}
+                                 for n, r in stream.items()},
+                      "cross_fitted": out["cross_fitted"]["headline"],
+                      "folds": {f: v["chosen"] for f, v in crossed["folds"].items()}},
+                     indent=2))
     return 0
 
 

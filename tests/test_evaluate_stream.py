@@ -1,0 +1,91 @@
+"""reveal evaluate --mode stream: the live logic walked over labelled test data, causally."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from reveal.cli import main
+from reveal.evaluate.labelled import EvalSettings, reveal_model, run_reveal, score_run
+from reveal.evaluate.metrics import false_alarm_episodes
+from reveal.evaluate.stream import run_stream
+from reveal.store.labelled import default_data_root, load_machine
+
+ROOT = default_data_root()
+needs_data = pytest.mark.skipif(ROOT is None or not (ROOT / "smd" / "test").is_dir(),
+                                reason="no labelled SMD data (../shared/data) here")
+FAST = EvalSettings(overrides=(("detect.iforest_trees", 30), ("detect.gmm_max_components", 2),
+                               ("drift_window_s", 600 * 60.0), ("drift_block_s", 30 * 60.0)))
+REFITS = dataclasses.replace(FAST, overrides=(*FAST.overrides, ("refit.every_s", 12 * 3600.0),
+                                              ("refit.span_s", 12 * 3600.0),
+                                              ("refit.min_windows", 100)))
+
+
+@pytest.fixture(scope="module")
+def machine():
+    if ROOT is None or not (ROOT / "smd" / "test").is_dir():
+        pytest.skip("no labelled SMD data (../shared/data) here")
+    lm = load_machine(ROOT, "smd", "machine-1-2")
+    lo, hi = 3600, 6600
+    lm.train = lm.train.slice_rows(lm.train.n_samples - 4000, lm.train.n_samples)
+    lm.test = lm.test.slice_rows(lo, hi)
+    lm.labels = lm.labels[lo:hi]
+    lm.interpretation = [dataclasses.replace(i, start=i.start - lo, end=i.end - lo)
+                         for i in lm.interpretation if i.end > lo and i.start < hi]
+    return lm
+
+
+@needs_data
+def test_stream_without_refits_is_batch(machine):
+    """Walked chunk by chunk (chunks not aligned to anything), with no refit, the verdicts,
+    scores and explanations are those of the batch path."""
+    batch = run_reveal(machine, FAST)
+    stream = run_stream(machine, reveal_model(FAST), chunk_s=97 * 60.0)
+    assert stream.extra["chunks"] == -(-machine.test.n_samples // 97)
+    np.testing.assert_allclose(stream.scores, batch.scores, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(stream.flagged, batch.flagged)
+    np.testing.assert_allclose(stream.metric_scores, batch.metric_scores, rtol=0, atol=1e-9)
+
+
+@needs_data
+def test_stream_with_refits_is_causal(machine):
+    """Changing test rows after row 1,500 changes no verdict before it, refits included."""
+    cut = 1500
+    base = run_stream(machine, reveal_model(REFITS))
+    assert base.extra["refits"] >= 2 and base.extra["generations"] >= 2
+    altered = dataclasses.replace(machine, test=machine.test.slice_rows(0, machine.test.n_samples))
+    altered.test.values = altered.test.values.copy()
+    altered.test.values[cut:] = np.random.default_rng(0).random(altered.test.values[cut:].shape)
+    other = run_stream(altered, reveal_model(REFITS))
+    np.testing.assert_allclose(other.scores[:cut], base.scores[:cut])
+    np.testing.assert_array_equal(other.flagged[:cut], base.flagged[:cut])
+    result = score_run(machine, base)
+    assert 0.0 <= result["auto"]["f1"] <= result["best_f1"] + 1e-12
+    assert result["false_episodes_per_day"] >= 0
+
+
+def test_false_alarm_episodes_count_runs_away_from_labels():
+    labels = np.array([0, 0, 1, 1, 0, 0, 0, 0, 0, 0])
+    flagged = np.array([1, 0, 0, 1, 1, 0, 1, 1, 0, 1], dtype=bool)
+    # runs: [0], [3, 4] (touches the label), [6, 7], [9]: three false ones; 8 clean rows
+    assert false_alarm_episodes(labels, flagged) == (3, 8)
+    assert false_alarm_episodes(labels, np.zeros(10, bool)) == (0, 8)
+
+
+@needs_data
+def test_cli_both_modes_side_by_side(tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", "--datasets", "asd", "--machines", "omi-2", "--mode", "both",
+                 "--set", "detect.iforest_trees=30", "--set", "refit.every_s=172800",
+                 "--json", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "batch" in text and "stream" in text and "FA/d" in text
+    data = json.loads(out.read_text())
+    assert data["mode"] == "both"
+    machine = data["datasets"]["asd"]["machines"]["omi-2"]
+    assert set(machine) == {"reveal", "stream", "pca_raw"}
+    assert machine["stream"]["false_episodes_per_day"] >= 0
+    assert main(["evaluate", "--datasets", "asd", "--set", "refit.every_z=1"]) == 2
