@@ -1,0 +1,238 @@
+"""What ``reveal watch`` costs, and how soon it alerts.
+
+Starts ``reveal watch`` (a fresh state directory: it learns for ``--learn``), then, once it
+scores:
+
+1. **CPU and memory.** Over one steady window of ``--seconds``, the CPU of the whole watch
+   process tree (every thread of it and of its children, schedstat) beside
+   ``bench/kernel_floor.c`` — the loop that only reads the collector's sources every tick,
+   the kernel's floor (see ``bench_kernel_floor.py``) — run at the same time, and their
+   ratio; the watch's RSS at the start and end of the window and its peak.
+2. **Fault → alert latency.** ``--faults`` times: wait until no episode is open, start a
+   CPU hog (one busy process per CPU), and time from its start to the ``firing`` event at a
+   webhook (an HTTP server in this process); stop it and wait for the resolution.
+
+    python bench/bench_watch.py                        # → bench/results/watch.json
+    python bench/bench_watch.py --seconds 60 --faults 3 --learn 90s --out /tmp/watch.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_kernel_floor import (  # noqa: E402 (beside this file)
+    collector_files,
+    perf_group_fds,
+    process_cpu_ns,
+)
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children", encoding="ascii") as handle:
+                todo += [int(c) for c in handle.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def tree_cpu_ns(pid: int) -> int:
+    return sum(process_cpu_ns(p) for p in tree_pids(pid))
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        events = self.events
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                events.append((time.time(), json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    total = 0.0
+    for line in text.decode().splitlines():
+        if line.startswith(name):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait(check, timeout: float, every: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return True
+        except OSError:
+            pass
+        time.sleep(every)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=120.0, help="the steady window")
+    parser.add_argument("--learn", default="10m", help="the watch's --learn")
+    parser.add_argument("--faults", type=int, default=10, help="CPU-hog faults to time")
+    parser.add_argument("--fault-s", type=float, default=15.0, help="how long each hog runs")
+    parser.add_argument("--resolve-after", default="5s")
+    parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/watch.json")
+    args = parser.parse_args(argv)
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        print("bench_watch: no C compiler (cc or gcc) found", file=sys.stderr)
+        return 2
+    receiver = Receiver()
+    port = _free_port()
+    paths, channels = collector_files()
+    with tempfile.TemporaryDirectory(prefix="reveal-watch-bench-") as tmp:
+        binary = Path(tmp) / "kernel_floor"
+        subprocess.run([compiler, "-O2", "-o", str(binary), str(ROOT / "bench/kernel_floor.c")],
+                       check=True)
+        perf, perf_fds = perf_group_fds()
+        paths = paths + [f"fd:{fd}" for fd in perf_fds]
+        log = Path(tmp) / "watch.log"
+        short = ["--allow-short-learn"] if not args.learn.endswith(("m", "h")) else []
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "reveal.cli", "watch", "--state", str(Path(tmp) / "state"),
+             "--learn", args.learn, *short, "--interval", str(args.interval),
+             "--resolve-after", args.resolve_after, "--listen", f"127.0.0.1:{port}",
+             "--alert-webhook", receiver.url],
+            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))  # noqa: SIM115
+        try:
+            print(f"bench_watch: learning ({args.learn})", file=sys.stderr)
+            if not wait(lambda: "; scoring" in log.read_text(), 7200, 1.0):
+                raise RuntimeError(f"the watch did not start scoring: {log.read_text()[-800:]}")
+            time.sleep(10)  # the first windows; imports settled
+            print(f"bench_watch: steady window of {args.seconds:.0f} s beside the kernel "
+                  f"floor", file=sys.stderr)
+            loop = subprocess.Popen([str(binary), str(args.seconds + 5),
+                                     str(round(args.interval * 1e3))], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True,
+                                    pass_fds=tuple(perf_fds))
+            assert loop.stdin is not None
+            loop.stdin.write("\n".join(paths) + "\n")
+            loop.stdin.close()
+            time.sleep(2)
+            rss = [rss_bytes(watch.pid)]
+            before = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
+            deadline = time.monotonic() + args.seconds
+            while time.monotonic() < deadline:
+                time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+                rss.append(rss_bytes(watch.pid))
+            after = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
+            loop.wait()
+            wall = after[2] - before[2]
+            watch_pct = 100 * (after[0] - before[0]) / 1e9 / wall
+            floor_pct = 100 * (after[1] - before[1]) / 1e9 / wall
+            scoring_s = metric(port, "reveal_scoring_duration_seconds")
+            latencies, missed = [], 0
+            for i in range(args.faults):
+                quiet = wait(lambda: metric(port, "reveal_active_anomalies") == 0, 120)
+                if not quiet:
+                    print("bench_watch: an episode stays open; fault timed anyway",
+                          file=sys.stderr)
+                seen = len(receiver.events)
+                t0 = time.time()
+                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                        for _ in range(os.cpu_count() or 1)]
+                got = wait(lambda n=seen: any(e["event"] == "firing"
+                                              for _, e in receiver.events[n:]),
+                           args.fault_s, 0.05)
+                if got:
+                    t1 = next(t for t, e in receiver.events[seen:] if e["event"] == "firing")
+                    latencies.append(round(t1 - t0, 3))
+                else:
+                    missed += 1
+                for h in hogs:
+                    h.kill()
+                    h.wait()
+                print(f"bench_watch: fault {i + 1}: "
+                      f"{latencies[-1] if got else 'no alert'}", file=sys.stderr)
+                time.sleep(2)
+        finally:
+            watch.send_signal(signal.SIGTERM)
+            try:
+                watch.wait(60)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+            if perf is not None:
+                perf.close()
+    ordered = sorted(latencies)
+    result = {
+        "bench": "watch", "started_unix": time.time(), "host": socket.gethostname(),
+        "n_cpus": os.cpu_count(), "loadavg_end": os.getloadavg(), "interval_s": args.interval,
+        "collector_channels": channels, "learn": args.learn, "window_s": round(wall, 1),
+        "watch_pct_core": round(watch_pct, 3), "floor_pct_core": round(floor_pct, 3),
+        "ratio_to_floor": round(watch_pct / floor_pct, 2) if floor_pct > 0 else None,
+        "last_scoring_call_s": round(scoring_s, 4),
+        "rss_bytes": {"start": rss[0], "end": rss[-1], "max": max(rss),
+                      "growth": rss[-1] - rss[0]},
+        "fault_to_alert_s": {
+            "faults": args.faults, "alerted": len(latencies), "missed": missed,
+            "median": statistics.median(ordered) if ordered else None,
+            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] if ordered else None,
+            "all": latencies, "fault": f"{os.cpu_count()} busy loops, {args.fault_s:g} s"},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=1), file=sys.stderr)
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""``reveal watch`` as a real process on this host: scraped by a real Prometheus, alerting a
+real Alertmanager and a webhook (an HTTP server in the test), SIGKILLed mid-episode and
+restarted. The anomaly is real: a busy loop the test starts and stops.
+
+Needs the Debian packages ``prometheus`` and ``prometheus-alertmanager`` (skipped without
+them). Every server runs on a free loopback port with its own temporary directory.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str, timeout: float = 5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def wait_for(what: str, check, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class Receiver:
+    """An HTTP server that keeps every JSON body POSTed to it, by path."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, object]] = []
+        received = self.posts
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def bodies(self, path: str) -> list:
+        return [body for p, body in list(self.posts) if p == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_server(argv: list[str], log: Path, ready_url: str) -> subprocess.Popen:
+    handle = open(log, "wb")  # noqa: SIM115 (the child keeps it)
+    proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"{argv[0]} to answer", lambda: urllib.request.urlopen(ready_url, timeout=2),
+                 60)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(f"{argv[0]} did not start: {log.read_text()[-2000:]}") from None
+    return proc
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class WatchProcess:
+    def __init__(self, state: Path, args: list[str], log: Path) -> None:
+        self.log = log
+        self.handle = open(log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reveal.cli", "watch", "--state", str(state), *args],
+            stdout=subprocess.DEVNULL, stderr=self.handle)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    if PROMETHEUS is None or ALERTMANAGER is None:
+        pytest.skip("needs the Debian packages prometheus and prometheus-alertmanager")
+    root = tmp_path_factory.mktemp("watch")
+    receiver = Receiver()
+    metrics_port, prom_port, am_port = free_port(), free_port(), free_port()
+    (root / "am").mkdir()
+    (root / "am.yml").write_text(
+        "route:\n  receiver: hook\n  group_by: ['episode']\n  group_wait: 1s\n"
+        "  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n- name: hook\n"
+        f"  webhook_configs:\n  - url: {receiver.url}/am\n    send_resolved: true\n")
+    am = start_server([ALERTMANAGER, f"--config.file={root / 'am.yml'}",
+                       f"--storage.path={root / 'am'}",
+                       f"--web.listen-address=127.0.0.1:{am_port}",
+                       "--cluster.listen-address="],
+                      root / "am.log", f"http://127.0.0.1:{am_port}/api/v2/status")
+    (root / "prom").mkdir()
+    (root / "prom.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+        f"- job_name: reveal\n  static_configs:\n  - targets: ['127.0.0.1:{metrics_port}']\n")
+    try:
+        prom = start_server([PROMETHEUS, f"--config.file={root / 'prom.yml'}",
+                             f"--storage.tsdb.path={root / 'prom'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            root / "prom.log", f"http://127.0.0.1:{prom_port}/-/ready")
+    except BaseException:
+        stop(am)
+        raise
+    yield {"root": root, "receiver": receiver, "metrics_port": metrics_port,
+           "prom": f"http://127.0.0.1:{prom_port}", "am": f"http://127.0.0.1:{am_port}"}
+    stop(prom)
+    stop(am)
+    receiver.close()
+
+
+def promql(base: str, expr: str) -> list:
+    query = urllib.parse.urlencode({"query": expr})
+    data = get_json(f"{base}/api/v1/query?{query}")
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+def hog() -> subprocess.Popen:
+    """A busy loop on one CPU (until killed)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_watch_learns_exports_alerts_survives_sigkill_and_resolves(servers):
+    root, receiver = servers["root"], servers["receiver"]
+    state = root / "state"
+    args = ["--learn", "20s", "--allow-short-learn", "--resolve-after", "3s",
+            "--listen", f"127.0.0.1:{servers['metrics_port']}",
+            "--alert-webhook", f"{receiver.url}/hook", "--alertmanager", servers["am"],
+            "--alerts-file", str(root / "alerts.jsonl")]
+    watch = WatchProcess(state, args, root / "watch.log")
+    busy = None
+    try:
+        wait_for("the model to be learned", lambda: "scoring" in watch.text(), 120)
+        assert "learning a model" in watch.text()
+        model = state / "model.reveal"
+        learned = model.stat().st_mtime_ns
+
+        # Prometheus scrapes the exporter: the scores come back through PromQL
+        result = wait_for("Prometheus to hold the scores", lambda: promql(
+            servers["prom"], 'reveal_score{detector="combined"}'), 60)
+        assert float(result[0]["value"][1]) >= 0
+        thresholds = promql(servers["prom"], "reveal_threshold")
+        assert {r["metric"]["detector"] for r in thresholds} >= {"combined", "Z", "IF"}
+        assert promql(servers["prom"], "reveal_model_generation")[0]["value"][1] == "1"
+        assert promql(servers["prom"], "reveal_host_cpu_seconds_total")
+        assert promql(servers["prom"], "reveal_collector_missed_ticks_total")
+        # every panel of the shipped dashboard has data on this server
+        from reveal.live.unit import dashboard_json
+
+        wait_for("two scrapes for rate()", lambda: float(promql(
+            servers["prom"], "count_over_time(reveal_score[1m])")[0]["value"][1]) >= 5, 30)
+        for panel in json.loads(dashboard_json())["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$instance", ".*")
+                assert promql(servers["prom"], expr), (panel["title"], expr)
+
+        # a real anomaly: a busy loop; then an episode open while it runs (a model learned
+        # in 20 s on a shared host may have opened one before: the busy loop keeps it open)
+        busy = hog()
+        metrics = f"http://127.0.0.1:{servers['metrics_port']}/metrics"
+
+        def open_episode():
+            text = urllib.request.urlopen(metrics, timeout=2).read().decode()
+            if "reveal_window_flagged 1.0" not in text:
+                return None
+            events = receiver.bodies("/hook")
+            done = {e["id"] for e in events if e["event"] == "resolved"}
+            return [e for e in events if e["event"] == "firing" and e["id"] not in done]
+
+        firing = wait_for("an open episode at the webhook while the loop runs",
+                          open_episode, 90, every=0.2)[-1]
+        episode = firing["id"]
+        assert firing["host"] == socket.gethostname() and firing["claim"]
+        assert firing["reasons"] and {"channel", "value", "baseline", "unit"} <= set(
+            firing["reasons"][0])
+        assert firing["peak_score"] > firing["threshold"]
+        active = wait_for("the alert in Alertmanager", lambda: [
+            a for a in get_json(f"{servers['am']}/api/v2/alerts")
+            if a["labels"].get("episode") == episode], 30)
+        assert active[0]["labels"]["alertname"] == "RevealAnomaly"
+        assert {"host", "subsystem", "severity"} <= set(active[0]["labels"])
+        assert active[0]["annotations"]["claim"]
+        assert promql(servers["prom"], "reveal_active_anomalies") is not None
+
+        # SIGKILL in the middle of the episode; the fault ends while it is down
+        watch.proc.send_signal(signal.SIGKILL)
+        watch.proc.wait(10)
+        busy.kill()
+        busy.wait()
+        busy = None
+        before = len(watch.text())
+        watch = WatchProcess(state, args, root / "watch.log")
+        restarted = wait_for("the restarted watch to score",
+                             lambda: "scoring" in watch.text()[before:], 60)
+        assert restarted
+        log = watch.text()[before:]
+        assert "model loaded" in log and "learning a model" not in log
+        assert model.stat().st_mtime_ns == learned  # not learned again
+
+        wait_for("the webhook to get the resolution", lambda: [
+            e for e in receiver.bodies("/hook")
+            if e["id"] == episode and e["event"] == "resolved"], 60)
+        wait_for("Alertmanager to notify the resolution", lambda: [
+            b for b in receiver.bodies("/am") if b["status"] == "resolved"
+            and any(a["labels"].get("episode") == episode for a in b["alerts"])], 60)
+        resolved = next(e for e in receiver.bodies("/hook")
+                        if e["id"] == episode and e["event"] == "resolved")
+        assert resolved["end"] is not None and _unix(resolved["end"]) >= _unix(resolved["start"])
+        time.sleep(3)  # anything sent twice would have arrived by now
+        events = receiver.bodies("/hook")
+        for kind in ("firing", "resolved"):
+            ids = [e["id"] for e in events if e["event"] == kind]
+            assert len(ids) == len(set(ids)), f"an episode {kind} twice: {ids}"
+        lines = [json.loads(x) for x in (root / "alerts.jsonl").read_text().splitlines()]
+        assert next(e["event"] for e in lines if e["id"] == episode) == "firing"
+        assert "resolved" in [e["event"] for e in lines if e["id"] == episode]
+
+        # SIGTERM: a clean stop, the run closed
+        watch.proc.send_signal(signal.SIGTERM)
+        assert watch.proc.wait(60) == 0, watch.text()[-2000:]
+        runs = sorted((state / "runs").iterdir())
+        assert len(runs) == 2
+        assert json.loads((runs[-1] / "meta.json").read_text())["closed"] is True
+    finally:
+        if busy is not None:
+            busy.kill()
+        if watch.proc.poll() is None:
+            watch.proc.kill()
+        watch.proc.wait()
+
+
+def _unix(stamp: str) -> float:
+    import datetime
+
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_dead_webhook_never_stalls_and_its_queue_stays_bounded():
+    from reveal.live.sinks import WebhookSink
+
+    dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    sink = WebhookSink(dead, max_queue=10, backoff_s=0.05, max_backoff_s=0.2)
+    t0 = time.monotonic()
+    for i in range(1000):
+        sink.submit({"event": "firing", "id": f"e{i}"})
+    assert time.monotonic() - t0 < 1.0  # submit never waits for the network
+    assert sink.queued() <= 10
+    wait_for("failed attempts", lambda: sink.failed >= 2, 10, every=0.05)
+    assert sink.dropped >= 1000 - 11  # the oldest gave way, counted
+    sink.close(timeout=0.5)
+
+
+def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
+    """Unreachable Alertmanager and webhook: one warning each, scoring goes on."""
+    model = servers["root"] / "state" / "model.reveal"
+    if not model.exists():
+        pytest.skip("needs the model of the first test")
+    state = tmp_path / "state"
+    state.mkdir()
+    shutil.copy(model, state / "model.reveal")
+    port = free_port()
+    watch = WatchProcess(state, [
+        "--listen", f"127.0.0.1:{port}", "--threshold-factor", "0.001",
+        "--alertmanager", f"http://127.0.0.1:{free_port()}",
+        "--alert-webhook", f"http://127.0.0.1:{free_port()}/hook"], tmp_path / "w.log")
+    try:
+        def scored():
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                          timeout=2).read().decode()
+            values = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                          if line and not line.startswith("#"))
+            n = float(values.get("reveal_windows_scored_total", 0))
+            failures = float(values.get('reveal_alert_sink_failures_total{sink="webhook"}', 0))
+            return n >= 8 and failures >= 1 and values
+
+        values = wait_for("windows scored while the sinks fail", scored, 60)
+        assert float(values["reveal_windows_flagged_total"]) >= 1
+        queued = float(values['reveal_alert_sink_queue_length{sink="alertmanager"}'])
+        assert queued <= 1000
+        log = watch.text()
+        assert "does not answer" in log  # Alertmanager unreachable: said once, at start
+        assert log.count("alert sink webhook:") == 1
+        watch.proc.send_signal(signal.SIGTERM)
+        assert watch.proc.wait(60) == 0
+    finally:
+        if watch.proc.poll() is None:
+            watch.proc.kill()
+        watch.proc.wait()
+
+
+def run_watch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reveal.cli", "watch", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    cases = []
+    cases.append((run_watch("--state", str(a_file / "sub"), "--listen", "none"),
+                  "state directory is not writable"))
+    cases.append((run_watch("--state", str(tmp_path / "s1"), "--learn", "30s",
+                            "--listen", "none"), "at least 60 windows"))
+    old = tmp_path / "s2"
+    old.mkdir()
+    (old / "model.reveal").write_bytes(b'REVEAL-MODEL\n{"format": "reveal-model", '
+                                       b'"format_version": 0, "reveal_version": "0.0"}\n')
+    cases.append((run_watch("--state", str(old), "--listen", "none"), "--relearn"))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        cases.append((run_watch("--state", str(tmp_path / "s3"), "--listen",
+                                f"127.0.0.1:{port}", "--learn", "2m"), "cannot listen"))
+    cases.append((run_watch("--state", str(tmp_path / "s4"), "--alertmanager", "ftp://x",
+                            "--listen", "none"), "http://"))
+    for proc, needle in cases:
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert needle in lines[-1] and lines[-1].startswith("reveal watch: error:"), lines
+        assert "Traceback" not in proc.stderr
+    # a second watch on the same state directory
+    state = tmp_path / "s5"
+    first = subprocess.Popen([sys.executable, "-m", "reveal.cli", "watch", "--state",
+                              str(state), "--listen", "none", "--learn", "2m"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("the first watch to hold its state directory",
+                 lambda: (state / "lock").exists() and (state / "lock").read_text(), 30)
+        second = run_watch("--state", str(state), "--listen", "none", "--learn", "2m")
+        assert second.returncode == 2 and "another reveal watch" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 0
+
+
+def test_systemd_unit_and_dashboard_are_printed(tmp_path):
+    unit = run_watch("--state", str(tmp_path / "s"), "--alertmanager",
+                     "http://127.0.0.1:9093", "--systemd-unit")
+    assert unit.returncode == 0
+    assert "ExecStart=" in unit.stdout and "watch --state" in unit.stdout
+    assert "--alertmanager http://127.0.0.1:9093" in unit.stdout
+    assert "--systemd-unit" not in unit.stdout.split("ExecStart=")[1].splitlines()[0]
+    dashboard = json.loads(run_watch("--grafana-dashboard").stdout)
+    assert dashboard["panels"] and all(p["targets"] for p in dashboard["panels"])
+    assert os.path.exists(tmp_path) and not (tmp_path / "s").exists()  # nothing created
