@@ -15,6 +15,7 @@ from reveal.collect import (  # noqa: F401  (imported to register their probes)
     network,
     power,
     pressure,
+    qdisc,
     storage,
 )
 

@@ -97,6 +97,19 @@ _COLON = ord(":")
 Discover = Callable[[bytes], Layout]
 
 
+def namespace_labels(ns: Namespace, proc_root: str = "/proc") -> tuple[dict[str, str], str]:
+    """The labels of a namespace's channels — ``netns`` (its first name under /run/netns,
+    else its inode) and its owner's (:func:`reveal.collect.containers.process_identity` of
+    the first process inside that can be read) — and the cgroup path they came from."""
+    labels = {"netns": label_value(ns.names[0] if ns.names else str(ns.ino))}
+    for pid in ns.pids[:4]:
+        text = read_str(f"{proc_root}/{pid}/cgroup")
+        if text is not None:
+            ident, cgroup = process_identity(text)
+            return {**ident.labels(), **labels}, cgroup
+    return labels, ""
+
+
 def labelled(layout: Discover, labels: dict[str, str],
              keep: Callable[[str], bool] | None = None) -> Discover:
     """``layout`` with ``labels`` added to each channel, keeping metrics ``keep`` accepts."""
@@ -360,21 +373,10 @@ class NetnsProbe(FileProbe):
 
         return labelled(layout, labels, self._keep_dev)
 
-    def _labels(self, ns: Namespace) -> tuple[dict[str, str], str]:
-        labels = {"netns": label_value(ns.names[0] if ns.names else str(ns.ino))}
-        cgroup = ""
-        for pid in ns.pids[:4]:
-            text = read_str(f"{self.proc_root}/{pid}/cgroup")
-            if text is not None:
-                ident, cgroup = process_identity(text)
-                labels.update(ident.labels())
-                break
-        return labels, cgroup
-
     def _open_state(self, ns: Namespace) -> NsState:
         names = ("dev",) if self.protocols == "none" else _FILES
         files, via = _netns.open_net_files(ns, names, self.proc_root, self.netns_dir)
-        labels, cgroup = self._labels(ns)
+        labels, cgroup = namespace_labels(ns, self.proc_root)
         self._generation += 1
         state = NsState(ns, labels, files, via, ns.pids[0] if ns.pids else 0,
                         self._generation, cgroup)

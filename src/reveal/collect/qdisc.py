@@ -1,0 +1,285 @@
+"""Queueing disciplines: what shapers, fair queues and netem did to every interface's traffic.
+
+A rate cap (``tbf``, ``htb``), a fair queue dropping a flow (``fq_codel``) or ``netem``
+loss shows in the qdisc's own counters long before anything else explains it. This probe
+reads them through rtnetlink (:mod:`reveal.collect._rtnl`: one ``RTM_GETQDISC`` dump per
+namespace and read, what ``tc -s qdisc show`` asks; no process started), for the
+collector's own network namespace and every other one
+(:func:`reveal.collect._netns.scan`; a socket made inside each with ``setns``, as root).
+
+Channels, per qdisc (labels ``iface``, ``qdisc`` = its kind, ``handle``, ``parent`` as ``tc``
+prints them, and for another namespace ``netns`` plus its owner's ``container``/``pod``/
+``service`` like the ``netns`` probe's):
+
+- ``qdisc.bytes``, ``qdisc.packets`` (counters: sent), ``qdisc.drops``,
+  ``qdisc.overlimits``, ``qdisc.requeues`` (events; 32-bit in the kernel, so they wrap),
+  ``qdisc.backlog_bytes``, ``qdisc.backlog_packets`` (gauges: queued now).
+
+A parent's counters include its children's (``mq`` sums its per-queue qdiscs, ``htb`` its
+classes' leaves). ``noqueue`` (no queue at all: virtual interfaces, loopback) has no
+statistics and is left out (``skip_kinds``).
+
+Rate: every ``interval_s`` (1 s) on the probe's own thread (``reveal-qdisc``), into an
+array the C tick thread copies each tick, so between two reads a value repeats (a dump
+costs about 60 µs of CPU for two qdiscs: 1.3 ms a second for 21 namespaces). New qdiscs
+join at the next ``refresh()``; one that went away reads NaN until then. A namespace that
+ends is let go within a second (its socket would keep it alive). Without CAP_SYS_ADMIN only
+the collector's own namespace is read, and the reason says so once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from reveal.collect import _netns
+from reveal.collect._rtnl import STATS, Rtnl, open_rtnl, tc_handle, tc_parent
+from reveal.collect.netns import namespace_labels
+from reveal.collect.options import as_list
+from reveal.collect.probe import NativePart, Probe, register
+from reveal.frame import format_channel
+
+#: A qdisc: (namespace inode, 0 for the own one), interface index, parent, handle, kind.
+Key = tuple[int, int, int, int, str]
+
+
+@dataclass
+class _Space:
+    """One namespace's netlink socket and what its last dump said."""
+
+    ino: int  # 0: the collector's own namespace
+    rtnl: Rtnl
+    labels: dict[str, str]
+    ns: _netns.Namespace | None = None
+    holder: int = 0
+    links: dict[int, str] = field(default_factory=dict)
+    seen: dict[Key, tuple[float, ...]] = field(default_factory=dict)
+    gone: bool = False
+
+
+@register
+class QdiscProbe(Probe):
+    """Bytes, packets, drops, overlimits, requeues and backlog of every qdisc."""
+
+    name = "qdisc"
+    description = ("queueing-discipline bytes, packets, drops, overlimits, requeues and "
+                   "backlog of every interface, every network namespace (rtnetlink)")
+    options_help: ClassVar[dict[str, str]] = {
+        "interval_s": "seconds between two reads of every qdisc (default: 1)",
+        "namespaces": "also the qdiscs of the other network namespaces (default: true)",
+        "max_namespaces": "most other namespaces read at once (default: 64)",
+        "skip_kinds": "qdisc kinds left out (default: noqueue)",
+        "netns_dir": "where named namespaces are bind-mounted (default: /run/netns)",
+        "proc_root": "procfs to find namespaces in (default: /proc)",
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.interval_s = float(options.get("interval_s", 1.0))
+        self.namespaces = bool(options.get("namespaces", True))
+        self.max_namespaces = int(options.get("max_namespaces", 64))
+        self.skip_kinds = tuple(as_list(options.get("skip_kinds", ("noqueue",))))
+        self.netns_dir = str(options.get("netns_dir", _netns.NETNS_DIR))
+        self.proc_root = str(options.get("proc_root", "/proc")).rstrip("/")
+        self.lock = threading.RLock()
+        self.spaces: dict[int, _Space] = {}
+        self.failed: dict[int, str] = {}
+        self.keys: list[Key] = []
+        self._index: dict[Key, int] = {}
+        self.values = np.empty(0)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._nsfs_dev: int | None = None
+        self.released_early = 0
+
+    # -- namespaces ------------------------------------------------------------------------
+    def _sync_spaces(self) -> None:
+        """Open sockets in namespaces that appeared, close those of namespaces gone."""
+        if not self.namespaces:
+            return
+        found = _netns.scan(self.proc_root, self.netns_dir)
+        wanted = sorted(found.namespaces, key=lambda i: (not found.namespaces[i].names, i))
+        self.info["namespaces_dropped"] = max(0, len(wanted) - self.max_namespaces)
+        wanted = wanted[: self.max_namespaces]
+        with self.lock:
+            for ino in [i for i, s in self.spaces.items()
+                        if i and (i not in found.namespaces or s.gone)]:
+                self.spaces.pop(ino).rtnl.close()
+            for ino in wanted:
+                ns = found.namespaces[ino]
+                space = self.spaces.get(ino)
+                if space is not None:
+                    space.ns = ns
+                    continue
+                try:
+                    path = (f"{self.netns_dir}/{ns.names[0]}" if ns.names
+                            else f"{self.proc_root}/{ns.pids[0]}/ns/net")
+                    rtnl = _netns.run_inside(path, ino, open_rtnl)
+                except OSError as exc:
+                    self.failed[ino] = ("entering a namespace needs CAP_SYS_ADMIN"
+                                        if isinstance(exc, PermissionError)
+                                        else exc.strerror or str(exc))
+                    continue
+                self.failed.pop(ino, None)
+                labels, _ = namespace_labels(ns, self.proc_root)
+                self.spaces[ino] = _Space(ino, rtnl, labels, ns,
+                                          ns.pids[0] if ns.pids else 0)
+            for ino in [i for i in self.failed if i not in found.namespaces]:
+                del self.failed[ino]
+        notes = []
+        if self.failed:
+            reasons = sorted(set(self.failed.values()))
+            notes.append(f"qdiscs of {len(self.failed)} other namespace(s) not read "
+                         f"({'; '.join(reasons)})")
+        if self.info["namespaces_dropped"]:
+            notes.append(f"{self.info['namespaces_dropped']} namespaces over max_namespaces "
+                         "not read")
+        self.status = "degraded" if notes else "ok"
+        self.reason = "qdisc: " + "; ".join(notes) if notes else ""
+
+    # -- reading -----------------------------------------------------------------------------
+    def _poll(self) -> None:
+        """One dump per namespace; values of known qdiscs into the array."""
+        with self.lock:
+            spaces = [s for s in self.spaces.values() if not s.gone]
+            values, index = self.values, self._index
+            fresh = np.full(len(values), np.nan)
+            for space in spaces:
+                try:
+                    found = space.rtnl.qdiscs()
+                except OSError:
+                    found = []
+                seen: dict[Key, tuple[float, ...]] = {}
+                for q in found:
+                    if matches(q.kind, self.skip_kinds):
+                        continue
+                    if q.ifindex not in space.links:
+                        self._relink(space)
+                    seen[(space.ino, q.ifindex, q.parent, q.handle, q.kind)] = q.stats
+                space.seen = seen
+                for key, stats in seen.items():
+                    at = index.get(key)
+                    if at is not None:  # a new one joins at the next refresh
+                        fresh[at: at + len(STATS)] = stats
+            values[:] = fresh
+
+    @staticmethod
+    def _relink(space: _Space) -> None:
+        with contextlib.suppress(OSError):
+            space.links = space.rtnl.links()
+
+    def _check_alive(self) -> None:
+        """Let go of namespaces that ended (no process inside, no bind mount)."""
+        with self.lock:
+            spaces = [s for s in self.spaces.values() if s.ino and not s.gone]
+        for space in spaces:
+            if space.ns is None:
+                continue
+            pid = _netns.still_there(space.ns, space.holder, self.proc_root, self.netns_dir,
+                                     self._nsfs_dev)
+            if pid is None:
+                fresh = _netns.scan(self.proc_root, self.netns_dir, max_age_s=0.0)
+                ns = fresh.namespaces.get(space.ino)
+                if ns is not None:
+                    space.ns, space.holder = ns, ns.pids[0] if ns.pids else 0
+                    continue
+                with self.lock:
+                    space.gone = True
+                    space.seen = {}
+                    space.rtnl.close()
+                    self.released_early += 1
+            else:
+                space.holder = pid or space.holder
+
+    def _run(self) -> None:
+        period = max(0.05, self.interval_s)
+        next_at = time.monotonic() + period
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            try:
+                self._check_alive()
+                self._poll()
+            except Exception as exc:  # keep polling; say it once
+                self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
+            next_at += period
+            now = time.monotonic()
+            if next_at < now:
+                next_at = now + period
+
+    def _channels_of(self, key: Key) -> list[str]:
+        ino, ifindex, parent, handle, kind = key
+        space = self.spaces.get(ino)
+        iface = space.links.get(ifindex, str(ifindex)) if space is not None else str(ifindex)
+        labels = {"iface": iface, "qdisc": kind, "handle": tc_handle(handle),
+                  "parent": tc_parent(parent), **(space.labels if space is not None else {})}
+        return [format_channel(f"qdisc.{stat}", labels) for stat in STATS]
+
+    def _adopt(self) -> bool:
+        """Channels for the qdiscs of the last dump; True when they changed."""
+        with self.lock:
+            order = {ino: i for i, ino in enumerate(self.spaces)}
+            keys = sorted((k for s in self.spaces.values() if not s.gone for k in s.seen),
+                          key=lambda k: (order.get(k[0], 0), k[1], k[2], k[3], k[4]))
+            if keys == self.keys:
+                return False
+            channels = [c for key in keys for c in self._channels_of(key)]
+            values = np.full(len(channels), np.nan)
+            index = {key: i * len(STATS) for i, key in enumerate(keys)}
+            for space in self.spaces.values():
+                for key, stats in space.seen.items():
+                    if key in index:
+                        values[index[key]: index[key] + len(STATS)] = stats
+            self.keys, self._index, self.values, self.channels = keys, index, values, channels
+            self.info["qdiscs"] = len(keys)
+            return True
+
+    # -- the probe contract ------------------------------------------------------------------
+    def open(self) -> None:
+        try:
+            self._nsfs_dev = os.stat(f"{self.proc_root}/self/ns/net").st_dev
+        except OSError:
+            self._nsfs_dev = None
+        own = open_rtnl()
+        self.spaces = {0: _Space(0, own, {})}
+        _netns.forget_scan()
+        self._sync_spaces()
+        self._poll()
+        self._adopt()
+        self._thread = threading.Thread(target=self._run, name="reveal-qdisc", daemon=True)
+        self._thread.start()
+
+    def read(self, out: np.ndarray) -> None:
+        out[:] = self.values
+
+    def native_parts(self) -> list[NativePart]:
+        return [NativePart(self.values, 0, len(self.values), self.read)]
+
+    def refresh(self) -> bool:
+        """Namespaces that came or went, then the qdiscs of a dump made now."""
+        self._sync_spaces()
+        self._poll()
+        self.info["released_early"] = self.released_early
+        return self._adopt()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        with self.lock:
+            for space in self.spaces.values():
+                if not space.rtnl.closed:
+                    space.rtnl.close()
+            self.spaces = {}
+
+
+def matches(kind: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a qdisc kind matches one of ``patterns`` (shell patterns)."""
+    return any(fnmatch.fnmatchcase(kind, p) for p in patterns)
+
