@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", metavar="SET", help="metric-set file from `reveal select`")
     parser.add_argument("--json", metavar="FILE", dest="json_out",
                         help="write the JSON report here ('-' for stdout)")
-    parser.add_argument("--format", choices=("markdown", "json", "none"), default="markdown",
-                        help="what to print on stdout")
+    parser.add_argument("--format", choices=("text", "markdown", "json", "none"), default="text",
+                        help="what to print on stdout: text (a table fitted to the terminal, "
+                             "plain when piped), markdown (for files), json, or none")
     parser.add_argument("--preset", choices=("auto", "telemetry", "minute"), default="auto",
                         help="settings for the data's resolution: 'telemetry' (samples "
                              "≤ 1 s apart: 3 s windows), 'minute' (coarser: 10-row windows, "
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from reveal.analyze.select import load_metric_set
     from reveal.model import Reveal, analyze
     from reveal.report.terminal import render_text
+    from reveal.report.text import render_table
 
     def progress(message: str) -> None:
         if not args.quiet:
@@ -147,8 +149,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.json_out:
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         progress(f"report written to {args.json_out}")
-    if args.format == "markdown" and args.json_out != "-":
+    if args.format == "text" and args.json_out != "-":
         print(render_text(report, args.limit, args.json_out, tty=sys.stdout.isatty()), end="")
+    elif args.format == "markdown" and args.json_out != "-":
+        print(render_table(report, args.limit, args.json_out), end="")
     elif args.format == "json" and args.json_out != "-":
         json.dump(payload, sys.stdout, indent=2)
         print()
