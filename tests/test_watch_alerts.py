@@ -1,0 +1,127 @@
+"""Alert episodes: open on a flagged window, update, resolve after a quiet period; the state
+file keeps what each sink delivered so that a restart sends nothing twice; a reboot
+resolves what was open. Channels the model does not know are reported."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from reveal.analyze.evidence import Reason, WindowEvidence
+from reveal.frame import Telemetry
+from reveal.live.alerts import EpisodeTracker
+from reveal.live.scorer import LiveScorer, LiveWindow
+from reveal.live.sinks import AlertmanagerSink, JsonLinesSink
+from reveal.model import Reveal
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_model import _synthetic
+
+S = 1_000_000_000
+
+
+def window(k: int, flagged: bool, score: float = 5.0) -> LiveWindow:
+    reason = Reason("derived.cpu_busy_pct{cpu=1}", "derived.cpu_busy_pct", "mean", "cpu",
+                    0.6, 97.0, 4.0, 40.0)
+    evidence = WindowEvidence(k, k * S, k * S + 3 * S, score, ["Z"], ["cpu"], {"cpu": 1.0},
+                              [reason]) if flagged else None
+    return LiveWindow(k, k * S, k * S + 3 * S, score if flagged else 0.1, 1.0, flagged,
+                      flagged, {"Z": 1.0}, {"Z": 0.5}, ["Z"] if flagged else [], evidence,
+                      "CPU busy rose." if flagged else None)
+
+
+def tracker(path: Path, boot: str = "boot-a") -> EpisodeTracker:
+    return EpisodeTracker(path, "host-a", resolve_after_s=3.0, wall_offset_ns=10 * S,
+                          boot_id=boot)
+
+
+def test_an_episode_opens_updates_and_resolves_after_a_quiet_period(tmp_path):
+    t = tracker(tmp_path / "alerts.json")
+    t.load()
+    events = []
+    for k in range(40):
+        events += t.observe(window(k, 5 <= k < 25, score=5.0 + k))
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "firing" and kinds[-1] == "resolved" and "update" in kinds
+    first, last = events[0], events[-1]
+    assert first["id"] == last["id"] and first["host"] == "host-a"
+    assert first["subsystem"] == "cpu" and first["claim"] == "CPU busy rose."
+    assert first["reasons"][0] == {"channel": "derived.cpu_busy_pct{cpu=1}",
+                                   "feature": "mean", "subsystem": "cpu", "value": 97.0,
+                                   "baseline": 4.0, "unit": "%", "robust_z": 40.0,
+                                   "contribution": 0.6}
+    assert last["end"] is not None and last["peak_score"] == 5.0 + 24
+    assert last["end"] == "1970-01-01T00:00:37.000Z"  # end of its last flagged window
+    resolved_at = next(k for k in range(40) if k * S + 3 * S - 27 * S >= 3 * S)
+    assert resolved_at == 27
+    # a flagged window after the quiet period is a new episode
+    more = t.observe(window(50, True))
+    assert more[0]["event"] == "firing" and more[0]["id"] != first["id"]
+
+
+def test_restart_sends_only_what_was_not_delivered_and_reboot_resolves(tmp_path):
+    path = tmp_path / "alerts.json"
+    t = tracker(path)
+    t.load()
+    firing = t.observe(window(0, True))[0]
+    t.observe(window(1, True))
+    t.delivered("webhook", firing)
+    saved = json.loads(path.read_text())
+    assert saved["episodes"][0]["delivered"] == {"webhook": ["firing"]}
+
+    again = tracker(path)  # a restart on the same boot: the episode stays open
+    assert again.load() == []
+    assert again.owed("webhook") == []  # delivered: not sent again
+    assert [e["event"] for e in again.owed("alertmanager")] == ["firing"]  # never delivered
+    # the first window after the restart comes later than the quiet period: resolved
+    events = again.observe(window(20, False))
+    assert [e["event"] for e in events] == ["resolved"] and events[0]["id"] == firing["id"]
+    again.delivered("webhook", events[0])
+    assert again.owed("webhook") == []
+
+    other = tracker(tmp_path / "b.json")
+    other.load()
+    open_one = other.observe(window(0, True))[0]
+    other.delivered("webhook", open_one)
+    rebooted = tracker(tmp_path / "b.json", boot="boot-b")
+    owed = rebooted.load()
+    assert [e["event"] for e in owed] == ["resolved"] and owed[0]["id"] == open_one["id"]
+    assert [e["event"] for e in rebooted.owed("webhook")] == ["resolved"]
+
+
+def test_json_lines_and_alertmanager_payloads(tmp_path):
+    t = tracker(tmp_path / "alerts.json")
+    t.load()
+    event = t.observe(window(0, True, score=9.0))[0]
+    delivered = []
+    sink = JsonLinesSink(str(tmp_path / "alerts.jsonl"), lambda s, e: delivered.append(s))
+    sink.submit(event)
+    sink.close()
+    assert json.loads((tmp_path / "alerts.jsonl").read_text()) == event
+    assert delivered == ["jsonl"]
+    am = AlertmanagerSink("http://127.0.0.1:9/api/v2/alerts")
+    try:
+        (alert,) = am.body(event)
+        assert am.url == "http://127.0.0.1:9/api/v2/alerts"
+    finally:
+        am.close(timeout=0.1)
+    assert alert["labels"] == {"alertname": "RevealAnomaly", "host": "host-a",
+                               "subsystem": "cpu", "severity": "critical",
+                               "episode": event["id"]}
+    assert alert["annotations"]["claim"] == "CPU busy rose."
+    assert "97 % (baseline 4 %)" in alert["annotations"]["reasons"]
+    assert alert["startsAt"] == event["start"] and alert["endsAt"] > alert["startsAt"]
+
+
+def test_channels_the_model_does_not_know_are_reported():
+    model = Reveal().fit(_synthetic(600, seed=1))
+    run = _synthetic(10, seed=2)
+    extra = Telemetry(run.host, run.timestamps_ns,
+                      np.column_stack([run.values, np.linspace(0, 5, run.n_samples)]),
+                      [*run.channels, "mem.Shmem"], run.meta)
+    scorer = LiveScorer(model, interval_s=0.1)
+    assert scorer.unmodelled(run) == []
+    assert scorer.unmodelled(extra) == ["mem.Shmem"]
