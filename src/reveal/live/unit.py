@@ -12,8 +12,7 @@ from pathlib import Path
 UNIT = """\
 [Unit]
 Description=Reveal: live anomaly detection on this host (reveal watch)
-Documentation=file://{docs}
-After=network-online.target
+{docs}After=network-online.target
 Wants=network-online.target
 
 [Service]
@@ -24,8 +23,7 @@ KillSignal=SIGTERM
 TimeoutStopSec=60
 Restart=on-failure
 RestartSec=5
-StateDirectory={state_name}
-# the tick thread asks for SCHED_FIFO priority 1; perf counters and eBPF need these
+{state_directory}# the tick thread asks for SCHED_FIFO priority 1; perf counters and eBPF need these
 AmbientCapabilities=CAP_SYS_NICE CAP_PERFMON CAP_BPF CAP_SYS_ADMIN
 LimitMEMLOCK=infinity
 Nice=-5
@@ -42,10 +40,14 @@ def systemd_unit(args: list[str], state: Path) -> str:
     if "--state" not in kept and not any(a.startswith("--state=") for a in kept):
         kept = ["--state", str(state), *kept]
     command = " ".join([reveal, "watch", *(shlex.quote(a) for a in kept)])
-    state_name = (str(state).removeprefix("/var/lib/")
-                  if str(state).startswith("/var/lib/") else "reveal")
-    docs = Path(__file__).resolve().parents[3] / "docs" / "watch.md"
-    return UNIT.format(exec_start=command, state_name=state_name, docs=docs)
+    absolute = str(Path(state).absolute())
+    # systemd creates /var/lib/NAME (owned by the service); another place must exist
+    state_directory = (f"StateDirectory={absolute.removeprefix('/var/lib/')}\n"
+                       if absolute.startswith("/var/lib/") else "")
+    docs = Path(__file__).resolve().parents[3] / "docs" / "watch.md"  # a source checkout
+    documentation = f"Documentation=file://{docs}\n" if docs.is_file() else ""
+    return UNIT.format(exec_start=command, state_directory=state_directory,
+                       docs=documentation)
 
 
 def dashboard_json() -> str:
