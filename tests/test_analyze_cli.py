@@ -13,31 +13,12 @@ from reveal.cli import main
 from reveal.frame import Telemetry
 from reveal.model import analyze
 from reveal.store.run_writer import write_run
-
-CHANNELS = ["derived.cpu_busy_pct", "mem.Dirty", "disk.sectors_written{dev=vda}",
-            "net.rx_bytes{iface=eth0}"]
+from synthetic import CHANNELS, ar1_host
 
 
 def _synthetic(seconds: float, seed: int, fault: tuple[float, float] | None = None,
-               start_ns: int = 0) -> Telemetry:
-    """Stationary AR(1) gauges and steadily growing counters at 10 Hz; optional CPU fault."""
-    rng = np.random.default_rng(seed)
-    n = int(seconds * 10)
-    ts = start_ns + np.arange(n, dtype=np.int64) * 100_000_000
-    noise = rng.normal(size=(n, 4))
-    ar = np.empty_like(noise)
-    ar[0] = noise[0]
-    for t in range(1, n):
-        ar[t] = 0.6 * ar[t - 1] + noise[t]
-    cpu = 40 + 3 * ar[:, 0]
-    dirty = 5e6 + 2e5 * ar[:, 1]
-    sectors = np.cumsum(np.maximum(200 + 20 * ar[:, 2], 0))
-    rx = np.cumsum(np.maximum(1e5 + 1e4 * ar[:, 3], 0))
-    if fault is not None:
-        a, b = int(fault[0] * 10), int(fault[1] * 10)
-        cpu[a:b] += 45  # contention: busy jumps
-    return Telemetry("synthetic-host", ts, np.column_stack([cpu, dirty, sectors, rx]),
-                     list(CHANNELS), {"interval_s": 0.1})
+               start_ns: int = 0):
+    return ar1_host(seconds, seed, fault, start_s=start_ns / 1e9)
 
 
 @pytest.fixture(scope="module")
