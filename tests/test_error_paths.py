@@ -96,6 +96,7 @@ def _make_places(root: Path) -> Places:
     _csv(p("run.csv"), "time,cpu.busy", _series("cpu.busy"))
     _csv(p("other.csv"), "time,disk.queue", _series("disk.queue", offset=3.0))
     p("garbage-metrics.json").write_text("{{{", encoding="utf-8")
+    p("garbage.model").write_text("not a model\n", encoding="utf-8")
     p("foreign-metrics.json").write_text('{"format": "other"}', encoding="utf-8")
     p("bad.toml").write_text("[collect\ninterval = \n", encoding="utf-8")
     p("unknown-table.toml").write_text("[collector]\ninterval = 0.1\n", encoding="utf-8")
@@ -237,6 +238,15 @@ CASES = [
     Case("analyze-missing-metric-set",
          lambda p: ["analyze", S(p.run), "--metrics", S(p.p("nowhere.json")), "--quiet"],
          "unreadable metric-set file"),
+    Case("analyze-garbage-model",
+         lambda p: ["analyze", S(p.p("run.csv")), "--model", S(p.p("garbage.model")),
+                    "--quiet"], "not a Reveal model file"),
+    Case("analyze-model-with-settings",
+         lambda p: ["analyze", S(p.p("run.csv")), "--model", S(p.p("garbage.model")),
+                    "--window", "5", "--quiet"], "saved model's own settings"),
+    Case("analyze-save-model-readonly",
+         lambda p: ["analyze", S(p.p("run.csv")), "--save-model", S(p.readonly / "m"),
+                    "--quiet"], "Read-only file system", needs="readonly"),
     # analyze: labelled data
     Case("analyze-labelled-no-data-root",
          lambda p: ["analyze", "smd:machine-1-1", "--quiet"], "labelled data not found",
@@ -410,6 +420,25 @@ CASES = [
     Case("validate-reanalyse-run-without-baseline",
          lambda p: ["validate", "--reanalyse", S(p.p("no-baseline")), "--quiet"],
          "no baseline for run1"),
+    # watch (every one before recording or listening starts)
+    Case("watch-state-under-a-file",
+         lambda p: ["watch", "--state", S(p.p("a-file") / "state"), "--quiet"],
+         "state directory is not writable"),
+    Case("watch-state-readonly",
+         lambda p: ["watch", "--state", S(p.readonly / "state"), "--quiet"],
+         "state directory is not writable", needs="readonly"),
+    Case("watch-learn-too-short",
+         lambda p: ["watch", "--state", S(p.p("watch-1")), "--learn", "5s", "--quiet"],
+         "too short"),
+    Case("watch-bad-listen",
+         lambda p: ["watch", "--state", S(p.p("watch-2")), "--listen", "nonsense",
+                    "--quiet"], "expected HOST:PORT"),
+    Case("watch-resolve-after-zero",
+         lambda p: ["watch", "--state", S(p.p("watch-3")), "--resolve-after", "0",
+                    "--quiet"], "--resolve-after must be positive"),
+    Case("watch-webhook-not-http",
+         lambda p: ["watch", "--state", S(p.p("watch-4")), "--listen", "127.0.0.1:0",
+                    "--alert-webhook", "ftp://alerts", "--quiet"], "http:// or https://"),
     # demo
     Case("demo-too-short", lambda p: ["demo", "--duration", "10", "--out", S(p.p("never-14")),
                                       "--quiet"], "at least 30 seconds"),
