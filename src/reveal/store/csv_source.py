@@ -30,7 +30,7 @@ def _time_ns(column: pd.Series, name: str, path: Path) -> np.ndarray:
         scale = 1e6 if magnitude > 1e12 else 1e9
         return np.round(x * scale).astype(np.int64)
     try:
-        parsed = pd.to_datetime(column, utc=True)
+        parsed = pd.to_datetime(column, utc=True, format="ISO8601")
     except (ValueError, TypeError) as exc:
         raise InputError(f"time column {name!r} is neither numeric nor ISO 8601 ({exc})",
                          str(path)) from None
