@@ -125,3 +125,30 @@ def test_channels_the_model_does_not_know_are_reported():
     scorer = LiveScorer(model, interval_s=0.1)
     assert scorer.unmodelled(run) == []
     assert scorer.unmodelled(extra) == ["mem.Shmem"]
+
+
+def test_retention_removes_old_recordings_and_keeps_the_data_around_alerts(tmp_path):
+    import subprocess
+
+    from reveal.live.service import Watch, WatchOptions
+    from reveal.store.run_reader import read_run
+
+    state = tmp_path / "state"
+    runs = state / "runs"
+    for name in ("host-1", "host-2"):
+        subprocess.run([sys.executable, "-m", "reveal.cli", "collect", "--duration", "2",
+                        "--out", str(runs / name), "--quiet"], check=True,
+                       capture_output=True)
+    alerted = read_run(runs / "host-1")
+    offset = int(json.loads((runs / "host-1" / "meta.json").read_text())["wall_offset_ns"])
+    watch = Watch(WatchOptions(state=state, retain_s=0.0), lambda level, message: None)
+    watch.tracker = EpisodeTracker(tmp_path / "alerts.json", "host", 3.0, offset, "boot")
+    watch.tracker.observe(window(0, True))  # an episode at the start of host-1
+    ep = watch.tracker.episodes[0]
+    # 5 min before it, so that its margin ends half a second into host-1 (host-2 is later)
+    ep.start_ns = ep.end_ns = int(alerted.timestamps_ns[5]) - 300 * S + S // 2
+    watch._retention()
+    assert not runs.exists() or not any(runs.iterdir())  # both older than --retain 0
+    kept = read_run(state / "kept" / "host-1")  # a run directory reveal analyze reads
+    assert kept.n_samples == alerted.n_samples
+    assert not (state / "kept" / "host-2").exists()  # no alert there

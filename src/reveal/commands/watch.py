@@ -78,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retain-size", type=size, default=2 << 30, metavar="SIZE",
                         help="remove the oldest finished recordings beyond this size "
                              "(default 2G)")
+    parser.add_argument("--retain-alerts", type=duration, default=30 * 86400.0,
+                        metavar="DURATION",
+                        help="keep the data within 5 min of every alert this long (the "
+                             "segments are copied to STATE/kept/ when their recording is "
+                             "removed; default 30d)")
     parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
                         help="multiply the model's threshold (tests and tuning: below 1 "
                              "flags more than `reveal analyze` would)")
@@ -120,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,
         interval_s=args.interval, include=args.probes, exclude=args.exclude,
         probe_options=probe_options(args.probe_option), realtime=args.realtime,
-        retain_s=args.retain, retain_bytes=args.retain_size)
+        retain_s=args.retain, retain_bytes=args.retain_size,
+        retain_alerts_s=args.retain_alerts)
     watch = Watch(options, _notify(args.quiet))
     watch.start()
     if listen is not None:

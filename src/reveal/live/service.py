@@ -13,6 +13,7 @@ The state directory holds::
     watch.json       model generation, when and from which run it was learned
     alerts.json      alert episodes and what each sink delivered (atomic)
     runs/HOST-TIME/  the recordings (one per start; the first learn comes from its start)
+    kept/HOST-TIME/  the segments around alerts of recordings removed by retention
     lock             held while a watch runs (one watch per state directory)
 """
 
@@ -43,13 +44,14 @@ from reveal.live.buffer import SampleBuffer, TeeSink
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import AlertmanagerSink, JsonLinesSink, Sink, WebhookSink
 from reveal.model import Reveal
-from reveal.store.layout import write_json_atomic
+from reveal.store.layout import META_FILE, write_json_atomic
 from reveal.store.run_reader import read_run
 
 MODEL_FILE = "model.reveal"
 WATCH_FILE = "watch.json"
 ALERTS_FILE = "alerts.json"
 RUNS_DIR = "runs"
+KEPT_DIR = "kept"
 LOCK_FILE = "lock"
 
 #: the default learning span, seconds
@@ -67,6 +69,8 @@ BUFFER_S = 180.0
 AM_REFRESH_S = 60.0
 #: how often old recordings are pruned (seconds)
 RETENTION_EVERY_S = 60.0
+#: data kept around every alert episode when its recording is removed (seconds each side)
+ALERT_MARGIN_S = 300.0
 
 
 def default_state_dir() -> Path:
@@ -96,6 +100,7 @@ class WatchOptions:
     realtime: bool = True
     retain_s: float = 86400.0
     retain_bytes: int = 2 << 30
+    retain_alerts_s: float = 30 * 86400.0
     webhook_queue: int = 1000
 
 
@@ -442,7 +447,9 @@ class Watch:
                     sink.submit(ep.event("update"))
 
     def _retention(self) -> None:
-        """Remove the oldest finished recordings beyond ``retain_s`` or ``retain_bytes``."""
+        """Remove the oldest finished recordings beyond ``retain_s`` or ``retain_bytes``;
+        the segments within ``ALERT_MARGIN_S`` of an alert episode are first copied to
+        ``kept/RUN`` (a run directory of its own), removed after ``retain_alerts_s``."""
         runs = sorted((p for p in (self.state / RUNS_DIR).iterdir() if p.is_dir()),
                       key=lambda p: p.stat().st_mtime)
         current = self.collector.run_dir if self.collector else None
@@ -454,8 +461,53 @@ class Watch:
                 continue
             old = now - p.stat().st_mtime > self.options.retain_s
             if old or total > self.options.retain_bytes:
+                try:
+                    self._keep_alert_data(p)
+                except (OSError, InputError) as exc:
+                    self.notify("warning", f"{p}: the data around its alerts could not be "
+                                           f"kept ({exc}); the recording is kept instead")
+                    continue
                 shutil.rmtree(p, ignore_errors=True)
                 total -= sizes[p]
+        kept = self.state / KEPT_DIR
+        if kept.is_dir():
+            for p in kept.iterdir():
+                if now - p.stat().st_mtime > self.options.retain_alerts_s:
+                    shutil.rmtree(p, ignore_errors=True)
+
+    def _keep_alert_data(self, run: Path) -> None:
+        """Copy the segments of ``run`` within ``ALERT_MARGIN_S`` of an episode to
+        ``kept/RUN`` (with its meta.json): ``reveal analyze`` reads it as a run."""
+        if self.tracker is None or not self.tracker.episodes:
+            return
+        from reveal.store.run_reader import open_run
+
+        meta = json.loads((run / META_FILE).read_text(encoding="utf-8"))
+        offset = int(meta.get("wall_offset_ns") or 0)
+        margin = int(ALERT_MARGIN_S * 1e9)
+        spans = [(ep.start_ns + ep.wall_offset_ns - margin, ep.end_ns + ep.wall_offset_ns
+                  + margin) for ep in self.tracker.episodes]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            reader = open_run(run)
+        chosen = []
+        for source in reader.sources:
+            lows = [g.ts_min for g in source.groups if g.ts_min is not None]
+            highs = [g.ts_max for g in source.groups if g.ts_max is not None]
+            if source.journal is not None or not lows:
+                chosen.append(source.path)  # a journal left by a kill: small, kept whole
+                continue
+            lo, hi = min(lows) + offset, max(highs) + offset
+            if any(lo <= b and a <= hi for a, b in spans):
+                chosen.append(source.path)
+        if not chosen:
+            return
+        target = self.state / KEPT_DIR / run.name
+        for path in chosen:
+            dest = target / path.relative_to(run)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+        shutil.copy2(run / META_FILE, target / META_FILE)
 
     # -- what /metrics shows -------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
