@@ -186,7 +186,7 @@ def of(channels: list[str], metric: str, **labels: str) -> str:
 @needs_root
 def test_a_rate_cap_shows_drops_and_overlimits(pair: Pair) -> None:
     add_tbf(pair)
-    probe = QdiscProbe(interval_s=0.1)
+    probe = QdiscProbe(poll_s=0.1)
     probe.open()
     try:
         drops = of(probe.channels, "qdisc.drops", iface=pair.ifa, qdisc="tbf", netns=pair.a)
@@ -217,7 +217,7 @@ def test_collect_run_sees_a_qdisc_and_its_namespace_come_and_go(tmp_path: Path) 
     collector = subprocess.Popen(
         [sys.executable, "-m", "reveal.cli", "collect", "--duration", "16", "--refresh", "1",
          "--probes", "qdisc,pressure", "--quiet", "--out", str(out_dir),
-         "--probe-option", "qdisc.interval_s=0.2"],
+         "--probe-option", "qdisc.poll_s=0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     made = None
     try:

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -152,6 +153,15 @@ def _setns(fd: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
+def name_thread(name: str) -> None:
+    """Give the calling thread ``name`` (15 bytes at most) where ``top -H`` and
+    ``/proc/PID/task/*/comm`` show it."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
 def run_inside(ns_path: str, ino: int, func: Callable[[], T]) -> T:
     """Call ``func`` on a new thread that has entered the network namespace at ``ns_path``
     (``/run/netns/NAME`` or ``/proc/PID/ns/net``), checked to be ``ino``. Needs
@@ -279,3 +289,100 @@ def still_there(ns: Namespace, holder: int, proc_root: str = "/proc",
         if st.st_ino == ns.ino and (nsfs_dev is None or st.st_dev == nsfs_dev):
             return 0
     return None
+
+
+class Exits:
+    """Wait for processes to exit: a pidfd per watched process (Linux 5.3+), polled
+    together with a timeout, so a namespace's last process leaving is noticed at once and
+    costs nothing while it runs. Where pidfds are refused, :meth:`wait` just sleeps and
+    reports every watched key each time (the caller then checks them all)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[Any, tuple[int, int]] = {}  # key → (pid, pidfd or -1)
+        self.supported = hasattr(os, "pidfd_open")
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        """End the current :meth:`wait` now (from another thread)."""
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    def watching(self) -> set[Any]:
+        return set(self._fds)
+
+    def watch(self, key: Any, pid: int) -> None:
+        """Watch ``pid`` for ``key`` (replacing what ``key`` watched); 0 watches nothing."""
+        old = self._fds.get(key)
+        if old is not None and old[0] == pid:
+            return
+        self.forget(key)
+        if pid <= 0:
+            return
+        fd = -1
+        if self.supported:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSYS, errno.EPERM):
+                    self.supported = False
+        self._fds[key] = (pid, fd)
+
+    def forget(self, key: Any) -> None:
+        old = self._fds.pop(key, None)
+        if old is not None and old[1] >= 0:
+            os.close(old[1])
+
+    def wait(self, timeout_s: float, stop: threading.Event | None = None) -> list[Any]:
+        """Sleep until ``timeout_s`` passed or a watched process exited; the keys whose
+        process exited (or could not be watched), with their watch dropped."""
+        import select
+
+        fds = {fd: key for key, (_, fd) in self._fds.items() if fd >= 0}
+        blind = [key for key, (_, fd) in self._fds.items() if fd < 0]
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        if stop is not None and stop.is_set():
+            return []
+        events = poller.poll(max(0, int(timeout_s * 1000)))
+        if any(fd == self._wake_r for fd, _ in events):
+            with contextlib.suppress(OSError):
+                os.read(self._wake_r, 64)
+        fired = [fds[fd] for fd, _ in events if fd in fds]
+        for key in fired:
+            self.forget(key)
+        return fired + blind
+
+    def close(self) -> None:
+        for key in list(self._fds):
+            self.forget(key)
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def settle(items: list[tuple[Any, Namespace, int]], proc_root: str, netns_dir: str,
+           nsfs_dev: int | None) -> tuple[dict[Any, tuple[Namespace, int]], list[Any]]:
+    """Which of ``items`` (key, namespace, holder) still exist without us: ``{key:
+    (namespace as seen now, a live process inside or 0 for a bind mount only)}``, and the
+    keys of those that ended. A namespace none of whose known processes is left is looked
+    for again in a fresh scan (processes may have entered it since)."""
+    alive: dict[Any, tuple[Namespace, int]] = {}
+    lost: list[tuple[Any, Namespace]] = []
+    for key, ns, holder in items:
+        pid = still_there(ns, holder, proc_root, netns_dir, nsfs_dev)
+        if pid is None:
+            lost.append((key, ns))
+        else:
+            alive[key] = (ns, pid)
+    ended: list[Any] = []
+    if lost:
+        fresh = scan(proc_root, netns_dir, max_age_s=0.0)
+        for key, ns in lost:
+            again = fresh.namespaces.get(ns.ino)
+            if again is None:
+                ended.append(key)
+            else:
+                alive[key] = (again, again.pids[0] if again.pids else 0)
+    return alive, ended

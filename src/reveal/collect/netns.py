@@ -351,6 +351,7 @@ class NetnsProbe(FileProbe):
         self._protocols: _Protocols | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._exits: _netns.Exits | None = None
         self.released_early = 0
 
     # -- discovery -----------------------------------------------------------------------
@@ -468,58 +469,74 @@ class NetnsProbe(FileProbe):
             self._nsfs_dev = os.stat(f"{self.proc_root}/self/ns/net").st_dev
         _netns.forget_scan()  # a scan made before this probe existed may be a second old
         super().open()
+        self._exits = _netns.Exits()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-netns", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        """Every ``protocol_interval_s``: release namespaces that ended, read protocols."""
+        """Every ``protocol_interval_s`` read the protocols; between, wait for a watched
+        process to exit and let go at once of a namespace that ended with it."""
+        _netns.name_thread("reveal-netns")
         period = max(0.05, self.protocol_interval_s)
         next_at = time.monotonic()
+        exits = self._exits
+        assert exits is not None
         while not self._stop.is_set():
             try:
-                self._check_alive()
                 with self.lock:
-                    if self._protocols is not None:
-                        self._protocols.poll()
-            except Exception as exc:  # keep polling; say it once
+                    live = {ino: s.holder for ino, s in self.states.items() if not s.released}
+                for key in exits.watching() - live.keys():
+                    exits.forget(key)
+                for ino, holder in live.items():
+                    exits.watch(ino, holder)
+                fired = exits.wait(next_at - time.monotonic(), self._stop)
+                if self._stop.is_set():
+                    break
+                due = time.monotonic() >= next_at
+                check = set(fired)
+                if due:  # namespaces kept only by a bind mount: looked at each period
+                    check |= {ino for ino, holder in live.items() if not holder}
+                if check:
+                    self._settle(check)
+                if due:
+                    with self.lock:
+                        if self._protocols is not None:
+                            self._protocols.poll()
+                    next_at += period
+                    now = time.monotonic()
+                    if next_at < now:
+                        next_at = now + period
+            except Exception as exc:  # keep going; say it once
                 self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
-            next_at += period
-            now = time.monotonic()
-            if next_at < now:
-                next_at = now + period
-            self._stop.wait(next_at - now)
+                self._stop.wait(period)
 
-    def _check_alive(self) -> None:
-        """Release each namespace that ended (no process inside, no bind mount)."""
+    def _settle(self, inodes: set[int]) -> None:
+        """Check namespaces whose process exited; release those that ended."""
         with self.lock:
-            states = [s for s in self.states.values() if not s.released]
-        gone: list[NsState] = []
-        for state in states:
-            pid = _netns.still_there(state.ns, state.holder, self.proc_root, self.netns_dir,
-                                     self._nsfs_dev)
-            if pid is None:
-                gone.append(state)
-            else:
-                state.holder = pid or state.holder
-        if not gone:
-            return
-        fresh = _netns.scan(self.proc_root, self.netns_dir, max_age_s=0.0)
+            items = [(ino, self.states[ino].ns, self.states[ino].holder) for ino in inodes
+                     if ino in self.states and not self.states[ino].released]
+        alive, ended = _netns.settle(items, self.proc_root, self.netns_dir, self._nsfs_dev)
         with self.lock:
-            for state in gone:
-                ns = fresh.namespaces.get(state.ns.ino)
-                if ns is not None:  # other processes entered since the last scan
-                    state.ns = ns
-                    state.holder = ns.pids[0] if ns.pids else 0
-                elif state.ns.ino in self.states:
+            for ino, (ns, holder) in alive.items():
+                if ino in self.states:
+                    self.states[ino].ns, self.states[ino].holder = ns, holder
+            for ino in ended:
+                state = self.states.get(ino)
+                if state is not None and not state.released:
                     state.release(self._devnull)
                     self.released_early += 1
 
     def close(self) -> None:
         self._stop.set()
+        if self._exits is not None:
+            self._exits.wake()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
         super().close()
         with self.lock:
             for state in self.states.values():

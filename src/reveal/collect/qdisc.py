@@ -19,7 +19,7 @@ A parent's counters include its children's (``mq`` sums its per-queue qdiscs, ``
 classes' leaves). ``noqueue`` (no queue at all: virtual interfaces, loopback) has no
 statistics and is left out (``skip_kinds``).
 
-Rate: every ``interval_s`` (1 s) on the probe's own thread (``reveal-qdisc``), into an
+Rate: every ``poll_s`` (1 s) on the probe's own thread (``reveal-qdisc``), into an
 array the C tick thread copies each tick, so between two reads a value repeats (a dump
 costs about 60 µs of CPU for two qdiscs: 1.3 ms a second for 21 namespaces). New qdiscs
 join at the next ``refresh()``; one that went away reads NaN until then. A namespace that
@@ -72,7 +72,8 @@ class QdiscProbe(Probe):
     description = ("queueing-discipline bytes, packets, drops, overlimits, requeues and "
                    "backlog of every interface, every network namespace (rtnetlink)")
     options_help: ClassVar[dict[str, str]] = {
-        "interval_s": "seconds between two reads of every qdisc (default: 1)",
+        "poll_s": "seconds between two reads of every qdisc (default: 1; not the sampling "
+                  "interval)",
         "namespaces": "also the qdiscs of the other network namespaces (default: true)",
         "max_namespaces": "most other namespaces read at once (default: 64)",
         "skip_kinds": "qdisc kinds left out (default: noqueue)",
@@ -82,7 +83,7 @@ class QdiscProbe(Probe):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.interval_s = float(options.get("interval_s", 1.0))
+        self.poll_s = float(options.get("poll_s", 1.0))
         self.namespaces = bool(options.get("namespaces", True))
         self.max_namespaces = int(options.get("max_namespaces", 64))
         self.skip_kinds = tuple(as_list(options.get("skip_kinds", ("noqueue",))))
@@ -97,6 +98,7 @@ class QdiscProbe(Probe):
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._nsfs_dev: int | None = None
+        self._exits: _netns.Exits | None = None
         self.released_early = 0
 
     # -- namespaces ------------------------------------------------------------------------
@@ -145,12 +147,20 @@ class QdiscProbe(Probe):
         self.reason = "qdisc: " + "; ".join(notes) if notes else ""
 
     # -- reading -----------------------------------------------------------------------------
-    def _poll(self) -> None:
-        """One dump per namespace; values of known qdiscs into the array."""
+    def _poll(self, recorded_only: bool = False) -> None:
+        """One dump per namespace (with ``recorded_only``, only of namespaces whose qdiscs
+        have channels: the others' new qdiscs could not join before a refresh anyway);
+        values of the qdiscs with channels into the array."""
         with self.lock:
-            spaces = [s for s in self.spaces.values() if not s.gone]
             values, index = self.values, self._index
+            spaces = [s for s in self.spaces.values() if not s.gone]
             fresh = np.full(len(values), np.nan)
+            if recorded_only:
+                holding = {k[0] for k in self.keys}
+                skipped = [s for s in spaces if s.ino not in holding]
+                spaces = [s for s in spaces if s.ino in holding]
+                for space in skipped:  # nothing of theirs is recorded: nothing to write
+                    space.seen = {k: v for k, v in space.seen.items() if k in index}
             for space in spaces:
                 try:
                     found = space.rtnl.qdiscs()
@@ -175,42 +185,62 @@ class QdiscProbe(Probe):
         with contextlib.suppress(OSError):
             space.links = space.rtnl.links()
 
-    def _check_alive(self) -> None:
-        """Let go of namespaces that ended (no process inside, no bind mount)."""
+    def _settle(self, inodes: set[int]) -> None:
+        """Check namespaces whose process exited; close the socket of those that ended."""
         with self.lock:
-            spaces = [s for s in self.spaces.values() if s.ino and not s.gone]
-        for space in spaces:
-            if space.ns is None:
-                continue
-            pid = _netns.still_there(space.ns, space.holder, self.proc_root, self.netns_dir,
+            items = [(ino, self.spaces[ino].ns, self.spaces[ino].holder) for ino in inodes
+                     if ino in self.spaces and not self.spaces[ino].gone
+                     and self.spaces[ino].ns is not None]
+        alive, ended = _netns.settle(items, self.proc_root, self.netns_dir,  # type: ignore[arg-type]
                                      self._nsfs_dev)
-            if pid is None:
-                fresh = _netns.scan(self.proc_root, self.netns_dir, max_age_s=0.0)
-                ns = fresh.namespaces.get(space.ino)
-                if ns is not None:
-                    space.ns, space.holder = ns, ns.pids[0] if ns.pids else 0
-                    continue
-                with self.lock:
+        with self.lock:
+            for ino, (ns, holder) in alive.items():
+                if ino in self.spaces:
+                    self.spaces[ino].ns, self.spaces[ino].holder = ns, holder
+            for ino in ended:
+                space = self.spaces.get(ino)
+                if space is not None and not space.gone:
                     space.gone = True
                     space.seen = {}
                     space.rtnl.close()
                     self.released_early += 1
-            else:
-                space.holder = pid or space.holder
 
     def _run(self) -> None:
-        period = max(0.05, self.interval_s)
+        """Every ``poll_s`` dump the namespaces holding recorded qdiscs (a new qdisc joins
+        at a refresh, which dumps them all); between, let go at once of a namespace whose
+        last process exited."""
+        _netns.name_thread("reveal-qdisc")
+        period = max(0.05, self.poll_s)
         next_at = time.monotonic() + period
-        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+        exits = self._exits
+        assert exits is not None
+        while not self._stop.is_set():
             try:
-                self._check_alive()
-                self._poll()
+                with self.lock:
+                    live = {ino: s.holder for ino, s in self.spaces.items()
+                            if ino and not s.gone}
+                for key in exits.watching() - live.keys():
+                    exits.forget(key)
+                for ino, holder in live.items():
+                    exits.watch(ino, holder)
+                fired = exits.wait(next_at - time.monotonic(), self._stop)
+                if self._stop.is_set():
+                    break
+                due = time.monotonic() >= next_at
+                check = set(fired)
+                if due:
+                    check |= {ino for ino, holder in live.items() if not holder}
+                if check:
+                    self._settle(check)
+                if due:
+                    self._poll(recorded_only=True)
+                    next_at += period
+                    now = time.monotonic()
+                    if next_at < now:
+                        next_at = now + period
             except Exception as exc:  # keep polling; say it once
                 self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
-            next_at += period
-            now = time.monotonic()
-            if next_at < now:
-                next_at = now + period
+                self._stop.wait(period)
 
     def _channels_of(self, key: Key) -> list[str]:
         ino, ifindex, parent, handle, kind = key
@@ -251,6 +281,8 @@ class QdiscProbe(Probe):
         self._sync_spaces()
         self._poll()
         self._adopt()
+        self._exits = _netns.Exits()
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-qdisc", daemon=True)
         self._thread.start()
 
@@ -269,9 +301,14 @@ class QdiscProbe(Probe):
 
     def close(self) -> None:
         self._stop.set()
+        if self._exits is not None:
+            self._exits.wake()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
         with self.lock:
             for space in self.spaces.values():
                 if not space.rtnl.closed:
