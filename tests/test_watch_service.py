@@ -305,7 +305,7 @@ def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
     shutil.copy(model, state / "model.reveal")
     port = free_port()
     watch = WatchProcess(state, [
-        "--listen", f"127.0.0.1:{port}", "--threshold-factor", "0.001",
+        "--listen", f"127.0.0.1:{port}", "--threshold-factor", "0.001", "--score-every", "2",
         "--alertmanager", f"http://127.0.0.1:{free_port()}",
         "--alert-webhook", f"http://127.0.0.1:{free_port()}/hook"], tmp_path / "w.log")
     try:

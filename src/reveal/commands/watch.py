@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep the data within 5 min of every alert this long (the "
                              "segments are copied to STATE/kept/ when their recording is "
                              "removed; default 30d)")
+    parser.add_argument("--score-every", type=int, default=1, metavar="N",
+                        help="score windows N at a time (every N strides): a scoring call "
+                             "costs about the same for one window as for ten, so N divides "
+                             "the CPU, and adds up to N-1 strides to the time to an alert")
     parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
                         help="multiply the model's threshold (tests and tuning: below 1 "
                              "flags more than `reveal analyze` would)")
@@ -123,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         allow_short_learn=args.allow_short_learn, resolve_after_s=args.resolve_after,
         listen=listen, alerts_file=args.alerts_file, webhook=args.alert_webhook,
         alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,
+        score_every=args.score_every,
         interval_s=args.interval, include=args.probes, exclude=args.exclude,
         probe_options=probe_options(args.probe_option), realtime=args.realtime,
         retain_s=args.retain, retain_bytes=args.retain_size,

@@ -93,6 +93,7 @@ class WatchOptions:
     webhook: str | None = None
     alertmanager: str | None = None
     threshold_factor: float = 1.0
+    score_every: int = 1
     interval_s: float = 0.1
     include: list[str] | None = None
     exclude: list[str] | None = None
@@ -151,6 +152,8 @@ class Watch:
     # -- start -------------------------------------------------------------------------
     def start(self) -> None:
         opts = self.options
+        if not opts.score_every >= 1:
+            raise InputError(f"--score-every must be at least 1, got {opts.score_every}")
         if not opts.resolve_after_s > 0:
             raise InputError(f"--resolve-after must be positive, got {opts.resolve_after_s}")
         self._open_state()
@@ -365,6 +368,8 @@ class Watch:
                 continue
             if buffer.layout_changes != self._layouts_seen:
                 self._check_channels()
+            if self.scorer.pending(buffer.total) < self.options.score_every:
+                continue  # windows are scored in batches (each call has a fixed cost)
             t0 = time.monotonic()
             windows = self.scorer.score(buffer.read, buffer.total, buffer.oldest)
             if not windows:
