@@ -22,15 +22,17 @@ process inside (:func:`reveal.collect.containers.process_identity`), ``container
   analysis names: segments, retransmissions, resets, listen drops, IP octets, UDP buffer
   errors, sockets in use), ``all`` or ``none``.
 
-Cost: ``net/dev`` of a namespace with two interfaces is about 13 µs of kernel time per read,
-``snmp`` + ``netstat`` + ``sockstat`` about 85 µs; so per namespace about 0.013 % of a core
-for the links at 100 ms and 0.009 % for the protocols at 1 s.
+Cost: ``net/dev`` of a namespace with two interfaces is about 12 µs of kernel time per read,
+``snmp`` + ``netstat`` + ``sockstat`` about 90 µs; so per namespace about 0.0125 % of a core
+for the links at 100 ms and 0.01 % for the protocols at 1 s (``bench/bench_containers.py``).
 
 Namespaces that end: every file held keeps its namespace alive in the kernel (and its
-interfaces: a veth peer on the host). The probe's thread checks each second that each
-namespace still has a process inside or its bind mount, and releases one that has neither
-at once (:meth:`reveal.collect._netns.NsFile.release`); its channels are NaN until the
-next refresh drops them. At most ``max_namespaces`` (64) are read, the rest counted in
+interfaces: a veth peer on the host). The probe's thread watches one process per
+namespace with a pidfd (:class:`reveal.collect._netns.Exits`); when it exits, the
+namespace is checked at once (another process inside, its bind mount, a fresh scan) and
+one that ended is released (:meth:`reveal.collect._netns.NsFile.release`); its channels
+are NaN until the next refresh drops them. One kept only by a bind mount is looked at
+every ``protocol_interval_s``. At most ``max_namespaces`` (64) are read, the rest counted in
 ``info["namespaces_dropped"]``. Without root only the namespaces of this user's processes
 are seen; what cannot be read is said once in the reason, the rest goes on.
 """

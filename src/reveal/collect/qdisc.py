@@ -20,9 +20,10 @@ classes' leaves). ``noqueue`` (no queue at all: virtual interfaces, loopback) ha
 statistics and is left out (``skip_kinds``).
 
 Rate: every ``poll_s`` (1 s) on the probe's own thread (``reveal-qdisc``), into an
-array the C tick thread copies each tick, so between two reads a value repeats (a dump
-costs about 60 µs of CPU for two qdiscs: 1.3 ms a second for 21 namespaces). New qdiscs
-join at the next ``refresh()``; one that went away reads NaN until then. A namespace that
+array the C tick thread copies each tick, so between two reads a value repeats. A dump
+costs about 60 µs of CPU for two qdiscs; between refreshes only the namespaces holding
+recorded qdiscs are dumped, since new qdiscs join at the next ``refresh()`` anyway (which
+dumps every namespace); one that went away reads NaN until then. A namespace that
 ends is let go within a second (its socket would keep it alive). Without CAP_SYS_ADMIN only
 the collector's own namespace is read, and the reason says so once.
 """
