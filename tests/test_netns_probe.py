@@ -369,3 +369,27 @@ def test_without_root_what_cannot_be_read_is_said_once_and_the_rest_goes_on(
     # a is read through the ordinary user's process inside it
     assert pair.a in report["namespaces"] and report["finite"] > 0
     assert pair.b not in report["namespaces"]
+
+
+def test_an_interface_added_inside_joins_at_the_next_refresh(pair: Pair) -> None:
+    probe = NetnsProbe(protocols="none")
+    probe.open()
+    extra = f"{pair.ifa[:-1]}x"
+    try:
+        assert not [c for c in probe.channels if f"iface={extra}," in c]
+        ip("-n", pair.a, "link", "add", extra, "type", "veth", "peer", "name",
+           f"{pair.ifa[:-1]}y")
+        out = np.full(len(probe.channels), np.nan)
+        probe.read(out)  # the layout moved: read again from the text, same channels
+        mine = [i for i, c in enumerate(probe.channels)
+                if parse_channel(c)[1]["netns"] in (pair.a, pair.b)]
+        assert np.isfinite(out[mine]).all()
+        assert probe.refresh()
+        added = [c for c in probe.channels if parse_channel(c)[1].get("iface") == extra]
+        assert len(added) == 8 and all(parse_channel(c)[1]["netns"] == pair.a for c in added)
+        assert probe.native_parts() is not None
+        out = np.full(len(probe.channels), np.nan)
+        probe.read(out)
+        assert np.isfinite([out[probe.channels.index(c)] for c in added]).all()
+    finally:
+        probe.close()
