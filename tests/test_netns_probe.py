@@ -31,6 +31,7 @@ from reveal.catalog import default_catalog
 from reveal.collect import _netns
 from reveal.collect.cgroup import cgroup_mounts
 from reveal.collect.netns import NetnsProbe
+from reveal.errors import InputError
 from reveal.frame import parse_channel
 from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
@@ -327,6 +328,7 @@ NON_ROOT = r"""
 import json, os, sys
 import numpy as np
 from reveal.collect.netns import NetnsProbe
+from reveal.errors import InputError
 probe = NetnsProbe()
 probe.open()
 out = np.full(len(probe.channels), np.nan)
@@ -393,3 +395,10 @@ def test_an_interface_added_inside_joins_at_the_next_refresh(pair: Pair) -> None
         assert np.isfinite([out[probe.channels.index(c)] for c in added]).all()
     finally:
         probe.close()
+
+
+def test_unknown_option_values_are_refused() -> None:
+    with pytest.raises(InputError, match="protocols"):
+        NetnsProbe(protocols="most")
+    with pytest.raises(InputError, match="dev_fields"):
+        NetnsProbe(dev_fields="some")

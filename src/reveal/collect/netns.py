@@ -69,6 +69,7 @@ from reveal.collect.network import (
 )
 from reveal.collect.options import as_list
 from reveal.collect.probe import register
+from reveal.errors import InputError
 from reveal.frame import format_channel, parse_channel
 
 DEV_FIELDS = ("rx_bytes", "rx_packets", "rx_errs", "rx_drop",
@@ -343,6 +344,12 @@ class NetnsProbe(FileProbe):
         self.max_namespaces = int(options.get("max_namespaces", 64))
         self.netns_dir = str(options.get("netns_dir", _netns.NETNS_DIR))
         self.skip_ifaces = tuple(as_list(options.get("skip_ifaces", ())))
+        if self.protocols not in ("default", "all", "none"):
+            raise InputError(f"netns: protocols must be default, all or none, not "
+                             f"{self.protocols!r}")
+        if self.dev_fields not in ("default", "all"):
+            raise InputError(f"netns: dev_fields must be default or all, not "
+                             f"{self.dev_fields!r}")
         self.empty_ok = True
         self.states: dict[int, NsState] = {}
         self.failed: dict[int, str] = {}  # namespace inode → why it is not read
