@@ -402,3 +402,53 @@ def test_unknown_option_values_are_refused() -> None:
         NetnsProbe(protocols="most")
     with pytest.raises(InputError, match="dev_fields"):
         NetnsProbe(dev_fields="some")
+
+
+def test_a_namespace_whose_process_exits_gets_another_then_is_retired() -> None:
+    uid = uuid.uuid4().hex[:4]
+    host_end, ns_end = f"rvn{uid}h", f"rvn{uid}n"
+    first = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "unshare", "-n", "sleep", "60"])
+    second = None
+    probe = None
+    try:
+        for _ in range(300):
+            if os.readlink(f"/proc/{first.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+                break
+            time.sleep(0.01)
+        link = os.readlink(f"/proc/{first.pid}/ns/net")
+        second = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "nsenter",
+                                   f"--net=/proc/{first.pid}/ns/net", "sleep", "60"])
+        for _ in range(300):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{second.pid}/ns/net") == link:
+                    break
+            time.sleep(0.01)
+        ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end, "netns",
+           str(first.pid))
+        probe = NetnsProbe(protocols="none")
+        probe.open()
+        label = str(_netns.ns_inode(link))
+        assert probe.info["namespaces"][label]["read_via"] == f"pid {first.pid}"
+        rx = of(probe.channels, "net.rx_packets", iface=ns_end, netns=label)
+        first.kill()
+        first.wait()
+        time.sleep(1.0)  # the watch fires at once; give the thread time to settle it
+        assert probe.released_early == 0  # another process is still inside
+        assert probe.states[int(label)].holder == second.pid
+        assert np.isfinite(values(probe)[rx])
+        assert ip("link", "show", host_end, check=False).returncode == 0
+        second.kill()
+        second.wait()
+        deadline = time.monotonic() + 5
+        while ip("link", "show", host_end, check=False).returncode == 0:
+            assert time.monotonic() < deadline, "the namespace was kept alive"
+            time.sleep(0.05)
+        assert probe.released_early == 1 and np.isnan(values(probe)[rx])
+    finally:
+        if probe is not None:
+            probe.close()
+        for proc in (first, second):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+        ip("link", "del", host_end, check=False)
