@@ -54,7 +54,7 @@ def test_report_dir_has_figures_tables_and_escapes_tenant_names(tmp_path: Path) 
     assert payload["injected"][0]["kind"] == "cpu_contention"
     md = written["md"].read_text()
     assert "![per-detector timeline](timeline.png)" in md
-    assert "| cpu\\_contention | high | 40.0 | 50.0 |" in md
+    assert "| cpu\\_contention | high | +00:00:40 | +00:00:50 |" in md
     assert TENANT not in md  # never raw: specials are escaped wherever the name appears
     row = next(line for line in md.splitlines() if line.startswith("| cpu\\_contention"))
     assert scores[0].detected and "| yes |" in row
