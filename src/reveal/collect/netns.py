@@ -456,7 +456,7 @@ class NetnsProbe(FileProbe):
             why: dict[str, list[str]] = {}
             for ino, reason in sorted(self.failed.items()):
                 ns = found.namespaces.get(ino)
-                label = ns.names[0] if ns is not None and ns.names else str(ino)
+                label = label_value(ns.names[0]) if ns is not None and ns.names else str(ino)
                 why.setdefault(reason, []).append(label)
             notes += [f"{len(v)} namespace(s) not read ({k}): {', '.join(v[:5])}"
                       for k, v in why.items()]
