@@ -101,6 +101,64 @@ def _mean_of(rows: list[dict]) -> dict:
     return _mean(rows)
 
 
+def _one(task: tuple) -> tuple:
+    root, dataset, machine, settings, mode = task
+    return (dataset, machine, mode), evaluate(root, (dataset,), [machine], settings=settings,
+                                             mode=mode)
+
+
+def evaluate_all(root: Path, settings: EvalSettings, mode: str, machines: list[str] | None,
+                 jobs: int, say, cache: Path | None = None) -> dict:
+    """``evaluate`` over SMD and ASD, machines spread over ``jobs`` processes (the same
+    figures as one process; the means are taken after). With ``cache``, a run of the same
+    settings, mode and machines is read from there instead of scored again."""
+    import hashlib
+
+    key = hashlib.sha256(repr((settings, mode, sorted(machines or []))).encode()).hexdigest()
+    path = cache / f"{mode}-{key[:16]}.json" if cache is not None else None
+    if path is not None and path.is_file():
+        say(f"{mode}: reusing {path}")
+        return json.loads(path.read_text())
+    out = _evaluate_all(root, settings, mode, machines, jobs, say)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, default=float))
+    return out
+
+
+def _evaluate_all(root: Path, settings: EvalSettings, mode: str, machines: list[str] | None,
+                  jobs: int, say) -> dict:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from reveal.store.labelled import list_machines
+
+    tasks = [(root, d, m, settings, mode) for d in ("smd", "asd")
+             for m in list_machines(root, d) if not machines or m in machines]
+    if jobs <= 1:
+        done = [_one(t) for t in tasks]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            done = list(pool.map(_one, tasks))
+    out: dict = {"datasets": {}, "mode": mode}
+    for (dataset, machine, _), result in done:
+        block = result["datasets"][dataset]
+        say(f"{mode} {dataset}/{machine}: " + "; ".join(
+            f"{k} auto F1 {v['auto']['f1']:.3f} best {v['best_f1']:.3f}"
+            for k, v in block["machines"][machine].items()))
+        out["datasets"].setdefault(dataset, {"machines": {}})["machines"][machine] = \
+            block["machines"][machine]
+        out.setdefault("settings_by_dataset", {})[dataset] = result["settings"]
+    for block in out["datasets"].values():
+        methods = next(iter(block["machines"].values()))
+        block["mean"] = {k: _mean_of([m[k] for m in block["machines"].values()])
+                         for k in methods}
+        block["n_machines"] = len(block["machines"])
+    first = next(iter(out["settings_by_dataset"].values()))
+    out["settings"] = {**first, "analysis": {d: v["analysis"][d] for d, v in
+                                             out.pop("settings_by_dataset").items()}}
+    return out
+
+
 def _variants(base: EvalSettings) -> dict[str, EvalSettings]:
     """Neighbouring settings of the minute preset, one change each (by dotted name)."""
     def one(name: str, value: object) -> EvalSettings:
@@ -161,6 +219,9 @@ def main() -> int:
                         help="refit candidates to run in stream mode (default: all of "
                              "CANDIDATES; 'no refits' is always the batch result)")
     parser.add_argument("--machines", nargs="+", help="only these machines (exploring)")
+    parser.add_argument("--jobs", type=int, default=1, help="machines scored in parallel")
+    parser.add_argument("--cache", help="directory keeping each run's figures, reused when "
+                                        "run again with the same settings")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "evaluate.json"))
     args = parser.parse_args()
     root = Path(args.data) if args.data else default_data_root()
@@ -173,15 +234,16 @@ def main() -> int:
 
     settings = EvalSettings()
     t0 = time.perf_counter()
-    result = evaluate(root, ("smd", "asd"), args.machines, settings=settings, progress=say)
+    cache = Path(args.cache) if args.cache else None
+    result = evaluate_all(root, settings, "batch", args.machines, args.jobs, say, cache)
     seconds = time.perf_counter() - t0
     wanted = list(CANDIDATES) if args.candidates is None else ["no refits", *args.candidates]
     runs, method = {"no refits": result}, {"no refits": "reveal"}
     for name in wanted[1:]:
         say(f"stream: {name}")
         variant = dataclasses.replace(settings, overrides=CANDIDATES[name])
-        runs[name] = evaluate(root, ("smd", "asd"), args.machines, settings=variant,
-                              progress=say, mode="stream")
+        runs[name] = evaluate_all(root, variant, "stream", args.machines, args.jobs, say,
+                                  cache)
         method[name] = "stream"
     crossed = cross_fit(runs, method)
     stream = {name: {d: {"headline": _headline(b)["stream"] if "stream" in b["mean"]
@@ -189,8 +251,9 @@ def main() -> int:
                          "per_machine": _per_machine_table(b, method[name])}
                      for d, b in r["datasets"].items()}
               for name, r in runs.items()}
-    smd = _headline(result["datasets"]["smd"])["reveal"]
-    pca = _headline(result["datasets"]["smd"])["pca_raw"]
+    first = result["datasets"].get("smd") or next(iter(result["datasets"].values()))
+    smd = _headline(first)["reveal"]
+    pca = _headline(first)["pca_raw"]
     out = {
         "protocol": ("reveal analyze's own path and defaults (the preset for the data's "
                      "sampling interval); fit on train only; test scored causally (a window's "

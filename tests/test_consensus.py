@@ -70,6 +70,7 @@ def test_chunk_by_chunk_without_refits_is_the_batch_verdict(data, rows):
     assert model.generations_ == 1 and model.consensus_.refits == 0
 
 
+@pytest.mark.slow
 def test_refits_add_generations_and_the_fault_is_not_learned(data):
     base, run = data
     model = Reveal(overrides=REFITS).fit(base)
@@ -87,6 +88,7 @@ def test_refits_add_generations_and_the_fault_is_not_learned(data):
     assert newest.fitted_windows < 720 - 50  # 12 h of windows less the flagged ones
 
 
+@pytest.mark.slow
 def test_a_noisier_normal_is_learned_and_stops_alarming():
     """Train quiet, then the host gets noisier for good: the baseline's model alone flags
     much of it for ever; with refits (the baseline's model dropped) it stops."""

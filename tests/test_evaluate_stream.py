@@ -51,6 +51,7 @@ def test_stream_without_refits_is_batch(machine):
 
 
 @needs_data
+@pytest.mark.slow
 def test_stream_with_refits_is_causal(machine):
     """Changing test rows after row 1,500 changes no verdict before it, refits included."""
     cut = 1500

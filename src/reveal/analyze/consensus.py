@@ -8,7 +8,8 @@ as scored data comes in (:meth:`Consensus.advance`, called by ``Reveal.partial_f
 
 - every ``refit.every_s`` seconds of data, a new **generation** (a whole
   :class:`~reveal.analyze.ensemble.Ensemble`: scaling, detectors, thresholds, each threshold
-  from held-out scores of its own fit windows) is fitted on the windows of the last
+  from held-out scores of its own fit windows, in :data:`REFIT_FOLDS` folds) is fitted on
+  the windows of the last
   ``refit.span_s`` seconds that were **not flagged**, nor within one window length of a
   flagged window (a fault's edges lie in windows the verdict may have missed);
 - the newest ``refit.generations`` generations are kept (with ``refit.keep_baseline`` the
@@ -30,9 +31,10 @@ Streaming state. The drift-following centre of the minute preset (see
 :class:`~reveal.analyze.preprocess.RobustScaler`) needs the block medians of past windows;
 :meth:`advance` keeps every generation's ``history_`` current with the blocks scored so far
 (windows of a block not yet complete wait in ``pending`` and are scored again, as a prefix,
-with the next windows; without a drift-following centre nothing is scored twice), and the last windows' above-threshold states carry persistence over
-from one call to the next. So scoring a run chunk by chunk, advancing after each chunk,
-gives exactly the verdicts of scoring it at once while no refit happens (tested).
+with the next windows; without a drift-following centre nothing is scored twice), and the
+last windows' above-threshold states carry persistence over from one call to the next. So
+scoring a run chunk by chunk, advancing after each chunk, gives exactly the verdicts of
+scoring it at once while no refit happens (tested).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ from reveal.errors import InputError
 DEFAULT_BLOCK = 60
 #: Above-threshold states of the last windows kept for persistence across calls.
 KEEP_ABOVE = 64
+#: A refit's thresholds come from held-out scores in this many contiguous folds (each
+#: scored by detectors fitted on the others), as the baseline's do with few windows; two
+#: keep a refit at three fits of each detector.
+REFIT_FOLDS = 2
 
 
 @dataclasses.dataclass
@@ -113,6 +119,7 @@ class Consensus:
         self.refit = refit
         self.detect = detect
         self.options = options
+        self.refit_options = dataclasses.replace(options, cross_fit_folds=REFIT_FOLDS)
         self.floors = floors
         self.stride_s = float(stride_s)
         self.guard = max(0, int(guard))
@@ -275,7 +282,8 @@ class Consensus:
             self.refits_waiting += 1
             return False
         try:
-            ensemble = Ensemble(self.detect, self.options).fit(X, scale_floor=self.floors)
+            ensemble = Ensemble(self.detect, self.refit_options).fit(X,
+                                                                     scale_floor=self.floors)
         except InputError:  # nothing varies in the recent windows: keep the models we have
             self.refits_waiting += 1
             return False
