@@ -93,7 +93,9 @@ def host_metrics(channels: list[str], row: np.ndarray) -> list[Metric]:
             if not c.startswith(source + "{"):
                 continue
             base, labels = parse_channel(c)
-            if base != source or label[0] not in labels or not np.isfinite(row[j]):
+            # the host's own channels only: one per device (a namespace's or container's
+            # interfaces carry more labels and would repeat the device names)
+            if base != source or set(labels) != {label[0]} or not np.isfinite(row[j]):
                 continue
             metric.add_metric([labels[label[0]]], float(row[j]) * scale)
         if metric.samples:
