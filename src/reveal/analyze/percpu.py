@@ -24,6 +24,7 @@ at each instant") and a job's move, however brief, is not a change of it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 
@@ -159,17 +160,33 @@ def rank_cpu_columns(values: np.ndarray, channels: list[str], features: list[str
     """
     if len(cpus) < 2 or busy.shape[0] != values.shape[0]:
         return values, channels, {}
+    groups, names, sources = _rank_plan(tuple(channels), tuple(features), tuple(cpus))
     order = cpu_order(busy)  # (W, n): CPU index by rank
     out = values.copy()
-    names = list(channels)
-    sources: dict[str, list[str]] = {}
-    for ((metric, rest), _feature), cols in cpu_groups(channels, cpus, features).items():
+    for cols in groups:
         out[:, cols] = np.take_along_axis(values[:, cols], order, axis=1)
+    return out, list(names), {k: list(v) for k, v in sources.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _rank_plan(channels: tuple[str, ...], features: tuple[str, ...], cpus: tuple[str, ...],
+               ) -> tuple[tuple[np.ndarray, ...], tuple[str, ...],
+                          dict[str, tuple[str, ...]]]:
+    """The per-CPU column groups, the ranked column names and their sources of one column
+    layout: the same for every window of a run and every call scoring it live (parsing
+    thousands of channel names each call cost ~50 ms), so kept by value."""
+    names = list(channels)
+    sources: dict[str, tuple[str, ...]] = {}
+    groups = []
+    for ((metric, rest), _feature), cols in cpu_groups(list(channels), list(cpus),
+                                                       list(features)).items():
+        cols.setflags(write=False)
+        groups.append(cols)
         for rank, col in enumerate(cols):
             name = format_channel(metric, dict(rest) | {"cpu": f"{RANK_PREFIX}{rank}"})
             names[col] = name
-            sources[name] = [channels[c] for c in cols]
-    return out, names, sources
+            sources[name] = tuple(channels[c] for c in cols)
+    return tuple(groups), tuple(names), sources
 
 
 def cpu_siblings(channels: list[str], kept: set[str]) -> list[str]:
