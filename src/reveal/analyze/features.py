@@ -248,7 +248,8 @@ def compute_features(
     workers = _n_workers(n_jobs)
     reuse_freed_memory()
     try:
-        if workers <= 1 or len(tasks) <= 1:
+        if workers <= 1 or len(tasks) <= 1 or n_win * n * len(channels) < 4 * BLOCK_VALUES:
+            # little work (a few windows, scored live): threads would cost more than it
             for task in tasks:
                 run(task)
         else:

@@ -163,8 +163,10 @@ def rank_cpu_columns(values: np.ndarray, channels: list[str], features: list[str
     groups, names, sources = _rank_plan(tuple(channels), tuple(features), tuple(cpus))
     order = cpu_order(busy)  # (W, n): CPU index by rank
     out = values.copy()
-    for cols in groups:
-        out[:, cols] = np.take_along_axis(values[:, cols], order, axis=1)
+    if groups:  # every group at once: (W, groups, n) taken along the CPU axis
+        table = np.stack(groups)
+        block = values[:, table]
+        out[:, table] = np.take_along_axis(block, order[:, None, :], axis=2)
     return out, list(names), {k: list(v) for k, v in sources.items()}
 
 

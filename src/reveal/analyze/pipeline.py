@@ -13,6 +13,7 @@ baseline too short, dropped columns) is a warning in the result, never silent.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings as pywarnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -113,23 +114,37 @@ LEVEL_FEATURES = ("mean", "median", "min", "max")
 def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
               interval_s: float, state_levels: bool = False,
               features: tuple[str, ...] | None = None) -> FeatureMatrix:
-    catalog = default_catalog()
     index = {c: i for i, c in enumerate(tel.channels)}
     cols = [index[c] for c in channels]
-    kinds = ["event" if catalog.lookup(channel_metric(c)).kind == "event" else "gauge"
-             for c in channels]
     windows = make_windows(tel.timestamps_ns, window, interval_s)
     values = np.where(np.isfinite(tel.values[:, cols]), tel.values[:, cols], np.nan)
-    fm = compute_features(values, channels, kinds, windows, features=features)
+    fm = compute_features(values, channels, list(_feature_kinds(tuple(channels))), windows,
+                          features=features)
     if state_levels:
         return fm
-    keep = [k for k, (c, f) in enumerate(zip(fm.channels, fm.features, strict=True))
-            if not (f in LEVEL_FEATURES and catalog.lookup(channel_metric(c)).kind == "state")]
+    keep = _level_columns_kept(tuple(fm.channels), tuple(fm.features))
     if len(keep) == len(fm.features):
         return fm
     return FeatureMatrix(np.ascontiguousarray(fm.values[:, keep]),
                          [fm.channels[k] for k in keep], [fm.features[k] for k in keep],
                          fm.windows)
+
+
+@functools.lru_cache(maxsize=16)
+def _feature_kinds(channels: tuple[str, ...]) -> tuple[str, ...]:
+    """``event`` or ``gauge`` per channel, from the catalog (kept per channel layout: a
+    live call scores the same layout every second)."""
+    catalog = default_catalog()
+    return tuple("event" if catalog.lookup(channel_metric(c)).kind == "event" else "gauge"
+                 for c in channels)
+
+
+@functools.lru_cache(maxsize=16)
+def _level_columns_kept(channels: tuple[str, ...], features: tuple[str, ...]) -> list[int]:
+    """Feature columns kept: all but the level features of ``state`` channels."""
+    catalog = default_catalog()
+    return [k for k, (c, f) in enumerate(zip(channels, features, strict=True))
+            if not (f in LEVEL_FEATURES and catalog.lookup(channel_metric(c)).kind == "state")]
 
 
 def _scale_floors(base: Telemetry, channels: list[str], fm: FeatureMatrix, relative: float,
@@ -198,8 +213,9 @@ class FittedAnalysis:
     baseline_channels: list[str]  # derived channels with data in the baseline (pre-pruning)
     counts: dict[str, Any]  # analysed / pruned / empty_or_static / derived channels
 
-    @property
+    @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Which shape columns to blank in flat windows (see :func:`flat_shape_mask_plan`)."""
         if self.floors is None:
             return None
         return flat_shape_mask_plan(self.column_channels, self.column_features, self.floors)
