@@ -12,6 +12,14 @@ data rarely carries units), and a feature centre that follows the last 2 days of
 windows in hourly blocks. That centre is causal — a window's centre uses only earlier
 windows — but on a scored run it follows the run's own past: it adapts to the scored data.
 
+Both presets leave refits off (``refit.every_s`` None): a model given scored data back by
+``Reveal.partial_fit`` (``watch``, ``evaluate --mode stream``) moves its drift-following
+centre on but fits no new generation unless ``refit.every_s`` is set (see
+:mod:`reveal.analyze.consensus`). Refits with a consensus of generations were measured on
+SMD and ASD, chosen by 2-fold cross-fitting between machines, and lowered the
+automatic-threshold F1 there (docs/evaluation.md, "Stream mode"); on the collector's
+telemetry they are not measured yet.
+
 :func:`preset_for` picks ``telemetry`` when a 3 s window holds at least three samples
 (interval ≤ 1 s), ``minute`` otherwise. ``reveal analyze`` and ``reveal evaluate`` both go
 through it, so the figures in docs/evaluation.md are those of ``analyze``'s defaults.
