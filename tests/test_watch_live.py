@@ -55,14 +55,18 @@ def _assert_same(live, report) -> None:
             a = by_window[x.window_id]
             assert x.claim == a.claim
             assert x.evidence.reasons[0].channel == a.reasons[0].channel
-            # reasons whose contributions tie to the last bits may swap places: compare
-            # them by channel and feature
-            live_reasons = sorted(x.evidence.reasons, key=lambda r: (r.channel, r.feature))
-            batch_reasons = sorted(a.reasons, key=lambda r: (r.channel, r.feature))
-            assert ([(r.channel, r.feature) for r in live_reasons]
-                    == [(r.channel, r.feature) for r in batch_reasons])
-            np.testing.assert_allclose([r.value for r in live_reasons],
-                                       [r.value for r in batch_reasons], rtol=1e-3)
+            # reasons whose contributions tie to the last bits (ADF sums are rounded
+            # differently for one window than for many) may swap places, or the last one
+            # in or out of the top five: compare the reasons both hold
+            live_reasons = {(r.channel, r.feature): r for r in x.evidence.reasons}
+            batch_reasons = {(r.channel, r.feature): r for r in a.reasons}
+            common = sorted(set(live_reasons) & set(batch_reasons))
+            np.testing.assert_allclose([live_reasons[k].value for k in common],
+                                       [batch_reasons[k].value for k in common], rtol=1e-3)
+            for mine, other in ((live_reasons, batch_reasons), (batch_reasons, live_reasons)):
+                last = min(r.contribution for r in other.values())
+                for key in set(mine) - set(other):  # only a near-tie at the cut
+                    assert mine[key].contribution <= last + 1e-3, (key, mine[key], last)
             assert x.evidence.subsystems == a.subsystems
 
 
