@@ -158,3 +158,28 @@ def test_a_refit_waits_for_enough_unflagged_windows(data):
     model = Reveal(overrides={**REFITS, "refit.min_windows": 5000}).fit(base)
     _walk(model, run.slice_rows(0, 800), base, 400)
     assert model.generations_ == 1 and model.consensus_.refits_waiting >= 1
+
+
+def test_refits_learn_only_clearly_normal_windows_when_asked():
+    """With refit.learn_quantile, windows scoring above that quantile of the baseline's
+    combined scores stay out of refits (alone, without their neighbours); flagged windows
+    take their neighbours with them."""
+    rng = np.random.default_rng(1)
+    base = Ensemble(DetectConfig(detectors=("zscore",)), EnsembleOptions()).fit(
+        rng.normal(size=(2000, 3)))
+    refit = RefitConfig(every_s=3600.0, span_s=10 * 3600.0, learn_quantile=0.5)
+    consensus = Consensus(base, refit, DetectConfig(detectors=("zscore",)), EnsembleOptions(),
+                          None, 60.0, guard=2)
+    X = rng.normal(size=(100, 3))
+    combined = base.score(X).combined
+    flagged = np.zeros(100, dtype=bool)
+    flagged[50] = True
+    consensus.advance(X, flagged, flagged, combined=combined)
+    kept = consensus.recent_unflagged()
+    loud = combined > np.quantile(base.baseline_combined_, 0.5)
+    expect = ~loud
+    expect[48:53] = False
+    np.testing.assert_array_equal(kept, X[expect])
+    with pytest.raises(InputError, match="learn_quantile"):
+        Consensus(base, RefitConfig(learn_quantile=1.5), DetectConfig(), EnsembleOptions(),
+                  None, 60.0)

@@ -74,6 +74,9 @@ class RefitConfig:
     # more than the baseline's model alone); off: it is dropped like any other
     keep_baseline: bool = True
     min_windows: int = 200  # fewest unflagged windows a refit needs (else it waits)
+    # learn only from windows clearly normal: combined score at most this quantile of the
+    # baseline generation's baseline combined scores (None: every unflagged window)
+    learn_quantile: float | None = None
 
 
 @dataclass(frozen=True)

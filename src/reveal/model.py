@@ -178,7 +178,8 @@ class Reveal:
         consensus = self._consensus()
         v = analysis.verdicts
         consensus.advance(analysis.features.values, v.flagged,
-                          v.combined > v.combined_threshold, analysis.windows.end_ns)
+                          v.combined > v.combined_threshold, analysis.windows.end_ns,
+                          v.combined)
         if consensus.refit_due() if refit is None else refit:
             consensus.fit_generation()
         return self

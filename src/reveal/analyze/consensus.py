@@ -11,7 +11,8 @@ as scored data comes in (:meth:`Consensus.advance`, called by ``Reveal.partial_f
   from held-out scores of its own fit windows, in :data:`REFIT_FOLDS` folds) is fitted on
   the windows of the last
   ``refit.span_s`` seconds that were **not flagged**, nor within one window length of a
-  flagged window (a fault's edges lie in windows the verdict may have missed);
+  flagged window (a fault's edges lie in windows the verdict may have missed), and with
+  ``refit.learn_quantile`` nor above that quantile of the baseline's combined scores;
 - the newest ``refit.generations`` generations are kept (with ``refit.keep_baseline`` the
   one fitted on the baseline always stays among them);
 - a window is flagged only when **every** generation finds it above its own threshold. The
@@ -126,12 +127,18 @@ class Consensus:
         self.generations = [Generation(baseline, "baseline",
                                        int(baseline.baseline_combined_.size), 0)]
         self.reference_threshold = float(baseline.combined_threshold_)
+        q = refit.learn_quantile
+        if q is not None and not 0.0 < q < 1.0:
+            raise InputError(f"refit.learn_quantile must be in (0, 1), got {q}")
+        # windows scoring above this are not learned (with learn_quantile)
+        self.learn_level = (float(np.quantile(baseline.baseline_combined_, q))
+                            if q is not None else None)
         k = int(baseline.n_features_in_)
         self.block = (options.drift_block if options.drift_window is not None
                       else DEFAULT_BLOCK)
         self.blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (values, flagged) per block
         self.pending = np.zeros((0, k))
-        self.pending_flagged = np.zeros(0, dtype=bool)
+        self.pending_flagged = np.zeros(0, dtype=np.int8)
         self.last_above = np.zeros(0, dtype=bool)
         self.last_end_ns = 0
         self.windows_seen = 0
@@ -222,19 +229,25 @@ class Consensus:
         return need
 
     def advance(self, features: np.ndarray, flagged: np.ndarray, above: np.ndarray,
-                end_ns: np.ndarray | None = None) -> None:
+                end_ns: np.ndarray | None = None,
+                combined: np.ndarray | None = None) -> None:
         """Take in windows just scored (in time order, following those seen before): their
         features (W, K), verdicts and above-threshold states (W,). Completed blocks move
         every generation's drift history on; refits leave flagged windows (and their
-        neighbours) out."""
+        neighbours) out, and with ``refit.learn_quantile`` also windows whose ``combined``
+        score is above that quantile of the baseline's."""
         values = np.asarray(features, dtype=np.float64)
         flagged = np.asarray(flagged, dtype=bool).ravel()
+        marks = flagged.astype(np.int8) * 2  # 2: flagged (neighbours too), 1: not learned
+        if self.learn_level is not None and combined is not None:
+            loud = np.asarray(combined, dtype=np.float64).ravel() > self.learn_level
+            marks = np.maximum(marks, loud.astype(np.int8))
         if values.ndim != 2 or values.shape[1] != self.pending.shape[1] \
                 or flagged.size != values.shape[0]:
             raise InputError(f"features of shape {values.shape} with {flagged.size} verdicts "
                              f"do not fit the model's {self.pending.shape[1]} columns")
         self.pending = np.vstack([self.pending, values])
-        self.pending_flagged = np.r_[self.pending_flagged, flagged]
+        self.pending_flagged = np.r_[self.pending_flagged, marks]
         self.last_above = np.r_[self.last_above, np.asarray(above, dtype=bool).ravel()][
             -KEEP_ABOVE:]
         n = values.shape[0]
@@ -266,8 +279,9 @@ class Consensus:
         """Features (n, K) of the windows of the last ``refit.span_s`` seconds that were
         neither flagged nor next to a flagged window."""
         values = np.vstack([b for b, _ in self.blocks] + [self.pending])
-        flagged = np.concatenate([f for _, f in self.blocks] + [self.pending_flagged])
-        excluded = flagged.copy()
+        marks = np.concatenate([f for _, f in self.blocks] + [self.pending_flagged])
+        flagged = marks == 2
+        excluded = marks > 0
         for lag in range(1, self.guard + 1):  # neighbours of a flagged window, both sides
             excluded[lag:] |= flagged[:-lag]
             excluded[:-lag] |= flagged[lag:]
