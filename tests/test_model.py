@@ -137,3 +137,24 @@ def test_cli_saves_and_reuses_a_model(tmp_path):
     a, b = json.loads(first.read_text()), json.loads(second.read_text())
     assert a["windows"]["flagged"] == b["windows"]["flagged"]
     assert a["summary"]["verdict"] == "anomalies found"
+
+
+def test_partial_fit_adds_a_generation_that_must_agree(tmp_path):
+    """partial_fit(analysis, refit=True) with refits off in the settings fits a generation
+    on the analysis' own unflagged windows; both must then agree, the fault still shows,
+    and the generations survive save and load (format 2, counted in the header)."""
+    model = Reveal(overrides={"detect.iforest_trees": 50}).fit(_synthetic(600, seed=1))
+    assert model.generations_ == 1 and model.scoring_fitted() is model.fitted_
+    recent = model.analyse(_synthetic(400, seed=8, start_s=600))
+    model.partial_fit(recent, refit=True)
+    assert model.generations_ == 2
+    assert model.scoring_fitted().ensemble is model.consensus_
+    faulted = model.analyse(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
+    flagged = np.flatnonzero(faulted.verdicts.flagged)
+    assert flagged.size and 55 <= flagged.min() <= 80
+    assert any("consensus of 2 model generations" in w for w in faulted.warnings)
+    path = model.save(tmp_path / "host.model")
+    header = json.loads(path.read_bytes()[len(MAGIC):].split(b"\n", 1)[0])
+    assert header["format_version"] == 2 and header["generations"] == 2
+    again = Reveal.load(path).analyse(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
+    np.testing.assert_array_equal(again.verdicts.flagged, faulted.verdicts.flagged)

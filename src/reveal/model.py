@@ -171,8 +171,9 @@ class Reveal:
         ``lead_in`` as in :meth:`analyse`). Its windows move the drift-following centre on
         and join the recent buffer; when ``refit.every_s`` seconds of data have passed
         since the last refit (``refit=None``; ``True``: now; ``False``: not), a new model
-        generation is fitted on the recent windows that were not flagged. Scoring then
-        flags a window only when every kept generation agrees."""
+        generation is fitted on the recent windows that were not flagged (with refits off
+        in the settings, ``refit=True`` fits it on the unflagged windows of ``recent``
+        itself). Scoring then flags a window only when every kept generation agrees."""
         analysis = recent if isinstance(recent, Analysis) else self.analyse(recent,
                                                                             lead_in=lead_in)
         consensus = self._consensus()
@@ -180,7 +181,9 @@ class Reveal:
         consensus.advance(analysis.features.values, v.flagged,
                           v.combined > v.combined_threshold, analysis.windows.end_ns,
                           v.combined)
-        if consensus.refit_due() if refit is None else refit:
+        if refit and _refits_off(self.config_):  # learn from ``recent`` itself
+            consensus.fit_generation(analysis.features.values, v.flagged)
+        elif consensus.refit_due() if refit is None else refit:
             consensus.fit_generation()
         return self
 
@@ -283,6 +286,12 @@ class Reveal:
         return {"preset": self.preset, "config": self.config,
                 "overrides": dict(self.overrides) if self.overrides else None,
                 "metric_set": list(self.metric_set) if self.metric_set else None}
+
+
+def _refits_off(config: AnalyzeConfig) -> bool:
+    """Whether periodic refits are off (then only the windows of the current drift block
+    are kept between calls, and a forced refit learns from the data just given)."""
+    return config.refit.every_s is None
 
 
 def fit_for_run(model: Reveal, run: Telemetry, baseline: Telemetry,

@@ -275,11 +275,16 @@ class Consensus:
         every = self.refit.every_s
         return every is not None and self.windows_since_refit * self.stride_s >= every - 1e-9
 
-    def recent_unflagged(self) -> np.ndarray:
+    def recent_unflagged(self, values: np.ndarray | None = None,
+                         flagged: np.ndarray | None = None) -> np.ndarray:
         """Features (n, K) of the windows of the last ``refit.span_s`` seconds that were
-        neither flagged nor next to a flagged window."""
-        values = np.vstack([b for b, _ in self.blocks] + [self.pending])
-        marks = np.concatenate([f for _, f in self.blocks] + [self.pending_flagged])
+        neither flagged nor next to a flagged window: of the windows seen, or of
+        ``values`` with their verdicts ``flagged`` when given."""
+        if values is not None:
+            marks = 2 * np.asarray(flagged, dtype=np.int8).ravel()
+        else:
+            values = np.vstack([b for b, _ in self.blocks] + [self.pending])
+            marks = np.concatenate([f for _, f in self.blocks] + [self.pending_flagged])
         flagged = marks == 2
         excluded = marks > 0
         for lag in range(1, self.guard + 1):  # neighbours of a flagged window, both sides
@@ -288,10 +293,12 @@ class Consensus:
         span = max(1, round(self.refit.span_s / self.stride_s))
         return values[-span:][~excluded[-span:]]
 
-    def fit_generation(self) -> bool:
-        """Fit a new generation on :meth:`recent_unflagged` (False, and it waits for more
-        data, when there are fewer than ``refit.min_windows`` of them)."""
-        X = self.recent_unflagged()
+    def fit_generation(self, values: np.ndarray | None = None,
+                       flagged: np.ndarray | None = None) -> bool:
+        """Fit a new generation on :meth:`recent_unflagged` (of ``values`` when given;
+        False, and it waits for more data, when there are fewer than
+        ``refit.min_windows`` of them)."""
+        X = self.recent_unflagged(values, flagged)
         if X.shape[0] < max(self.refit.min_windows, 10):
             self.refits_waiting += 1
             return False
