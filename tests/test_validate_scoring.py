@@ -107,7 +107,7 @@ def test_clean_windows_are_also_counted_at_longer_settle_times() -> None:
 def test_host_state_names_load_busy_and_steal_during_an_episode() -> None:
     """A missed fault's row says what the host was doing: load, CPU busy and steal."""
     from reveal.frame import Telemetry
-    from reveal.inject.validation import _host_text, host_state
+    from reveal.inject.validation import host_state, host_text
 
     n = 200  # 20 s at 10 Hz; jiffies at 100/s on 2 CPUs, 10 % stolen from t = 10 s
     ts = np.arange(n, dtype=np.int64) * 100_000_000
@@ -128,4 +128,4 @@ def test_host_state_names_load_busy_and_steal_during_an_episode() -> None:
     assert state["during"]["load1"] == 3.0 and state["baseline"]["load1"] == 0.5
     assert state["during"]["steal_pct"] == pytest.approx(10.0, abs=0.5)
     assert state["baseline"]["steal_pct"] == pytest.approx(0.0, abs=0.5)
-    assert _host_text(state).startswith("load 3 (0.5), busy ")
+    assert host_text(state).startswith("load 3 (0.5), busy ")

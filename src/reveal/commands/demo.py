@@ -17,6 +17,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 NAME = "demo"
 HELP = ("Record a short fault scenario on this host (clean baseline, then CPU contention "
@@ -82,6 +83,21 @@ def choose_out(out: Path, force: bool, notice: Callable[[str], None]) -> Path:
     raise AssertionError("unreachable")
 
 
+def _closest(report: Any, episode: Any) -> str:
+    """"closest: 0.92 of the threshold" — the highest combined score of the windows over
+    ``episode`` against the combined threshold."""
+    import numpy as np
+
+    table = report.windows
+    inside = ((np.asarray(table.start_ns) < episode.end_ns)
+              & (np.asarray(table.end_ns) > episode.start_ns))
+    threshold = float(report.decision.get("combined_threshold", 0.0))
+    if not inside.any() or not threshold > 0:
+        return "no window scored over it"
+    peak = float(np.nanmax(np.asarray(table.combined, dtype=float)[inside]))
+    return f"closest: {peak / threshold:.2f} of the threshold"
+
+
 def run(args: argparse.Namespace) -> int:
     from reveal.errors import RevealError
 
@@ -94,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
     from reveal.inject.scoring import score_report
+    from reveal.inject.validation import host_state, host_text
     from reveal.model import analyze
     from reveal.report.markdown_dir import write_report_dir
     from reveal.report.terminal import render_text
@@ -121,9 +138,13 @@ def run(args: argparse.Namespace) -> int:
                                derive(base_tel, catalog)[0], faulted.episodes, scores,
                                title=f"Reveal demo: {recorded.workload} with injected faults")
     print(render_text(report, json_path=str(written["json"]), tty=sys.stdout.isatty()))
-    for score in scores:
+    for score, episode in zip(scores, faulted.episodes, strict=True):
         verdict = (f"detected after {score.ttd_s:.1f} s, attributed to {score.attributed}"
                    if score.detected else "not detected")
+        if not score.detected:  # how close it came, and what the host was doing meanwhile
+            verdict += f" ({_closest(report, episode)}"
+            host = host_text(host_state(run_tel, base_tel, episode))
+            verdict += f"; host meanwhile: {host}, baseline in brackets)" if host else ")"
         print(f"injected {score.kind} ({score.intensity}): {verdict}")
     print(f"report: {written['md']} (+ report.json and figures in {args.out})")
     return 0

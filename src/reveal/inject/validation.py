@@ -382,13 +382,13 @@ def render_markdown(result: dict[str, Any]) -> str:
                               for m in e["max_ratio"].get("moved", [])[:3])
             lines.append(f"| {markdown(Path(e['run']).name)} | {e['kind']} | {e['intensity']} | "
                          f"{verdict} | {ratios or '–'} | {moved or '–'} | "
-                         f"{_host_text(e['max_ratio'].get('host')) or '–'} |")
+                         f"{host_text(e['max_ratio'].get('host')) or '–'} |")
     if result["skipped"]:
         lines += ["", "## Skipped", ""] + [f"- {markdown(s, 300)}" for s in result["skipped"]]
     return "\n".join(lines) + "\n"
 
 
-def _host_text(state: dict[str, Any] | None) -> str:
+def host_text(state: dict[str, Any] | None) -> str:
     """"load 2.1 (0.8), busy 64 % (40 %), steal 3.0 % (0.2 %)" from :func:`host_state`."""
     if not state:
         return ""
