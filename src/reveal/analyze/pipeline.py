@@ -22,7 +22,13 @@ import numpy as np
 
 from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts, persistence_windows
+from reveal.analyze.ensemble import (
+    MIN_BASELINE_WINDOWS,
+    Ensemble,
+    EnsembleOptions,
+    Verdicts,
+    persistence_windows,
+)
 from reveal.analyze.evidence import WindowEvidence
 from reveal.analyze.features import FeatureMatrix, compute_features
 from reveal.analyze.floors import (
@@ -290,6 +296,14 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     ranks = _Ranks()
     if config.rank_cpus:
         fm, ranks = _ranked(fm, s_base, named_by=d_base)
+    stride_s = stride_seconds(window, interval)
+    if fm.values.shape[0] < MIN_BASELINE_WINDOWS:
+        what = "the run" if robust else "the baseline"
+        need = (MIN_BASELINE_WINDOWS - 1) * stride_s + rows_per_window(window, interval) * interval
+        raise InputError(f"{what} is too short to fit the detectors on: "
+                         f"{fm.values.shape[0]} windows; at least {MIN_BASELINE_WINDOWS} "
+                         f"(about {need:.0f} s of samples) are needed",
+                         str(base.meta.get("path", base.host)))
     say(f"fitting detectors on {fm.values.shape[0]} baseline windows")
     floors = (_scale_floors(d_base, usable, fm, config.detect.relative_floor, window,
                             interval, config.detect.shape_floors, ranks.sources)
@@ -298,7 +312,6 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     if floors is not None:
         fit_values = fit_values.copy()
         blank_flat_shapes(fit_values, flat_shape_mask_plan(fm.channels, fm.features, floors))
-    stride_s = stride_seconds(window, interval)
     ensemble = Ensemble(config.detect, ensemble_options(config, stride_s)).fit(
         fit_values, robust_self_fit=robust, scale_floor=floors)
     with np.errstate(all="ignore"), pywarnings.catch_warnings():

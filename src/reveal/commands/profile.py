@@ -20,7 +20,10 @@ from reveal.errors import InputError, RevealError
 from reveal.paths import check_writable_dir
 
 NAME = "profile"
-HELP = "Record this host for the life of a command (reveal profile -- CMD ARGS...), then analyse."
+HELP = ("Record this host for the life of a command (reveal profile -- CMD ARGS...), then "
+        "analyse. Without --baseline the run is its own baseline: it needs a command that runs "
+        "at least about 12 s (10 windows of 3 s); a shorter one's run is kept on disk and can "
+        "be analysed against a baseline with reveal analyze RUN --baseline BASE.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
