@@ -10,8 +10,9 @@ from pathlib import Path
 
 NAME = "evaluate"
 HELP = ("Score Reveal on the labelled SMD/ASD machines (fit on train, causal scoring of "
-        "test) beside a PCA reconstruction-error baseline; honest point-wise, event-wise "
-        "and HitRate metrics, plus the inflated point-adjusted F1 for reference.")
+        "test, at once or as a live stream) beside a PCA reconstruction-error baseline; "
+        "honest point-wise, event-wise and HitRate metrics, false alarms a day, plus the "
+        "inflated point-adjusted F1 for reference.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
