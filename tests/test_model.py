@@ -158,3 +158,10 @@ def test_partial_fit_adds_a_generation_that_must_agree(tmp_path):
     assert header["format_version"] == 2 and header["generations"] == 2
     again = Reveal.load(path).analyse(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
     np.testing.assert_array_equal(again.verdicts.flagged, faulted.verdicts.flagged)
+
+
+def test_a_run_under_a_very_different_load_is_named_in_the_report(fitted):
+    busy = fitted.score(_synthetic(60, seed=8, fault=(0, 60)))  # busy 85 % against 40 %
+    assert any("very different load" in w and "85 %" in w for w in busy.warnings)
+    clean = fitted.score(_synthetic(60, seed=9))
+    assert not any("very different load" in w for w in clean.warnings)

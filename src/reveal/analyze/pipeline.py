@@ -218,6 +218,9 @@ class FittedAnalysis:
     warnings: list[str]
     baseline_channels: list[str]  # derived channels with data in the baseline (pre-pruning)
     counts: dict[str, Any]  # analysed / pruned / empty_or_static / derived channels
+    # the baseline's typical load (median CPU busy %, 1-minute load average), to say when a
+    # run was recorded under a very different one
+    load: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -240,6 +243,41 @@ class Analysis:
     warnings: list[str]
     features: FeatureMatrix  # the scored matrix, columns as the fitted ones
     meta: dict[str, Any]  # the run's metadata (IRQ names, probes)
+
+
+#: CPU busy % (points) and load-average ratio between baseline and run above which the
+#: report says they were recorded under very different loads.
+LOAD_BUSY_POINTS = 30.0
+LOAD_RATIO = 3.0
+
+
+def load_level(d: Telemetry) -> dict[str, float]:
+    """Median CPU busy % (all CPUs) and 1-minute load average of derived telemetry."""
+    out: dict[str, float] = {}
+    index = {c: i for i, c in enumerate(d.channels)}
+    for name, channel in (("busy_pct", "derived.cpu_busy_pct"), ("load1", "loadavg.load1")):
+        j = index.get(channel)
+        if j is not None and d.n_samples and np.isfinite(d.values[:, j]).any():
+            out[name] = float(np.nanmedian(d.values[:, j]))
+    return out
+
+
+def load_warnings(baseline: dict[str, float], run: dict[str, float]) -> list[str]:
+    """A warning when the run's load is far from the baseline's: its verdicts then compare
+    a host doing other work (what would be enough: a baseline under a similar load)."""
+    busy_b, busy_r = baseline.get("busy_pct"), run.get("busy_pct")
+    load_b, load_r = baseline.get("load1"), run.get("load1")
+    far = []
+    if busy_b is not None and busy_r is not None and abs(busy_r - busy_b) > LOAD_BUSY_POINTS:
+        far.append(f"CPU busy {busy_r:.0f} % against {busy_b:.0f} %")
+    if load_b is not None and load_r is not None and max(load_b, load_r) >= 1.0 \
+            and max(load_b, load_r) > LOAD_RATIO * max(min(load_b, load_r), 0.1):
+        far.append(f"load average {load_r:.1f} against {load_b:.1f}")
+    if not far:
+        return []
+    return [f"the run was recorded under a very different load than the baseline "
+            f"({'; '.join(far)}): much of what differs may be that work, not a fault; a "
+            f"baseline recorded under a similar load would say more"]
 
 
 def _usable(d: Telemetry, catalog) -> list[str]:
@@ -333,7 +371,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         column_channels=list(fm.channels), column_features=list(fm.features),
         floors=floors, ensemble=ensemble, median=np.nan_to_num(med), mad=np.nan_to_num(mad),
         baseline=describe(base), baseline_windows=n_windows, self_fitted=robust,
-        warnings=warnings, baseline_channels=baseline_channels,
+        warnings=warnings, baseline_channels=baseline_channels, load=load_level(d_base),
         counts={"analysed": len(usable), "features": int(fm.values.shape[1]),
                 "pruned": pruned, "empty_or_static": empty,
                 "derived": derive_report.derived})
@@ -497,6 +535,7 @@ def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None
     if derive_report.resets:
         text = f"counter resets handled in {len(derive_report.resets)} channels of the run"
         warnings.append(text)
+    warnings += load_warnings(getattr(fitted, "load", {}), load_level(d_run))
     known = set(fitted.baseline_channels)
     only_run = [c for c in _usable(d_run, default_catalog()) if c not in known]
     if only_run:
