@@ -11,6 +11,7 @@ import pytest
 from reveal.cli import main
 from reveal.evaluate.labelled import EvalSettings, run_pca_baseline, run_reveal, score_run
 from reveal.store.labelled import default_data_root, load_machine
+from slices import smd_slice
 
 ROOT = default_data_root()
 needs_data = pytest.mark.skipif(ROOT is None or not (ROOT / "smd" / "test").is_dir(),
@@ -25,14 +26,7 @@ FAST = EvalSettings(overrides=(("detect.iforest_trees", 50), ("detect.gmm_max_co
 def machine():
     if ROOT is None or not (ROOT / "smd" / "test").is_dir():
         pytest.skip("no labelled SMD data (../shared/data) here")
-    lm = load_machine(ROOT, "smd", "machine-1-2")
-    # a slice: the last 4000 train rows, and test rows 3600..6600 (two labelled segments)
-    lo, hi = 3600, 6600
-    lm.train = lm.train.slice_rows(lm.train.n_samples - 4000, lm.train.n_samples)
-    lm.test = lm.test.slice_rows(lo, hi)
-    lm.labels = lm.labels[lo:hi]
-    lm.interpretation = [dataclasses.replace(i, start=i.start - lo, end=i.end - lo)
-                         for i in lm.interpretation if i.end > lo and i.start < hi]
+    lm = smd_slice(ROOT)
     assert lm.labels.sum() > 0
     return lm
 

@@ -12,7 +12,8 @@ from reveal.cli import main
 from reveal.evaluate.labelled import EvalSettings, reveal_model, run_reveal, score_run
 from reveal.evaluate.metrics import false_alarm_episodes
 from reveal.evaluate.stream import run_stream
-from reveal.store.labelled import default_data_root, load_machine
+from reveal.store.labelled import default_data_root
+from slices import smd_slice
 
 ROOT = default_data_root()
 needs_data = pytest.mark.skipif(ROOT is None or not (ROOT / "smd" / "test").is_dir(),
@@ -28,13 +29,7 @@ REFITS = dataclasses.replace(FAST, overrides=(*FAST.overrides, ("refit.every_s",
 def machine():
     if ROOT is None or not (ROOT / "smd" / "test").is_dir():
         pytest.skip("no labelled SMD data (../shared/data) here")
-    lm = load_machine(ROOT, "smd", "machine-1-2")
-    lo, hi = 3600, 6600
-    lm.train = lm.train.slice_rows(lm.train.n_samples - 4000, lm.train.n_samples)
-    lm.test = lm.test.slice_rows(lo, hi)
-    lm.labels = lm.labels[lo:hi]
-    lm.interpretation = [dataclasses.replace(i, start=i.start - lo, end=i.end - lo)
-                         for i in lm.interpretation if i.end > lo and i.start < hi]
+    lm = smd_slice(ROOT)
     return lm
 
 
