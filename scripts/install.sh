@@ -41,7 +41,7 @@ ROOT="$(pwd -P)"
 # -- system packages -----------------------------------------------------------------------
 # "a|b": the first of the two that this distribution has (Debian's perf is linux-perf,
 # Ubuntu's linux-tools-common).
-PKGS="bpftrace stress-ng fio iproute2 iputils-ping prometheus-node-exporter linux-perf|linux-tools-common procps util-linux gcc libc6-dev binutils kmod nftables python3-dev python3-venv prometheus prometheus-alertmanager"
+PKGS="bpftrace stress-ng fio iproute2 iputils-ping prometheus-node-exporter linux-perf|linux-tools-common procps util-linux gcc libc6-dev binutils kmod nftables python3-dev python3-venv prometheus prometheus-alertmanager chromium|chromium-browser"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi
