@@ -1,0 +1,1 @@
+"""Fleet analysis: every host compared with its peers at the same moment (see docs/fleet.md)."""

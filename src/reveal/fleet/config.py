@@ -1,0 +1,54 @@
+"""Every tunable of the fleet comparison, with its default and unit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reveal.config import WindowConfig
+
+#: Window features compared across hosts: levels and spread (events get their sum). Shape
+#: features (skewness, ADF, ...) describe one host's rhythm and add little across peers.
+FLEET_FEATURES: tuple[str, ...] = ("mean", "std", "min", "max")
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """How hosts are compared with their peers at the same moment.
+
+    Times are seconds unless named otherwise; ``z`` values are robust sigmas across hosts
+    (``(x - median) / max(1.4826 × MAD, floor)``).
+    """
+
+    window: WindowConfig = field(default_factory=WindowConfig)
+    features: tuple[str, ...] = FLEET_FEATURES
+    # least change that counts, as a share of the peers' level (the catalog's unit floors
+    # also apply: a jiffy of CPU, a few pages); constant channels do not explode
+    relative_floor: float = 0.002
+    # |z| is capped here before scores are formed, so one column cannot own a score
+    z_cap: float = 50.0
+    # a host's score in a window per subsystem: the mean of its top-k |z| in that subsystem
+    top_k: int = 3
+    # a window of a host is above the cut when its score exceeds both this many sigmas and
+    # the peers' median score + ``cut_mads`` robust sigmas of the scores at that moment
+    min_score: float = 8.0
+    cut_mads: float = 6.0
+    # seconds a host must stay above the cut before its windows are flagged
+    persistence_s: float = 3.0
+    # flagged windows at most this many seconds apart make one episode
+    merge_gap_s: float = 2.0
+    # fewest hosts that must share a column (and have a value in a window) to compare it
+    min_hosts: int = 3
+    # channels named per episode (the columns that set the host apart most)
+    top_reasons: int = 5
+    # per host-window columns kept for the evidence (the highest |z|)
+    keep_columns: int = 8
+    # clock alignment: largest offset searched (seconds), least correlation of the
+    # host's activity with the peers' at the best lag, and least gain over lag zero
+    max_clock_offset_s: float = 120.0
+    clock_min_corr: float = 0.5
+    clock_min_gain: float = 0.2
+    # compare a host whose clock is off after moving it by the estimated offset
+    align_clocks: bool = True
+    # values per time block of the peer comparison (hosts × windows × columns): bounds the
+    # memory of one reduction task (4 bytes each, a few temporaries)
+    block_values: int = 24_000_000

@@ -1,0 +1,164 @@
+"""One host's side of the fleet comparison: its window features on the wall clock.
+
+The same derive and window-feature code as a single host's analysis
+(:mod:`reveal.analyze.derive`, :mod:`reveal.analyze.features`), with the fleet's feature
+set, channels matched by role (:mod:`reveal.fleet.roles`, per-CPU ranks from
+:mod:`reveal.analyze.percpu`), the catalog's unit floors per column, and the host's
+configuration (``static``) channels set aside to compare as values.
+"""
+
+from __future__ import annotations
+
+import warnings as pywarnings
+
+import numpy as np
+
+from reveal.analyze.derive import derive
+from reveal.analyze.features import compute_features
+from reveal.analyze.floors import ChannelFloor, channel_floors, feature_floors
+from reveal.analyze.percpu import BUSY_METRIC, rank_cpu_columns, window_busy
+from reveal.analyze.pipeline import FittedAnalysis, analyse, rows_per_window, window_config
+from reveal.analyze.windows import make_windows
+from reveal.catalog import NOT_DETECTED, default_catalog
+from reveal.config import AnalyzeConfig
+from reveal.errors import InputError
+from reveal.fleet.config import FleetConfig
+from reveal.fleet.result import HostFeatures, OwnVerdicts
+from reveal.fleet.roles import role_names
+from reveal.frame import Telemetry, channel_metric, parse_channel
+
+#: level features left out for ``state`` channels (their level records history)
+LEVEL_FEATURES = ("mean", "median", "min", "max")
+
+
+def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
+                  baseline: FittedAnalysis | None = None) -> HostFeatures:
+    """Window features of one host for the peer comparison.
+
+    Parameters
+    ----------
+    telemetry : Telemetry
+        One host's run (counters raw); its ``meta["wall_offset_ns"]`` puts it on the wall
+        clock.
+    config : FleetConfig, optional
+    baseline : FittedAnalysis, optional
+        The host's own fitted analysis (``Reveal(...).fit(baseline).fitted_``): the run is
+        also scored against it, and the verdicts travel in ``HostFeatures.own``.
+
+    Raises
+    ------
+    InputError
+        A run shorter than one window, or without any channel to compare.
+    """
+    config = config or FleetConfig()
+    catalog = default_catalog()
+    where = str(telemetry.meta.get("path", telemetry.host))
+    if telemetry.n_samples < 2:
+        raise InputError("the run holds fewer than two samples", where)
+    d, report = derive(telemetry, catalog)
+    warnings = [str(w) for w in telemetry.meta.get("warnings", [])]
+    if report.resets:
+        warnings.append(f"counter resets handled in {len(report.resets)} channels")
+    interval = d.interval_s if d.n_samples > 1 else telemetry.interval_s
+    window = window_config(AnalyzeConfig(window=config.window), interval)
+    finite = np.isfinite(d.values).any(axis=0) if d.n_samples else np.zeros(0, bool)
+    kinds = [catalog.lookup(channel_metric(c)).kind for c in d.channels]
+    roles = role_names(d.channels, d.values)
+    statics = _statics(d, kinds, finite, roles)
+    usable = [i for i, (k, ok) in enumerate(zip(kinds, finite, strict=True))
+              if ok and k not in NOT_DETECTED]
+    if not usable:
+        raise InputError("no channel with data to compare (all empty or static)", where)
+    names = [d.channels[i] for i in usable]
+    windows = make_windows(d.timestamps_ns, window, interval)
+    fm = compute_features(d.values[:, usable], names,
+                          ["event" if kinds[i] == "event" else "gauge" for i in usable],
+                          windows, features=config.features, n_jobs=1)
+    keep = [k for k, (c, f) in enumerate(zip(fm.channels, fm.features, strict=True))
+            if not (f in LEVEL_FEATURES and catalog.lookup(channel_metric(c)).kind == "state")]
+    values = fm.values[:, keep]
+    channels = [fm.channels[k] for k in keep]
+    features = [fm.features[k] for k in keep]
+    cpus, busy = window_busy(d, windows.start, windows.size)
+    values, channels, sources = rank_cpu_columns(values, channels, features, cpus, busy)
+    floors = _floors(d, names, channels, features, sources, config, interval,
+                     rows_per_window(window, interval))
+    shown = {new: old for old, new in roles.items()}
+    channels = [roles.get(c, c) for c in channels]
+    offset = telemetry.wall_offset_ns
+    stride_ns = round(float(np.median(np.diff(windows.start_ns)))) if len(windows) > 1 \
+        else round(window.stride_s * 1e9)
+    own = own_verdicts(telemetry, baseline) if baseline is not None else None
+    source = {"path": str(telemetry.meta.get("path", "")), "samples": telemetry.n_samples,
+              "channels": telemetry.n_channels, "interval_s": float(interval),
+              "wall_offset_ns": offset}
+    return HostFeatures(
+        host=telemetry.host, start_ns=windows.start_ns + offset, stride_ns=stride_ns,
+        size_ns=round(windows.size * interval * 1e9),
+        values=np.ascontiguousarray(values, dtype=np.float32), channels=channels,
+        features=features, floors=floors, statics=statics,
+        activity=_activity(d, windows.start, windows.size), roles=shown, source=source,
+        warnings=warnings, own=own)
+
+
+def _statics(d: Telemetry, kinds: list[str], finite: np.ndarray,
+             roles: dict[str, str]) -> dict[str, float]:
+    """Configuration channels (role-matched names) and their median value over the run."""
+    cols = [i for i, (k, ok) in enumerate(zip(kinds, finite, strict=True))
+            if ok and k == "static"]
+    if not cols:
+        return {}
+    with pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(d.values[:, cols], axis=0)
+    return {roles.get(d.channels[i], d.channels[i]): float(v)
+            for i, v in zip(cols, med, strict=True)}
+
+
+def _floors(d: Telemetry, names: list[str], channels: list[str], features: list[str],
+            sources: dict[str, list[str]], config: FleetConfig, interval: float,
+            rows: int) -> np.ndarray:
+    """Least change that counts per column (catalog unit floors at the host's own level)."""
+    index = {c: i for i, c in enumerate(d.channels)}
+    with pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)
+        levels = np.nanmedian(d.values[:, [index[c] for c in names]], axis=0)
+    per = dict(zip(names, channel_floors(names, levels, config.relative_floor, interval),
+                   strict=True))
+    for name, group in sources.items():  # a CPU rank: the group's largest floor
+        fl = [per[c] for c in group]
+        per[name] = ChannelFloor(max(f.level for f in fl), max(f.spike for f in fl),
+                                 max(f.quantum for f in fl))
+    return feature_floors(channels, features, per, rows)
+
+
+def _activity(d: Telemetry, starts: np.ndarray, size: int) -> np.ndarray:
+    """Mean CPU busy % per window (all CPUs), the fleet's common signal; NaN when absent."""
+    total = [i for i, c in enumerate(d.channels) if c == BUSY_METRIC]
+    cols = total or [i for i, c in enumerate(d.channels)
+                     if channel_metric(c) == BUSY_METRIC and set(parse_channel(c)[1]) == {"cpu"}]
+    if not cols:
+        return np.full(len(starts), np.nan)
+    with pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)
+        x = np.nanmean(d.values[:, cols], axis=1)
+    ok = np.isfinite(x)
+    c = np.concatenate([[0.0], np.cumsum(np.where(ok, x, 0.0))])
+    n = np.concatenate([[0], np.cumsum(ok)])
+    s = np.asarray(starts, dtype=np.int64)
+    count = n[s + size] - n[s]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, (c[s + size] - c[s]) / np.maximum(count, 1), np.nan)
+
+
+def own_verdicts(telemetry: Telemetry, fitted: FittedAnalysis) -> OwnVerdicts:
+    """``telemetry`` scored against the host's own fitted baseline, per window (wall clock)."""
+    analysis = analyse(fitted, telemetry)
+    v = analysis.verdicts
+    threshold = v.combined_threshold if v.combined_threshold > 0 else 1.0
+    subsystem = [""] * len(analysis.windows)
+    for ev in analysis.evidence:
+        subsystem[ev.window_id] = ev.subsystems[0] if ev.subsystems else ""
+    return OwnVerdicts(analysis.windows.start_ns + telemetry.wall_offset_ns,
+                       np.asarray(v.flagged, dtype=bool),
+                       np.asarray(v.combined, dtype=np.float64) / threshold, subsystem)

@@ -1,0 +1,60 @@
+"""Channel matching across hosts: devices named by their role, not by their name.
+
+Two hosts of one job rarely name their devices alike: ``eth0`` on one, ``ens5`` on the
+other; ``nvme0n1`` against ``vda``. What corresponds is the role: the busiest interface,
+the busiest disk. Channels labelled by an interface (``iface``) or a block device (``dev``)
+are renamed by traffic rank over the run, ``iface=rank0`` the busiest; GPUs keep their
+index (``gpu=0`` is the first GPU everywhere); per-CPU channels are ranked per window by
+busy share (``cpu=r0``, see :mod:`reveal.analyze.percpu`). Hosts with 2 and 8 GPUs then
+share ``gpu=0`` and ``gpu=1``; the comparison uses the columns hosts share.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from reveal.frame import format_channel, parse_channel
+
+#: label -> metric-name fragments whose per-second level ranks the devices of that label
+RANKED_LABELS: dict[str, tuple[str, ...]] = {
+    "iface": ("bytes", "packets"),
+    "dev": ("sectors", "bytes", "completed"),
+}
+RANK_PREFIX = "rank"
+#: devices never ranked (kept by name): the loopback carries no job traffic between hosts
+KEEP_NAMES = {"iface": ("lo",)}
+
+
+def role_names(channels: list[str], values: np.ndarray) -> dict[str, str]:
+    """Role-matched name of every channel whose name changes (others keep their name).
+
+    ``values`` (T, C): the derived telemetry (counters as per-second rates); a device's
+    traffic is the sum over its ``RANKED_LABELS`` channels of their mean.
+    """
+    with np.errstate(all="ignore"):
+        means = np.nan_to_num(np.nanmean(np.where(np.isfinite(values), values, np.nan),
+                                         axis=0) if values.size else np.zeros(len(channels)))
+    traffic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    parsed = [parse_channel(c) for c in channels]
+    for (metric, labels), level in zip(parsed, means, strict=True):
+        for label, fragments in RANKED_LABELS.items():
+            device = labels.get(label)
+            if device is None or device in KEEP_NAMES.get(label, ()):
+                continue
+            busy = any(f in metric for f in fragments)
+            traffic[label][device] += abs(float(level)) if busy else 0.0
+    rank: dict[str, dict[str, str]] = {}
+    for label, devices in traffic.items():
+        order = sorted(devices, key=lambda d: (-devices[d], d))
+        rank[label] = {d: f"{RANK_PREFIX}{i}" for i, d in enumerate(order)}
+    out: dict[str, str] = {}
+    for name, (metric, labels) in zip(channels, parsed, strict=True):
+        new = dict(labels)
+        for label, table in rank.items():
+            if label in labels and labels[label] in table:
+                new[label] = table[labels[label]]
+        if new != labels:
+            out[name] = format_channel(metric, new)
+    return out
