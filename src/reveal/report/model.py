@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from reveal.analyze.evidence import Reason
+from reveal.errors import InputError
 
 SCHEMA_NAME = "reveal-report"
 SCHEMA_VERSION = 1
@@ -73,6 +74,26 @@ class WindowTable:
             "flagged": self.flagged.astype(bool).tolist(),
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WindowTable:
+        """The table of :meth:`to_dict` (None read back as NaN)."""
+        start = np.asarray(d["start_ns"], dtype=np.int64)
+        scores = {str(k): _array(v) for k, v in d["scores"].items()}
+        flags = {str(k): np.asarray(v, dtype=bool) for k, v in d["flags"].items()}
+        table = cls(start, np.asarray(d["end_ns"], dtype=np.int64), scores, flags,
+                    _array(d["combined"]), np.asarray(d["flagged"], dtype=bool))
+        n = len(start)
+        if any(len(a) != n for a in (table.end_ns, table.combined, table.flagged,
+                                     *scores.values(), *flags.values())):
+            raise ValueError("windows: arrays of different lengths")
+        return table
+
+    @classmethod
+    def empty(cls) -> WindowTable:
+        """A table of no windows (a report saved without them)."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(none, none.copy(), {}, {}, np.zeros(0), np.zeros(0, dtype=bool))
+
 
 @dataclass
 class Report:
@@ -92,6 +113,11 @@ class Report:
     @property
     def no_anomaly(self) -> bool:
         return not self.anomalies
+
+    @classmethod
+    def from_dict(cls, payload: Any) -> Report:
+        """The report of :meth:`to_dict` (see :func:`report_from_dict`)."""
+        return report_from_dict(payload)
 
     def to_dict(self, with_windows: bool = True) -> dict[str, Any]:
         by_subsystem: dict[str, int] = {}
@@ -122,6 +148,62 @@ class Report:
         if with_windows:
             payload["windows"] = self.windows.to_dict()
         return _json_safe(payload)
+
+
+def _array(values: list[float | None]) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _reason(d: dict[str, Any]) -> Reason:
+    return Reason(str(d["channel"]), str(d["metric"]), str(d["feature"]), str(d["subsystem"]),
+                  _float(d["contribution"]), _float(d["value"]), _float(d["baseline_median"]),
+                  _float(d["robust_z"]))
+
+
+def _anomaly(d: dict[str, Any]) -> Anomaly:
+    return Anomaly(int(d["window_id"]), int(d["start_ns"]), int(d["end_ns"]),
+                   _float(d["score"]), [str(x) for x in d["detectors"]],
+                   [str(x) for x in d["subsystems"]],
+                   {str(k): _float(v) for k, v in d["subsystem_shares"].items()},
+                   [_reason(r) for r in d["reasons"]], str(d["claim"]))
+
+
+def _episode(d: dict[str, Any]) -> Episode:
+    return Episode(int(d["start_ns"]), int(d["end_ns"]), [int(w) for w in d["window_ids"]],
+                   _float(d["peak_score"]), str(d["subsystem"]), str(d["claim"]))
+
+
+def report_from_dict(payload: Any) -> Report:
+    """A :class:`Report` from its JSON form (:meth:`Report.to_dict`, schema version
+    :data:`SCHEMA_VERSION`); raises :class:`reveal.errors.InputError` naming what is
+    wrong when ``payload`` is not such a report."""
+    if not isinstance(payload, dict) or payload.get("schema") != SCHEMA_NAME:
+        raise InputError(f"not a Reveal report (no \"schema\": \"{SCHEMA_NAME}\")")
+    version = payload.get("version")
+    if version != SCHEMA_VERSION:
+        raise InputError(f"report schema version {version!r} is not supported (this Reveal "
+                         f"reads version {SCHEMA_VERSION})")
+    try:
+        windows = payload.get("windows")
+        return Report(
+            run=dict(payload["run"]), baseline=dict(payload["baseline"]),
+            config=dict(payload["config"]), channels=dict(payload["channels"]),
+            detectors=[DetectorSummary(str(d["name"]), _float(d["threshold"]),
+                                       int(d["flagged"])) for d in payload["detectors"]],
+            windows=WindowTable.from_dict(windows) if windows else WindowTable.empty(),
+            anomalies=[_anomaly(a) for a in payload["anomalies"]],
+            episodes=[_episode(e) for e in payload["episodes"]],
+            warnings=[str(w) for w in payload.get("warnings", [])],
+            decision=dict(payload.get("decision") or {}),
+        )
+    except KeyError as exc:
+        raise InputError(f"incomplete Reveal report: {exc.args[0]!r} is missing") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"malformed Reveal report: {exc}") from None
 
 
 def _floats(values: np.ndarray) -> list[float | None]:
