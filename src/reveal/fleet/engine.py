@@ -38,9 +38,24 @@ from reveal.fleet.result import (
 from reveal.fleet.statics import config_outliers
 from reveal.report.escape import plain
 
-__all__ = ["FleetConfig", "FleetPlan", "FleetResult", "HostFeatures", "OwnVerdicts",
-           "assemble", "compare_block", "compare_fleet", "host_block", "host_features",
-           "own_verdicts", "plan_fleet", "run_block", "summary"]
+__all__ = [
+    "FleetConfig",
+    "FleetPlan",
+    "FleetResult",
+    "HostFeatures",
+    "OwnVerdicts",
+    "assemble",
+    "compare_block",
+    "compare_fleet",
+    "host_block",
+    "host_columns",
+    "host_features",
+    "own_verdicts",
+    "plan_fleet",
+    "run_block",
+    "summary",
+    "trace_requests",
+]
 
 #: share of hosts flagged by their own baselines at one moment that makes it a job-wide change
 JOB_WIDE_SHARE = 0.5
@@ -265,6 +280,39 @@ def _job_wide(own_flagged: np.ndarray, own: Sequence[OwnVerdicts | None],
             f"any host"]
 
 
+#: episodes (strongest first) and implicated columns of each whose traces a result keeps
+TRACE_EPISODES = 6
+TRACE_COLUMNS = 3
+
+
+def trace_requests(result: FleetResult) -> dict[str, list[int]]:
+    """Host -> the columns of its strongest episodes' reasons whose traces to keep."""
+    where = {c: k for k, c in enumerate(result.columns)}
+    out: dict[str, list[int]] = {}
+    for e in result.episodes[:TRACE_EPISODES]:
+        cols = out.setdefault(e.host, [])
+        for r in e.reasons[:TRACE_COLUMNS]:
+            k = where.get((r.channel, r.feature))
+            if k is not None and k not in cols:
+                cols.append(k)
+    return out
+
+
+def host_columns(features: HostFeatures, column_map: np.ndarray, slots: np.ndarray,
+                 columns: Sequence[int], n_slots: int) -> dict[int, np.ndarray]:
+    """One host's values of the plan's ``columns`` over the whole grid, (G,) float32 each
+    (NaN where the host has no value)."""
+    rows = np.flatnonzero((slots >= 0) & (slots < n_slots))
+    out = {}
+    for k in columns:
+        own = np.flatnonzero(column_map == k)
+        v = np.full(n_slots, np.nan, dtype=np.float32)
+        if own.size and features.values.shape[0]:
+            v[slots[rows]] = features.values[rows, own[0]]
+        out[int(k)] = v
+    return out
+
+
 def compare_fleet(hosts: Sequence[HostFeatures],
                   baselines: Mapping[str, OwnVerdicts] | None = None,
                   config: FleetConfig | None = None) -> FleetResult:
@@ -287,4 +335,9 @@ def compare_fleet(hosts: Sequence[HostFeatures],
         cube = [host_block(hosts[i], plan.column_maps[j], plan.slots[j], first, stop,
                            len(plan.columns)) for j, i in enumerate(plan.index)]
         results.append(run_block(plan, cube, b, config))
-    return assemble(plan, results, hosts, config, baselines)
+    result = assemble(plan, results, hosts, config, baselines)
+    for host, cols in trace_requests(result).items():
+        j = plan.hosts.index(host)
+        result.traces[host] = host_columns(hosts[plan.index[j]], plan.column_maps[j],
+                                           plan.slots[j], cols, plan.n_slots)
+    return result

@@ -194,6 +194,8 @@ class FleetResult:
     own_flagged: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> source
+    # host -> column index -> (G,) the host's values of an episode's implicated columns
+    traces: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
 
     def flagged_hosts(self) -> list[str]:
         """Hosts with an episode, a configuration outlier or an offset clock (in host order)."""
