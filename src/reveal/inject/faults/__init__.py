@@ -12,6 +12,7 @@ net_delay              network    netem delay on the suite's veth (needs netem)
 net_throttle           network    tbf rate limit on the suite's veth
 udp_flood              network    small-packet UDP flood over the veth (softirq storm)
 hugepages_reserved     memory     vm.nr_hugepages raised, unused (cross-host case)
+cgroup_throttle        cpu        CPU quota on the job's cgroup (cpu.max / cfs_quota)
 =====================  =========  ====================================================
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from reveal.errors import RevealError
 from reveal.inject.faults.base import Fault, FaultContext, run_episode
+from reveal.inject.faults.cgroup_throttle import CgroupThrottle
 from reveal.inject.faults.cpu import CpuContention
 from reveal.inject.faults.disk import DiskBurst
 from reveal.inject.faults.hugepages import ReservedHugePages
@@ -30,7 +32,7 @@ from reveal.inject.faults.writeback import WritebackStorm
 FAULTS: dict[str, type[Fault]] = {
     cls.kind: cls for cls in (
         CpuContention, MemoryPressure, WritebackStorm, DiskBurst, PacketLoss, NetDelay,
-        NetThrottle, UdpFlood, ReservedHugePages,
+        NetThrottle, UdpFlood, ReservedHugePages, CgroupThrottle,
     )
 }
 
