@@ -136,7 +136,9 @@ def plan_fleet(hosts: Sequence[HostFeatures], config: FleetConfig | None = None)
                              f"got {len(keep)}")
         origin, slots = grid_slots([hosts[i] for i in keep], stride)
         n_slots = int(max(int(s.max()) for s in slots)) + 1
-    names = [hosts[i].host for i in keep]
+    names = _unique([hosts[i].host for i in keep], warnings)
+    for i in keep:
+        warnings += [f"{plain(hosts[i].host, 60)}: {plain(w, 300)}" for w in hosts[i].warnings]
     activity = place([hosts[i].activity for i in keep], slots, n_slots)
     clock, lags = clock_offsets(names, activity, stride / 1e9, config.max_clock_offset_s,
                                 config.clock_min_corr, config.clock_min_gain,
@@ -156,6 +158,20 @@ def plan_fleet(hosts: Sequence[HostFeatures], config: FleetConfig | None = None)
     return FleetPlan(names, keep, origin, stride, size, n_slots, slots, lags, columns, maps,
                      floors, col_sub, subsystems, sub_index, blocks, clock,
                      config_outliers([hosts[i] for i in keep], config.min_hosts), warnings)
+
+
+def _unique(names: list[str], warnings: list[str]) -> list[str]:
+    """Host names made unique (a second run of one host becomes ``name#2``)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    repeated = [n for n, c in seen.items() if c > 1]
+    if repeated:
+        warnings.append(f"{len(repeated)} host names occur in more than one run (e.g. "
+                        f"{plain(repeated[0], 60)}); later runs are named NAME#2, ...")
+    return out
 
 
 def _columns(hosts: Sequence[HostFeatures], min_hosts: int,
@@ -243,7 +259,8 @@ def assemble(plan: FleetPlan, results: Sequence[BlockResult], hosts: Sequence[Ho
                      evidence, median, plan.columns, plan.column_subsystem,  # type: ignore[arg-type]
                      [h.roles for h in compared], grid, plan.size_ns,
                      round(config.merge_gap_s / stride_s), config.top_reasons)
-    own = [(baselines or {}).get(h.host, h.own) for h in compared]
+    own = [(baselines or {}).get(name, h.own)
+           for name, h in zip(plan.hosts, compared, strict=True)]
     own_flagged = _own_grid(plan, own)
     warnings = list(plan.warnings)
     if own_flagged is not None:
@@ -260,7 +277,7 @@ def assemble(plan: FleetPlan, results: Sequence[BlockResult], hosts: Sequence[Ho
         peer_p90=np.concatenate([r.p90 for r in results], axis=0),
         columns=list(plan.columns), episodes=found, config_outliers=plan.config_outliers,
         clock=plan.clock, own_flagged=own_flagged, warnings=warnings,
-        sources={h.host: dict(h.source) for h in compared})
+        sources={name: dict(h.source) for name, h in zip(plan.hosts, compared, strict=True)})
 
 
 def _job_wide(own_flagged: np.ndarray, own: Sequence[OwnVerdicts | None],

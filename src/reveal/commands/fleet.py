@@ -1,0 +1,130 @@
+"""``reveal fleet``: compare the hosts of one job with each other, at the same moments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+NAME = "fleet"
+HELP = ("Compare the hosts of one job with each other (runs, or a Prometheus server): who "
+        "stands apart from its peers, when and why; configuration that differs; clocks "
+        "that are off. Scales out on Dask.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="*", metavar="RUN",
+                        help="run directories or CSV files, one per host (at least 3 hosts "
+                             "in all)")
+    parser.add_argument("--baseline-dir", metavar="DIR",
+                        help="each host's own baseline, by host name: DIR/HOST.model (from "
+                             "`reveal analyze --save-model`) or a clean run DIR/HOST/; the "
+                             "report then says whether a host's own baseline agrees")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write report.md, fleet.json and the figures (score heatmap, "
+                             "traces against the peer band) here")
+    parser.add_argument("--format", choices=("text", "markdown", "json", "none"),
+                        default="text", help="what to print on stdout (default text)")
+    parser.add_argument("--json", metavar="FILE", dest="json_out",
+                        help="write the JSON report here ('-' for stdout)")
+    parser.add_argument("--workers", type=int, default=2, metavar="N",
+                        help="Dask worker processes of a local cluster (default 2; 0: all "
+                             "work in this process)")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                        help="use this running Dask scheduler instead of a local cluster")
+    parser.add_argument("--window", type=_positive, metavar="SECONDS",
+                        help="window size (default 3 s; 10 steps with --prometheus)")
+    parser.add_argument("--stride", type=_positive, metavar="SECONDS",
+                        help="window stride (default 1 s; one step with --prometheus)")
+    parser.add_argument("--no-align-clocks", action="store_true",
+                        help="report hosts whose clock is off but compare them as recorded")
+    prom = parser.add_argument_group("Prometheus source (hosts read from a server)")
+    prom.add_argument("--prometheus", metavar="URL", help="Prometheus server, http://HOST:9090")
+    prom.add_argument("--match", action="append", default=[], metavar="SELECTOR",
+                      help="series selector, repeatable ('{job=\"node\"}')")
+    prom.add_argument("--from", dest="start", default="-1h", metavar="TIME",
+                      help="start: Unix seconds, RFC 3339, or relative like -1h (default)")
+    prom.add_argument("--to", dest="end", default="now", metavar="TIME",
+                      help="end (default now)")
+    prom.add_argument("--step", type=_positive, default=15.0, metavar="SECONDS",
+                      help="sampling step (default 15 s)")
+    prom.add_argument("--host-label", default="instance", metavar="LABEL",
+                      help="label that names the host (default instance)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.config import WindowConfig
+    from reveal.errors import InputError, RevealError
+    from reveal.fleet import report
+    from reveal.fleet.config import FleetConfig
+    from reveal.fleet.distributed import HostSource, compare_fleet_dask, features_task
+    from reveal.fleet.engine import compare_fleet
+    from reveal.paths import check_writable_dir, check_writable_file
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"reveal fleet: {message}", file=sys.stderr, flush=True)
+
+    if args.json_out and args.json_out != "-":
+        check_writable_file(args.json_out)
+    if args.out:
+        check_writable_dir(args.out)
+    if args.baseline_dir and not Path(args.baseline_dir).is_dir():
+        raise InputError("no such directory", args.baseline_dir)
+    if args.workers < 0:
+        raise RevealError(f"--workers must be 0 or more, got {args.workers}")
+    for path in args.runs:
+        if not Path(path).exists():
+            raise InputError("no such run", path)
+    sources: list[HostSource] = [str(p) for p in args.runs]
+    window = WindowConfig()
+    if args.prometheus:
+        from reveal.store.prometheus_source import read_fleet
+
+        sources += read_fleet(args.prometheus, args.match, args.start, args.end, args.step,
+                              host_label=args.host_label, say=progress)
+        window = WindowConfig(size_s=10 * args.step, stride_s=args.step)
+    if not sources:
+        raise RevealError("give run directories (one per host) or --prometheus URL --match "
+                          "SELECTOR")
+    window = WindowConfig(size_s=args.window or window.size_s,
+                          stride_s=args.stride or window.stride_s)
+    config = FleetConfig(window=window, align_clocks=not args.no_align_clocks)
+    if args.scheduler or args.workers > 0:
+        from reveal.fleet.distributed import fleet_client
+
+        where = args.scheduler or f"a local cluster of {args.workers} workers"
+        progress(f"{len(sources)} hosts on {where}")
+        with fleet_client(args.scheduler, args.workers) as client:
+            result = compare_fleet_dask(sources, config, client=client,
+                                        baseline_dir=args.baseline_dir, progress=progress)
+    else:
+        hosts = []
+        for i, source in enumerate(sources, start=1):
+            hosts.append(features_task(source, config, args.baseline_dir))
+            progress(f"features of {i}/{len(sources)} hosts")
+        result = compare_fleet(hosts, config=config)
+    if args.out:
+        report.write_report_dir(result, args.out)
+        progress(f"report written to {args.out}")
+    if args.json_out == "-" or args.format == "json":
+        json.dump(report.to_dict(result), sys.stdout, indent=1)
+        print()
+    if args.json_out and args.json_out != "-":
+        report.write_json(result, args.json_out)
+        progress(f"JSON report written to {args.json_out}")
+    if args.json_out != "-":
+        if args.format == "text":
+            print(report.render_text(result), end="")
+        elif args.format == "markdown":
+            print(report.render_markdown(result), end="")
+    return 0
