@@ -1,0 +1,130 @@
+"""The fleet engine on a synthetic fleet of lock-step hosts (tests/fleet_hosts.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleet_hosts import GIB, WALL_START_S, Fault, fleet
+from reveal.errors import InputError
+from reveal.fleet.config import FleetConfig
+from reveal.fleet.engine import compare_fleet, host_features
+from reveal.fleet.roles import role_names
+
+
+def _compare(tels, config=None):
+    config = config or FleetConfig()
+    return compare_fleet([host_features(t, config) for t in tels], config=config)
+
+
+def test_clean_fleet_flags_nothing():
+    for seed in (0, 1, 2):
+        result = _compare(fleet(6, 120, seed=seed, ifaces=("eth0", "ens5"), gpus=(2, 8)))
+        assert result.episodes == []
+        assert result.config_outliers == []
+        assert result.clock == []
+        assert not result.flagged.any()
+        assert result.flagged_hosts() == []
+
+
+def test_level_shift_flags_that_host_only_in_memory_at_the_right_time():
+    fault = Fault(3, memory_drop=GIB, span_s=(60.0, 90.0))
+    result = _compare(fleet(6, 120, seed=4, faults=(fault,)))
+    assert result.flagged_hosts() == ["host-3"]
+    assert {e.host for e in result.episodes} == {"host-3"}
+    episode = result.episodes[0]
+    assert episode.subsystem == "memory"
+    # windows of 3 s: the first to hold faulty samples starts 3 s before the fault
+    start_s = episode.start_ns / 1e9 - WALL_START_S
+    end_s = episode.end_ns / 1e9 - WALL_START_S
+    assert 56.0 <= start_s <= 61.0
+    assert 89.0 <= end_s <= 94.0
+    channels = {r.channel for r in episode.reasons}
+    assert channels & {"mem.MemAvailable", "derived.mem_used_pct"}
+    available = [r for r in episode.reasons if r.channel == "mem.MemAvailable"]
+    assert available and available[0].z < 0
+    assert available[0].value - available[0].peer_median == pytest.approx(-GIB, rel=0.15)
+
+
+def test_flagged_windows_lie_inside_the_fault():
+    fault = Fault(1, memory_drop=2 * GIB, span_s=(30.0, 70.0))
+    result = _compare(fleet(8, 100, seed=5, faults=(fault,)))
+    rows, cols = np.nonzero(result.flagged)
+    assert set(rows.tolist()) == {1}
+    t = result.grid_start_ns[cols] / 1e9 - WALL_START_S
+    assert t.min() >= 27.0 and t.max() <= 70.0
+
+
+def test_hugepages_static_difference_is_a_configuration_outlier():
+    result = _compare(fleet(6, 60, seed=6, faults=(Fault(2, hugepages=512),)))
+    assert result.flagged_hosts() == ["host-2"]
+    (outlier,) = result.config_outliers
+    assert (outlier.host, outlier.channel, outlier.value, outlier.majority) == \
+        ("host-2", "mem.HugePages_Total", 512.0, 0.0)
+    assert outlier.peers_with_majority == 5
+    assert result.episodes == []
+
+
+def test_clock_offset_is_found_and_aligned():
+    result = _compare(fleet(6, 120, seed=7, faults=(Fault(4, clock_s=7.0),)))
+    assert [c.host for c in result.clock] == ["host-4"]
+    assert result.clock[0].offset_s == pytest.approx(7.0, abs=1.0)
+    assert result.clock[0].aligned
+    assert result.episodes == []  # moved back, it is like its peers
+
+
+def test_clock_offset_unaligned_is_still_found():
+    config = FleetConfig(align_clocks=False)
+    result = _compare(fleet(6, 120, seed=7, faults=(Fault(4, clock_s=-5.0),)), config)
+    assert [c.host for c in result.clock] == ["host-4"]
+    assert result.clock[0].offset_s == pytest.approx(-5.0, abs=1.0)
+    assert not result.clock[0].aligned
+
+
+def test_different_interface_names_and_gpu_counts_compare():
+    tels = fleet(8, 120, seed=8, ifaces=("eth0", "ens5", "enp1s0"), disks=("vda", "nvme0n1"),
+                 gpus=(2, 8), faults=(Fault(5, memory_drop=GIB, span_s=(40.0, 80.0)),))
+    hosts = [host_features(t) for t in tels]
+    assert all("net.rx_bytes{iface=rank0}" in h.channels for h in hosts)
+    assert all("derived.disk_write_bytes_per_s{dev=rank0}" in h.channels for h in hosts)
+    result = compare_fleet(hosts)
+    compared = {c for c, _ in result.columns}
+    assert "net.rx_bytes{iface=rank0}" in compared
+    assert "gpu.sm_util{gpu=1}" in compared and "gpu.sm_util{gpu=7}" in compared
+    assert result.flagged_hosts() == ["host-5"]
+    # the host's own interface name is kept for the report
+    assert hosts[1].roles["net.rx_bytes{iface=rank0}"] == "net.rx_bytes{iface=ens5}"
+
+
+def test_role_names_rank_interfaces_by_traffic():
+    channels = ["net.rx_bytes{iface=eth1}", "net.rx_bytes{iface=eth0}", "net.rx_bytes{iface=lo}",
+                "net.speed_mbps{iface=eth1}", "gpu.sm_util{gpu=0}"]
+    values = np.array([[5e6, 1e3, 1e9, 1e4, 50.0]] * 3)
+    names = role_names(channels, values)
+    assert names == {"net.rx_bytes{iface=eth1}": "net.rx_bytes{iface=rank0}",
+                     "net.rx_bytes{iface=eth0}": "net.rx_bytes{iface=rank1}",
+                     "net.speed_mbps{iface=eth1}": "net.speed_mbps{iface=rank0}"}
+
+
+def test_host_without_overlapping_time_is_a_warning():
+    tels = fleet(6, 60, seed=9)
+    late = fleet(1, 60, seed=10, names=("late-host",), start_s=(3600.0,))[0]
+    result = _compare([*tels, late])
+    assert "late-host" not in result.hosts
+    assert any("share no time" in w and "late-host" in w for w in result.warnings)
+    assert result.episodes == []
+
+
+def test_too_few_hosts_is_an_input_error():
+    with pytest.raises(InputError, match="at least 3 hosts"):
+        _compare(fleet(2, 60, seed=11))
+
+
+def test_hosts_starting_at_different_times_align_on_the_wall_clock():
+    # every host recorded from another moment: the grid holds them where they overlap
+    tels = fleet(6, 90, seed=12, start_s=(0.0, 5.0, 10.0),
+                 faults=(Fault(2, memory_drop=GIB, span_s=(40.0, 70.0)),))
+    result = _compare(tels)
+    assert result.flagged_hosts() == ["host-2"]
+    assert len(result.grid_start_ns) > 85
+    assert result.clock == []
