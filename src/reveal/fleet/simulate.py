@@ -276,3 +276,15 @@ def bootstrap_host(source: Telemetry, host: str, block_s: float = 5.0,
     meta = {**source.meta, "host": host, "simulated": "bootstrap",
             "bootstrap": {"source": source.host, "block_s": block_s, "seed": seed}}
     return Telemetry(host, ts, values, list(source.channels), meta)
+
+
+def synthetic_hosts(sources: list[Telemetry], n_hosts: int, block_s: float = 5.0,
+                    seed: int = 0, prefix: str = "syn") -> list[Telemetry]:
+    """``n_hosts`` **synthetic** clean hosts for scale: each a block bootstrap
+    (:func:`bootstrap_host`) of one of ``sources`` in turn, with its own seed; every host
+    keeps its source's time base (so hosts made from aligned sources stay aligned)."""
+    if not sources:
+        raise RevealError("no recorded hosts to resample synthetic hosts from")
+    width = max(3, len(str(n_hosts - 1)))
+    return [bootstrap_host(sources[i % len(sources)], f"{prefix}{i:0{width}d}", block_s,
+                           seed=seed * 1_000_003 + i) for i in range(n_hosts)]
