@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", metavar="SET", help="metric-set file from `reveal select`")
     parser.add_argument("--json", metavar="FILE", dest="json_out",
                         help="write the JSON report here ('-' for stdout)")
+    parser.add_argument("--html", metavar="OUT.html",
+                        help="also write the report as one self-contained HTML page "
+                             "(interactive timeline, one card per episode, traces)")
     parser.add_argument("--format", choices=("text", "markdown", "json", "none"), default="text",
                         help="what to print on stdout: text (a table fitted to the terminal, "
                              "plain when piped), markdown (for files), json, or none")
@@ -130,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     metric_set = load_metric_set(args.metrics) if args.metrics else None
     if args.save_model:
         check_writable_file(args.save_model)
+    if args.html:
+        check_writable_file(args.html)
     if args.model:
         if args.baseline or metric_set or overrides(args) or args.preset != "auto":
             raise InputError("--model scores with the saved model's own settings: give no "
@@ -149,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.json_out:
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         progress(f"report written to {args.json_out}")
+    if args.html:
+        _write_html(report, args)
+        progress(f"HTML report written to {args.html}")
     if args.format == "text" and args.json_out != "-":
         print(render_text(report, args.limit, args.json_out, tty=sys.stdout.isatty()), end="")
     elif args.format == "markdown" and args.json_out != "-":
@@ -157,3 +165,15 @@ def run(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, indent=2)
         print()
     return 0
+
+
+def _write_html(report: Any, args: argparse.Namespace) -> None:
+    """The report as an HTML page, with the run's (and baseline's) implicated channels."""
+    from reveal.commands.report import write_html
+    from reveal.model import load_source
+    from reveal.report.html import render_html
+    from reveal.store.sources import default_baseline
+
+    baseline = args.baseline or (None if args.model else default_baseline(args.run))
+    write_html(render_html(report, load_source(args.run),
+                           load_source(baseline) if baseline else None), args.html)

@@ -3,7 +3,7 @@
 Starts the reference training job, records a clean baseline with the real collector, then
 a run with a CPU-contention and a disk-burst episode at known times, analyses it with
 detectors fitted on the baseline, prints the anomaly table and writes a report directory
-(report.md, report.json, PNG figures).
+(report.md, report.json, PNG figures, and report.html: the same as one interactive page).
 
 Run again with the same ``--out``, it keeps the earlier report and writes the new one to the
 first free ``DIR-2``, ``DIR-3``... (saying so); ``--force`` replaces the report in DIR.
@@ -36,12 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of the baseline and of the faulted run (each, ≥ 30)")
     parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
                         help="reference workload (default: PyTorch when installed)")
+    parser.add_argument("--html", type=Path, metavar="OUT.html",
+                        help="where to write the HTML report (default: DIR/report.html)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 #: what ``reveal demo`` writes into its directory: all that ``--force`` removes
-WRITTEN = frozenset({"runs", "report.md", "report.json", "timeline.png", "subsystems.png",
-                     "traces"})
+WRITTEN = frozenset({"runs", "report.md", "report.json", "report.html", "timeline.png",
+                     "subsystems.png", "traces"})
 
 
 def _is_free(path: Path) -> bool:
@@ -103,15 +105,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.duration < 30:
         raise RevealError("--duration must be at least 30 seconds")
+    if args.html is not None:
+        from reveal.paths import check_writable_file
+
+        check_writable_file(args.html)
     args.out = choose_out(args.out, args.force,
                           lambda line: print(line, file=sys.stderr, flush=True))
     from reveal.analyze.derive import derive
     from reveal.catalog import default_catalog
+    from reveal.commands.report import write_html
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
     from reveal.inject.scoring import score_report
     from reveal.inject.validation import host_state, host_text
     from reveal.model import analyze
+    from reveal.report.html import render_html
     from reveal.report.markdown_dir import write_report_dir
     from reveal.report.terminal import render_text
     from reveal.store.run_reader import read_run
@@ -134,9 +142,13 @@ def run(args: argparse.Namespace) -> int:
     report = analyze(run_tel, base_tel)
     scores, _ = score_report(report, faulted.episodes, run=str(faulted.path))
     catalog = default_catalog()
-    written = write_report_dir(report, args.out, derive(run_tel, catalog)[0],
-                               derive(base_tel, catalog)[0], faulted.episodes, scores,
-                               title=f"Reveal demo: {recorded.workload} with injected faults")
+    run_derived, base_derived = derive(run_tel, catalog)[0], derive(base_tel, catalog)[0]
+    title = f"Reveal demo: {recorded.workload} with injected faults"
+    written = write_report_dir(report, args.out, run_derived, base_derived, faulted.episodes,
+                               scores, title=title)
+    written["html"] = write_html(render_html(report, run_derived, base_derived,
+                                             faulted.episodes, title=title),
+                                 args.html or args.out / "report.html")
     print(render_text(report, json_path=str(written["json"]), tty=sys.stdout.isatty()))
     for score, episode in zip(scores, faulted.episodes, strict=True):
         verdict = (f"detected after {score.ttd_s:.1f} s, attributed to {score.attributed}"
@@ -147,4 +159,5 @@ def run(args: argparse.Namespace) -> int:
             verdict += f"; host meanwhile: {host}, baseline in brackets)" if host else ")"
         print(f"injected {score.kind} ({score.intensity}): {verdict}")
     print(f"report: {written['md']} (+ report.json and figures in {args.out})")
+    print(f"HTML report: {written['html']}")
     return 0

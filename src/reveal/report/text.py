@@ -200,7 +200,8 @@ def render_table(report: Report, limit: int = 50, json_path: str | None = None) 
                        "Main reasons"]), _md_row(["---"] * 7)]
     for a in rows:
         lines.append(_md_row([a.window_id, c.at(a.start_ns), f"{a.score:.2f}",
-                              ", ".join(a.detectors), ", ".join(a.subsystems[:2]) or "-",
+                              markdown(", ".join(a.detectors)),
+                              markdown(", ".join(a.subsystems[:2]), 40) or "-",
                               markdown(a.claim, 400),
                               "; ".join(markdown(x, 100) for x in evidence(a))]))
     return "\n".join(lines) + "\n"

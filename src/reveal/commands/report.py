@@ -1,0 +1,103 @@
+"""``reveal report``: render a saved JSON report again, as a self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+NAME = "report"
+HELP = ("Render a saved JSON report (from `reveal analyze --json` or a demo's report.json) "
+        "as one self-contained HTML page; with --run and --baseline, with the implicated "
+        "channels' traces.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("report", metavar="REPORT.json", help="the JSON report to render")
+    parser.add_argument("--html", metavar="OUT.html", required=True,
+                        help="HTML file to write (one page, opens with no network)")
+    parser.add_argument("--run", metavar="RUN",
+                        help="the run the report is about (directory, CSV, or smd:/asd: "
+                             "spec), to draw its implicated channels")
+    parser.add_argument("--baseline", metavar="RUN",
+                        help="the baseline it was fitted on, to draw its band beside them")
+    parser.add_argument("--title", default="Reveal report", help="the page's title")
+
+
+def read_report(path: str | Path) -> tuple[Any, list[Any]]:
+    """The :class:`Report` saved at ``path`` and the injected faults it lists (a demo's
+    ``injected``); one-line :class:`InputError` for a missing, truncated or foreign file."""
+    from reveal.errors import InputError
+    from reveal.report.model import Report
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a JSON report", str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not a JSON report (not UTF-8 text)", str(path)) from None
+    if not text.strip():
+        raise InputError("empty file, not a JSON report", str(path))
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        near_end = exc.pos >= len(text.rstrip()) - 1
+        what = "truncated JSON" if near_end else f"not valid JSON ({exc.msg}, line {exc.lineno})"
+        raise InputError(f"{what}: not a complete Reveal report", str(path)) from None
+    try:
+        report = Report.from_dict(payload)
+    except InputError as exc:
+        raise InputError(str(exc), str(path)) from None
+    faults = []
+    for f in payload.get("injected") or []:
+        if isinstance(f, dict) and {"start_ns", "end_ns"} <= f.keys():
+            faults.append(SimpleNamespace(kind=str(f.get("kind", "fault")),
+                                          intensity=str(f.get("intensity", "")),
+                                          start_ns=int(f["start_ns"]), end_ns=int(f["end_ns"])))
+    return report, faults
+
+
+def write_html(text: str, out: str | Path) -> Path:
+    """Write ``text`` to ``out`` atomically (a partial page never replaces a whole one)."""
+    out = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.errors import InputError
+    from reveal.paths import check_writable_file
+
+    if args.baseline and not args.run:
+        raise InputError("--baseline draws a band beside the run's traces: give --run too")
+    check_writable_file(args.html)
+    report, faults = read_report(args.report)
+    from reveal.report.html import render_html
+    from reveal.store.sources import open_source
+
+    telemetry = open_source(args.run) if args.run else None
+    baseline = open_source(args.baseline) if args.baseline else None
+    if telemetry is not None and telemetry.host != report.run.get("host"):
+        from reveal.report.escape import plain
+
+        print(f"reveal report: warning: --run is from host {plain(telemetry.host, 80)!r}, "
+              f"the report from {plain(str(report.run.get('host')), 80)!r}", file=sys.stderr)
+    page = render_html(report, telemetry, baseline, faults, title=args.title)
+    out = write_html(page, args.html)
+    print(f"report: {out} ({len(page.encode()) / 1e6:.1f} MB)")
+    return 0
