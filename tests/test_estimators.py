@@ -82,7 +82,7 @@ def test_bad_parameters_are_value_errors_naming_the_choice() -> None:
         DetectorOutlier("nope").fit(X)
     with pytest.raises(ValueError, match=r"contamination must be in \(0, 0.5\]"):
         DetectorOutlier(contamination=0.7).fit(X)
-    with pytest.raises(ValueError, match="detector 'zscore'.*n_estimators"):
+    with pytest.raises(ValueError, match=r"detector 'zscore'.*n_estimators"):
         DetectorOutlier("zscore", {"n_estimators": 3}).fit(X)
 
 

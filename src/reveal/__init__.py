@@ -1,3 +1,53 @@
-"""Reveal: find performance anomalies in ML hosts from hardware and OS telemetry alone."""
+"""Reveal: find performance anomalies in ML hosts from hardware and OS telemetry alone.
+
+In Python (docs/api.md)::
+
+    import reveal
+    result = reveal.analyze(df, baseline=df0)   # DataFrames, run paths or Telemetry
+    result.anomalies                            # a DataFrame, one row per flagged window
+
+``import reveal`` stays light: the names below are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+#: public names and the modules that define them (imported on first access)
+_LAZY = {
+    "analyze": "reveal.analyze",  # the package is callable: reveal.api.analyze
+    "Result": "reveal.result",
+    "Reveal": "reveal.model",
+    "Report": "reveal.report.model",
+    "Telemetry": "reveal.frame",
+    "RevealError": "reveal.errors",
+    "InputError": "reveal.errors",
+    "open_source": "reveal.store.sources",
+    "telemetry_from_frame": "reveal.dataframe",
+    "frame_from_telemetry": "reveal.dataframe",
+    "window_features": "reveal.api",
+}
+
+__all__ = ["__version__", "load", *_LAZY]
+
+
+def load(path: Any) -> Any:
+    """A fitted model written by ``Reveal.save`` (:meth:`reveal.model.Reveal.load`)."""
+    return importlib.import_module("reveal.model").Reveal.load(path)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reveal' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if name == "analyze" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
