@@ -102,3 +102,13 @@ def fleet(n_hosts: int = 6, seconds: float = 120.0, seed: int = 0, interval_s: f
         out.append(Telemetry(name, ts, np.column_stack(columns), channels,
                              {"interval_s": interval_s, "wall_offset_ns": wall_offset}))
     return out
+
+
+def one_host(index: int, n_hosts: int, seconds: float, seed: int,
+             faults: tuple[Fault, ...] = (), delay_s: float = 0.0) -> Telemetry:
+    """Host ``index`` of :func:`fleet` (a loader a Dask worker calls), after ``delay_s``
+    seconds (a host that takes a while to read)."""
+    import time
+
+    time.sleep(delay_s)
+    return fleet(n_hosts, seconds, seed=seed, faults=faults)[index]
