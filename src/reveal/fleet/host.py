@@ -29,6 +29,8 @@ from reveal.frame import Telemetry, channel_metric, parse_channel
 
 #: level features left out for ``state`` channels (their level records history)
 LEVEL_FEATURES = ("mean", "median", "min", "max")
+#: rows a channel's level (for its floor) is taken from, evenly spread over the run
+LEVEL_SAMPLES = 1000
 
 
 def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
@@ -120,9 +122,15 @@ def _floors(d: Telemetry, names: list[str], channels: list[str], features: list[
             rows: int) -> np.ndarray:
     """Least change that counts per column (catalog unit floors at the host's own level)."""
     index = {c: i for i, c in enumerate(d.channels)}
+    cols = [index[c] for c in names]
+    step = max(1, d.n_samples // LEVEL_SAMPLES)
     with pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore", RuntimeWarning)
-        levels = np.nanmedian(d.values[:, [index[c] for c in names]], axis=0)
+        sample = d.values[::step, cols]  # a channel's level: the median of evenly spread rows
+        levels = np.median(sample, axis=0)
+        gaps = ~np.isfinite(levels)
+        if gaps.any():
+            levels[gaps] = np.nanmedian(sample[:, gaps], axis=0)
     per = dict(zip(names, channel_floors(names, levels, config.relative_floor, interval),
                    strict=True))
     for name, group in sources.items():  # a CPU rank: the group's largest floor

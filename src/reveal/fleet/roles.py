@@ -33,18 +33,24 @@ def role_names(channels: list[str], values: np.ndarray) -> dict[str, str]:
     ``values`` (T, C): the derived telemetry (counters as per-second rates); a device's
     traffic is the sum over its ``RANKED_LABELS`` channels of their mean.
     """
-    with np.errstate(all="ignore"):
-        means = np.nan_to_num(np.nanmean(np.where(np.isfinite(values), values, np.nan),
-                                         axis=0) if values.size else np.zeros(len(channels)))
-    traffic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     parsed = [parse_channel(c) for c in channels]
-    for (metric, labels), level in zip(parsed, means, strict=True):
+    ranked = [i for i, (_m, labels) in enumerate(parsed)
+              if any(label in labels for label in RANKED_LABELS)]
+    means = np.zeros(len(channels))
+    if ranked and values.size:
+        with np.errstate(all="ignore"):
+            x = values[:, ranked]
+            ok = np.isfinite(x)
+            means[ranked] = np.where(ok, x, 0.0).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+    traffic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for i in ranked:
+        metric, labels = parsed[i]
         for label, fragments in RANKED_LABELS.items():
             device = labels.get(label)
             if device is None or device in KEEP_NAMES.get(label, ()):
                 continue
             busy = any(f in metric for f in fragments)
-            traffic[label][device] += abs(float(level)) if busy else 0.0
+            traffic[label][device] += abs(float(means[i])) if busy else 0.0
     rank: dict[str, dict[str, str]] = {}
     for label, devices in traffic.items():
         order = sorted(devices, key=lambda d: (-devices[d], d))
