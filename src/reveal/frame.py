@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -35,17 +36,25 @@ def _clean_label(value: str) -> str:
 
 
 def parse_channel(name: str) -> tuple[str, dict[str, str]]:
-    """Split ``metric{k=v,...}`` into the metric and a label dict."""
+    """Split ``metric{k=v,...}`` into the metric and a label dict (a new dict each call)."""
+    metric, labels = _parse_channel(name)
+    return metric, dict(labels)
+
+
+@lru_cache(maxsize=1 << 16)
+def _parse_channel(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``parse_channel`` with the labels as pairs, remembered: analyses parse the same few
+    thousand channel names over and over (every live window)."""
     match = _CHANNEL_RE.match(name)
     if match is None:
-        return name, {}
+        return name, ()
     labels: dict[str, str] = {}
     raw = match.group("labels")
     if raw:
         for part in raw.split(","):
             key, _, value = part.partition("=")
             labels[key] = value
-    return match.group("metric"), labels
+    return match.group("metric"), tuple(labels.items())
 
 
 def channel_metric(name: str) -> str:

@@ -8,8 +8,10 @@ the top pairs are kept with their share of the explanation, the value against th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,17 +54,33 @@ def robust_z(values: np.ndarray, median: np.ndarray, mad: np.ndarray,
 EVIDENCE_CHANNELS = 2  # strongest channels per subsystem that make its evidence
 
 
-def subsystem_evidence(shares: np.ndarray, channels: Sequence[str],
-                       subsystem_of: np.ndarray) -> np.ndarray:
-    """(n, S) normalised evidence per subsystem from per-column shares (n, K)."""
+@functools.lru_cache(maxsize=16)
+def _channel_columns(channels: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, Any, np.ndarray]:
+    """The distinct channels, each column's channel index, the (columns × channels) sum
+    matrix and the number of columns per channel."""
     from scipy import sparse
 
-    n, k = shares.shape
+    k = len(channels)
     names, channel_idx = np.unique(np.asarray(channels, dtype=object), return_inverse=True)
     to_channel = sparse.csr_matrix((np.ones(k), (np.arange(k), channel_idx)),
                                    shape=(k, len(names)))
+    return names, channel_idx, to_channel, np.bincount(channel_idx, minlength=len(names))
+
+
+@functools.lru_cache(maxsize=16)
+def _subsystem_index(subsystems: tuple[str, ...]) -> np.ndarray:
+    """Position in ``SUBSYSTEMS`` of every column's subsystem."""
+    position = {s: i for i, s in enumerate(SUBSYSTEMS)}
+    return np.array([position[s] for s in subsystems], dtype=np.int64)
+
+
+def subsystem_evidence(shares: np.ndarray, channels: Sequence[str],
+                       subsystem_of: np.ndarray) -> np.ndarray:
+    """(n, S) normalised evidence per subsystem from per-column shares (n, K)."""
+    n = shares.shape[0]
+    names, channel_idx, to_channel, per_name = _channel_columns(tuple(channels))
     per_channel = np.asarray(to_channel.T.dot(shares.T).T)  # (n, C)
-    per_channel /= np.bincount(channel_idx, minlength=len(names))[None, :]  # mean per column
+    per_channel /= per_name[None, :]  # mean per column
     channel_subsystem = np.zeros(len(names), dtype=np.int64)
     channel_subsystem[channel_idx] = subsystem_of
     evidence = np.zeros((n, len(SUBSYSTEMS)))
@@ -115,7 +133,7 @@ def attribute(
     shares = contrib / np.where(totals > 0, totals, 1.0)
     if subsystems is None:
         subsystems = [catalog.lookup(channel_metric(c)).subsystem for c in channels]
-    subsystem_of = np.array([SUBSYSTEMS.index(s) for s in subsystems])
+    subsystem_of = _subsystem_index(tuple(subsystems))
     subsystem_shares = subsystem_evidence(shares, channels, subsystem_of)  # (n, S)
     top = min(top, k)
     top_idx = np.argpartition(-shares, top - 1, axis=1)[:, :top]

@@ -26,6 +26,7 @@ fits the link).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -104,6 +105,12 @@ def multiplex_columns(channels: list[str],
     ``TIME_ENABLED_METRIC`` and ``TIME_RUNNING_METRIC`` exist with its labels plus
     ``group=NAME``. Returns ``(counter, enabled, running)`` index arrays into ``channels``.
     """
+    return _multiplex_columns(tuple(channels), catalog)
+
+
+@functools.lru_cache(maxsize=16)
+def _multiplex_columns(channels: tuple[str, ...],
+                       catalog: Catalog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     position = {name: i for i, name in enumerate(channels)}
     found: list[tuple[int, int, int]] = []
     for i, name in enumerate(channels):
@@ -142,8 +149,7 @@ def to_rates(
     rate); with no counter or event channel (gauges only) every sample is kept as it is."""
     catalog = catalog or default_catalog()
     report = DeriveReport()
-    kinds = [catalog.lookup(c).kind for c in telemetry.channels]
-    counter_cols = np.array([k in ("counter", "event") for k in kinds], dtype=bool)
+    counter_cols = _counter_columns(tuple(telemetry.channels), catalog)
     if not counter_cols.any():
         return telemetry, report
     if telemetry.n_samples < 2:
@@ -167,6 +173,15 @@ def to_rates(
     rated = Telemetry(telemetry.host, telemetry.timestamps_ns[1:], values,
                       list(telemetry.channels), dict(telemetry.meta))
     return rated, report
+
+
+@functools.lru_cache(maxsize=16)
+def _counter_columns(channels: tuple[str, ...], catalog: Catalog) -> np.ndarray:
+    """Which channels are counters or events (rated), as a read-only bool array."""
+    mask = np.array([catalog.lookup(c).kind in ("counter", "event") for c in channels],
+                    dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 def _scale_multiplexed(deltas: np.ndarray, names: list[str], catalog: Catalog,
@@ -200,10 +215,7 @@ class _Index:
 
     def __init__(self, telemetry: Telemetry) -> None:
         self.tel = telemetry
-        self.by_metric: dict[str, dict[tuple[tuple[str, str], ...], int]] = defaultdict(dict)
-        for i, name in enumerate(telemetry.channels):
-            metric, labels = parse_channel(name)
-            self.by_metric[metric][tuple(sorted(labels.items()))] = i
+        self.by_metric = _by_metric(tuple(telemetry.channels))
 
     def pairs(self, a: str, b: str) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
         """(labels, a, b) for every label set present under both metrics."""
@@ -226,6 +238,16 @@ class _Index:
     def get(self, metric: str, labels: tuple[tuple[str, str], ...] = ()) -> np.ndarray | None:
         i = self.by_metric.get(metric, {}).get(labels)
         return None if i is None else self.tel.values[:, i]
+
+
+@functools.lru_cache(maxsize=16)
+def _by_metric(channels: tuple[str, ...]) -> dict[str, dict[tuple[tuple[str, str], ...], int]]:
+    """Column of every channel by metric, then by sorted label pairs (shared: read only)."""
+    out: dict[str, dict[tuple[tuple[str, str], ...], int]] = defaultdict(dict)
+    for i, name in enumerate(channels):
+        metric, labels = parse_channel(name)
+        out[metric][tuple(sorted(labels.items()))] = i
+    return dict(out)
 
 
 _RATIOS = (  # derived metric, numerator, denominator, scale
@@ -293,7 +315,8 @@ def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
 def derive(telemetry: Telemetry, catalog: Catalog | None = None) -> tuple[Telemetry, DeriveReport]:
     """Rates for counters plus derived metrics; returns the new Telemetry and a report."""
     rated, report = to_rates(telemetry, catalog)
-    extra = [(n, v) for n, v in _derived_metrics(_Index(rated)) if n not in set(rated.channels)]
+    present = set(rated.channels)
+    extra = [(n, v) for n, v in _derived_metrics(_Index(rated)) if n not in present]
     if extra:
         report.derived = [n for n, _ in extra]
         values = np.column_stack([rated.values, *[v for _, v in extra]])

@@ -59,13 +59,19 @@ def window_busy(tel: Telemetry, starts: np.ndarray, size: int) -> tuple[list[str
 
 def _busy_columns(channels: list[str]) -> tuple[list[str], list[int]]:
     """CPU numbers and the columns of their ``derived.cpu_busy_pct{cpu=N}``."""
+    cpus, cols = _busy_columns_of(tuple(channels))
+    return list(cpus), list(cols)
+
+
+@functools.lru_cache(maxsize=16)
+def _busy_columns_of(channels: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     cpus, cols = [], []
     for i, channel in enumerate(channels):
         metric, labels = parse_channel(channel)
         if metric == BUSY_METRIC and labels.get("cpu", "").isdigit() and len(labels) == 1:
             cpus.append(labels["cpu"])
             cols.append(i)
-    return cpus, cols
+    return tuple(cpus), tuple(cols)
 
 
 TIE_BREAK_S = 1.0  # equal busy % in a sample: the CPU busier over this many seconds first

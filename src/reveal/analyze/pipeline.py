@@ -120,8 +120,7 @@ LEVEL_FEATURES = ("mean", "median", "min", "max")
 def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
               interval_s: float, state_levels: bool = False,
               features: tuple[str, ...] | None = None) -> FeatureMatrix:
-    index = {c: i for i, c in enumerate(tel.channels)}
-    cols = [index[c] for c in channels]
+    cols = _columns_of(tuple(tel.channels), tuple(channels))
     windows = make_windows(tel.timestamps_ns, window, interval_s)
     values = np.where(np.isfinite(tel.values[:, cols]), tel.values[:, cols], np.nan)
     fm = compute_features(values, channels, list(_feature_kinds(tuple(channels))), windows,
@@ -134,6 +133,13 @@ def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
     return FeatureMatrix(np.ascontiguousarray(fm.values[:, keep]),
                          [fm.channels[k] for k in keep], [fm.features[k] for k in keep],
                          fm.windows)
+
+
+@functools.lru_cache(maxsize=16)
+def _columns_of(have: tuple[str, ...], want: tuple[str, ...]) -> np.ndarray:
+    """Positions in ``have`` of the channels ``want`` (all present)."""
+    index = {c: i for i, c in enumerate(have)}
+    return np.array([index[c] for c in want], dtype=np.intp)
 
 
 @functools.lru_cache(maxsize=16)
@@ -281,8 +287,15 @@ def load_warnings(baseline: dict[str, float], run: dict[str, float]) -> list[str
 
 
 def _usable(d: Telemetry, catalog) -> list[str]:
-    return [c for c, ok in zip(d.channels, _finite_channels(d), strict=True)
-            if ok and catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED]
+    detected = _detected_kinds(tuple(d.channels), catalog)
+    return [c for c, ok in zip(d.channels, _finite_channels(d) & detected, strict=True) if ok]
+
+
+@functools.lru_cache(maxsize=16)
+def _detected_kinds(channels: tuple[str, ...], catalog) -> np.ndarray:
+    """Which channels are of a kind detection scores (not ``static``/``smoothed``)."""
+    return np.array([catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED
+                     for c in channels], dtype=bool)
 
 
 def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
@@ -414,20 +427,38 @@ def _with_lead_in(run: Telemetry, lead_in: Telemetry, rows: int) -> tuple[Teleme
 
 def _aligned(fm: FeatureMatrix, fitted: FittedAnalysis) -> tuple[np.ndarray, int]:
     """``fm``'s values in the fitted column order (NaN where the run lacks a column)."""
-    want = list(zip(fitted.column_channels, fitted.column_features, strict=True))
-    have = list(zip(fm.channels, fm.features, strict=True))
-    if have == want:
+    take = _alignment(tuple(fm.channels), tuple(fm.features),
+                      tuple(fitted.column_channels), tuple(fitted.column_features))
+    if take is None:
         return fm.values, 0
+    present = take >= 0
+    out = np.full((fm.values.shape[0], len(take)), np.nan, dtype=fm.values.dtype)
+    out[:, present] = fm.values[:, take[present]]
+    return out, int((~present).sum())
+
+
+@functools.lru_cache(maxsize=16)
+def _alignment(have_channels: tuple[str, ...], have_features: tuple[str, ...],
+               want_channels: tuple[str, ...], want_features: tuple[str, ...],
+               ) -> np.ndarray | None:
+    """Column of ``have`` for every (channel, feature) of ``want`` (-1: absent); None when
+    the two are the same columns in the same order."""
+    want = list(zip(want_channels, want_features, strict=True))
+    have = list(zip(have_channels, have_features, strict=True))
+    if have == want:
+        return None
     index = {key: k for k, key in enumerate(have)}
-    out = np.full((fm.values.shape[0], len(want)), np.nan, dtype=fm.values.dtype)
-    missing = 0
-    for k, key in enumerate(want):
-        j = index.get(key)
-        if j is None:
-            missing += 1
-        else:
-            out[:, k] = fm.values[:, j]
-    return out, missing
+    return np.array([index.get(key, -1) for key in want], dtype=np.intp)
+
+
+@functools.lru_cache(maxsize=16)
+def _column_subsystems(columns: tuple[str, ...], catalog,
+                       irqs: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The subsystem of every feature column's channel (CPU ranks renamed, labels kept)."""
+    scored = sorted(set(columns))
+    subsystem_of = dict(zip(scored, channel_subsystems(scored, catalog, dict(irqs)),
+                            strict=True))
+    return tuple(subsystem_of[c] for c in columns)
 
 
 def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: FeatureMatrix,
@@ -456,13 +487,13 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     if len(rows):
         contributions = ensemble.explain(values, rows, centres=verdicts.centres)
         columns = fitted.column_channels
-        scored = sorted(set(columns))  # CPU ranks renamed, labels kept
-        subsystem_of = dict(zip(scored, channel_subsystems(scored, catalog, irq_names(run.meta)),
-                                strict=True))
+        irqs = irq_names(run.meta)
         attributions = attribute(contributions, values[rows], columns,
                                  fitted.column_features, fitted.median, fitted.mad,
                                  catalog, config.top_reasons,
-                                 [subsystem_of[c] for c in columns], fitted.floors)
+                                 _column_subsystems(tuple(columns), catalog,
+                                                    tuple(sorted(irqs.items()))),
+                                 fitted.floors)
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
             reasons = [dataclasses.replace(r, channel=ranks.name(r.channel, w))

@@ -4,6 +4,7 @@ the words (claims) of :mod:`reveal.report.claims`, episodes, and what decided th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 
@@ -63,11 +64,7 @@ class _WindowFeatures:
     def __init__(self, analysis: Analysis) -> None:
         fm = analysis.features
         self.values = fm.values
-        self.channels = list(fm.channels)
-        self.features = list(fm.features)
-        self.columns: dict[str, dict[str, int]] = {}
-        for j, (channel, feature) in enumerate(zip(self.channels, self.features, strict=True)):
-            self.columns.setdefault(channel, {})[feature] = j
+        self.columns = _columns_by_channel(tuple(fm.channels), tuple(fm.features))
 
     def of(self, row: int, reason: Reason) -> Mapping[str, float]:
         """Features of the reason's channel in window ``row``. A reason names the CPU of
@@ -89,6 +86,16 @@ class _WindowFeatures:
             if value == reason.value or (math.isnan(value) and math.isnan(reason.value)):
                 return columns
         return None
+
+
+@functools.lru_cache(maxsize=16)
+def _columns_by_channel(channels: tuple[str, ...],
+                        features: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Column of every (channel, feature), by channel then feature (shared: read only)."""
+    columns: dict[str, dict[str, int]] = {}
+    for j, (channel, feature) in enumerate(zip(channels, features, strict=True)):
+        columns.setdefault(channel, {})[feature] = j
+    return columns
 
 
 def _claims(analysis: Analysis, interval_s: float | None) -> list[str]:
