@@ -66,12 +66,20 @@ def read_report(path: str | Path) -> tuple[Any, list[Any]]:
 
 
 def write_html(text: str, out: str | Path) -> Path:
-    """Write ``text`` to ``out`` atomically (a partial page never replaces a whole one)."""
+    """Write ``text`` to ``out`` atomically (a partial page never replaces a whole one),
+    with the permissions ``out`` has, or a new file's."""
     out = Path(out)
+    if out.exists():
+        mode = out.stat().st_mode & 0o777
+    else:  # what a plain open() would give: 0666 less the umask
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path("."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -212,8 +212,10 @@ def render_html(report: Report, telemetry: Telemetry | None = None,
     for n, episode in shown:
         windows = _windows_of(episode, by_window)
         drawn: list[tuple[str, str]] = []
-        if tel is not None and id(episode) in traced:
-            span = (episode.start_ns - int(MARGIN_S * 1e9), episode.end_ns + int(MARGIN_S * 1e9))
+        if tel is not None and tel.n_samples and id(episode) in traced:
+            first, last = int(tel.timestamps_ns[0]), int(tel.timestamps_ns[-1])
+            span = (max(episode.start_ns - int(MARGIN_S * 1e9), first),
+                    min(episode.end_ns + int(MARGIN_S * 1e9), last))
             for k, channel in enumerate(_implicated(windows, CHANNELS_PER, tel)):
                 j = tel.channels.index(channel)
                 band = None

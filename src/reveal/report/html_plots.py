@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from bokeh.layouts import column
 from bokeh.models import (
+    BasicTickFormatter,
     BoxAnnotation,
     ColumnDataSource,
     DatetimeTickFormatter,
@@ -88,6 +89,7 @@ class Axis:
                                                       minutes="%H:%M", hourmin="%H:%M",
                                                       hours="%H:%M")
         p.toolbar.logo = None
+        p.yaxis.formatter = BasicTickFormatter(power_limit_high=7, power_limit_low=-3)
         p.xaxis.axis_label = self.label
         p.min_border_left = 70
         p.yaxis.major_label_text_font_size = "8pt"
