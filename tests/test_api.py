@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import html
 import inspect
+import io
 import json
 import pydoc
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import chromium
 import reveal
 import reveal.analyze.pipeline  # the package stays callable after this import
 from reveal.api import analyze as api_analyze
@@ -23,11 +26,13 @@ from reveal.api import to_telemetry, window_features
 from reveal.errors import RevealError
 from reveal.frame import Telemetry
 from reveal.report.escape import html_text
+from reveal.result import NOTEBOOK_HEIGHT_PX
 from reveal.store.run_writer import write_run
 from synthetic import CHANNELS, ar1_host
 
 START = pd.Timestamp("2026-03-02 14:00:00", tz="UTC")
 FAULT = (60.0, 80.0)  # seconds from the start: CPU busy 45 points higher
+browser = chromium.browser
 HOSTILE = '<script>alert("tenant")</script>\x1b[31m'  # a tenant-chosen channel name
 
 
@@ -287,3 +292,33 @@ def test_html_output_escapes_untrusted_names(tmp_path, hostile) -> None:
     srcdoc = view[len('<iframe srcdoc="'):view.index('" style=')]
     assert '"' not in srcdoc and "<" not in srcdoc  # the whole page, escaped once
     assert _without_scripts(html.unescape(srcdoc)) == _without_scripts(page)
+
+
+def test_the_notebook_view_draws_in_chromium_sandboxed(browser, tmp_path, hostile) -> None:
+    """The view as a notebook shows it (an output cell's HTML inside a page): the report
+    draws in its iframe, offline, and its scripts run in an opaque origin, so they cannot
+    reach the notebook page around it."""
+    pytest.importorskip("reveal.report.html", reason="the HTML report module is not present")
+    from PIL import Image
+
+    wrapper = tmp_path / "notebook.html"
+    wrapper.write_text('<!DOCTYPE html><html><body><div class="output_html">'
+                       f"{hostile._repr_html_()}</div></body></html>", encoding="utf-8")
+    page = browser.page(width=1280, height=900)
+    page.open(wrapper)
+    frame = page.evaluate("(function () { var r = document.querySelector('iframe')"
+                          ".getBoundingClientRect(); return {x: r.left, y: r.top, "
+                          "width: r.width, height: r.height}; })()")
+    assert frame["height"] == NOTEBOOK_HEIGHT_PX and frame["width"] > 1000
+    # sandboxed without allow-same-origin: the page around cannot see into it, nor it out
+    assert page.evaluate("document.querySelector('iframe').contentDocument === null")
+    deadline = time.monotonic() + 60
+    while True:  # Bokeh draws inside the frame: the flagged episode's light-red shading
+        shot = np.asarray(Image.open(io.BytesIO(page.screenshot(clip=frame))).convert("RGB"))
+        r, g, b = (shot[..., i].astype(int) for i in range(3))
+        shaded = int(((r >= 240) & (g >= 200) & (g <= 225) & (b >= 200) & (b <= 225)).sum())
+        if shaded > 5000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert shaded > 5000, "the timeline was not drawn in the notebook view"
+    assert page.requests() == []  # nothing fetched: the page is self-contained
