@@ -5,6 +5,7 @@ episode, hover naming the window; tenant text inert in HTML, Markdown and the te
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -247,6 +248,30 @@ def test_decimation_keeps_extremes_within_the_budget():
     assert len(rows) == 500 and 12_345 in rows and np.all(np.diff(rows) > 0)
 
 
+def test_long_trace_is_drawn_from_few_points(plain_case):
+    """An hour at 100 ms (36,000 samples) of one channel reaches the page as at most
+    1,800 points, its spike kept, NaN gaps dropped."""
+    from reveal.report.html_plots import Band, trace
+    from reveal.report.units import Quantity
+
+    report = plain_case[0]
+    stamps = np.arange(36_000, dtype=np.int64) * 100_000_000
+    values = np.random.default_rng(0).normal(size=36_000)
+    values[20_000], values[5_000:5_100] = 99.0, np.nan
+    plot = trace(report, stamps, values, Quantity("%"), (0, int(stamps[-1])),
+                 (int(stamps[19_000]), int(stamps[21_000])), Band.of(values))
+    data = plot.renderers[-1].data_source.data
+    assert len(data["y"]) <= 1800 and float(np.max(data["y"])) == 99.0
+    assert np.isfinite(data["y"]).all()
+
+
+def test_a_clean_report_says_no_anomaly(plain_case):
+    clean = dataclasses.replace(plain_case[0], anomalies=[], episodes=[])
+    html = render_html(clean)
+    assert '<header class="verdict clean"><h1>No anomaly</h1>' in html
+    assert 'class="episode"' not in html and 'id="plot-timeline"' in html
+
+
 def test_saved_report_reads_back_whole(plain_case):
     report = plain_case[0]
     payload = json.loads(json.dumps(report.to_dict()))
@@ -291,6 +316,15 @@ def test_report_command_renders_saved_json(saved, tmp_path, capsys):
     plain = tmp_path / "plain.html"
     assert main(["report", str(saved["json"]), "--html", str(plain)]) == 0
     assert 'id="plot-e1-c1"' not in plain.read_text()  # no run given: no traces
+    # a demo's report lists its injected faults: the page shows them
+    start = payload["run"]["start_ns"] + 30 * 1_000_000_000
+    demo = tmp_path / "demo.json"
+    demo.write_text(json.dumps(payload | {"injected": [{
+        "kind": "cpu_contention", "intensity": "high", "start_ns": start,
+        "end_ns": start + 15 * 1_000_000_000}]}))
+    assert main(["report", str(demo), "--html", str(plain)]) == 0
+    html = plain.read_text()
+    assert "Injected faults" in html and "cpu_contention" in html
 
 
 @pytest.mark.parametrize("case, expected", [
