@@ -128,3 +128,47 @@ def test_hosts_starting_at_different_times_align_on_the_wall_clock():
     assert result.flagged_hosts() == ["host-2"]
     assert len(result.grid_start_ns) > 85
     assert result.clock == []
+
+
+def test_block_statistics_match_numpy_and_ignore_chunking(monkeypatch):
+    from reveal.fleet import peers
+
+    rng = np.random.default_rng(0)
+    cube = rng.normal(size=(9, 7, 40)).astype(np.float32)
+    cube[rng.random(cube.shape) < 0.1] = np.nan
+    cube[:, :, 5] = 2.0  # constant across hosts: no explosion
+    cube[3, :, 5] = 2.5
+    floors = np.full(40, 0.01)
+    subsystem = np.arange(40) % 3
+    args = (list(cube), floors, subsystem, 3)
+    whole = peers.compare_block(*args, relative_floor=0.0)
+    np.testing.assert_allclose(whole.median, np.nanmedian(cube, axis=0), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(whole.p10, np.nanquantile(cube, 0.1, axis=0), rtol=1e-5,
+                               atol=1e-6)
+    oracle = _z(cube, floors)
+    for h in range(9):
+        for w in range(7):
+            cols = whole.top_column[h, w]
+            np.testing.assert_allclose(whole.top_z[h, w], oracle[h, w, cols], rtol=1e-4,
+                                       atol=1e-4)
+            # the kept columns are the largest |z| (up to the cap)
+            top = np.sort(np.minimum(np.nan_to_num(np.abs(oracle[h, w])), 50.0))[::-1][:8]
+            np.testing.assert_allclose(np.minimum(np.abs(whole.top_z[h, w]), 50.0), top,
+                                       rtol=1e-4, atol=1e-4)
+    # host 3 on the constant column: (2.5 - 2) / the floor of 0.01 = 50 sigmas, not infinity
+    assert whole.top_column[3, 0, 0] == 5 and whole.top_z[3, 0, 0] == pytest.approx(50.0)
+    monkeypatch.setattr(peers, "CHUNK_VALUES", 50)  # one or two columns at a time
+    chunked = peers.compare_block(*args, relative_floor=0.0)
+    for name in ("subsystem_scores", "top_column", "top_z", "top_value", "median", "p90"):
+        np.testing.assert_array_equal(getattr(whole, name), getattr(chunked, name))
+
+
+def _z(cube, floors):
+    """Robust z by the definition, column by column (the oracle)."""
+    med = np.nanmedian(cube, axis=0)
+    mad = np.nanmedian(np.abs(cube - med), axis=0)
+    pooled = np.nanmedian(mad, axis=0)
+    scale = np.maximum.reduce([1.4826 * mad, np.broadcast_to(1.4826 * pooled, mad.shape),
+                               np.broadcast_to(floors, mad.shape)])
+    return (cube - med) / scale

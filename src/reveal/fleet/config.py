@@ -51,4 +51,4 @@ class FleetConfig:
     align_clocks: bool = True
     # values per time block of the peer comparison (hosts × windows × columns): bounds the
     # memory of one reduction task (4 bytes each, a few temporaries)
-    block_values: int = 8_000_000
+    block_values: int = 48_000_000

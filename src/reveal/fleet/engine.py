@@ -212,7 +212,7 @@ def run_block(plan: FleetPlan, blocks: Sequence[np.ndarray], b: int,
               config: FleetConfig) -> BlockResult:
     """Compare block ``b`` of the plan from every compared host's :func:`host_block`."""
     first, _stop = plan.blocks[b]
-    return compare_block(np.stack(blocks), plan.floors, plan.subsystem_index,
+    return compare_block(blocks, plan.floors, plan.subsystem_index,
                          len(plan.subsystems), first=first,
                          relative_floor=config.relative_floor, z_cap=config.z_cap,
                          top_k=config.top_k, keep_columns=config.keep_columns,

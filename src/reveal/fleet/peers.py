@@ -13,6 +13,7 @@ process or as Dask tasks (:mod:`reveal.fleet.distributed`).
 from __future__ import annotations
 
 import warnings as pywarnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,20 @@ def _quantile_sorted(s: np.ndarray, n: np.ndarray, q: float) -> np.ndarray:
     return np.where(n > 0, out, np.nan).astype(s.dtype)
 
 
-def compare_block(cube: np.ndarray, floors: np.ndarray, subsystem_of: np.ndarray,
+#: values (windows × columns × hosts) compared at once inside a block: bounds the
+#: temporaries (a few float32 copies of this size) whatever the block's size
+CHUNK_VALUES = 2_000_000
+
+
+def _top(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices along axis 1 of the ``k`` largest (unordered)."""
+    if values.shape[1] <= k:
+        return np.broadcast_to(np.arange(values.shape[1])[None, :, None],
+                               values.shape).copy()
+    return np.argpartition(-values, k - 1, axis=1)[:, :k, :]
+
+
+def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of: np.ndarray,
                   n_subsystems: int, *, first: int = 0, relative_floor: float = 0.05,
                   z_cap: float = 50.0, top_k: int = 3, keep_columns: int = 8,
                   min_hosts: int = 3) -> BlockResult:
@@ -56,15 +70,67 @@ def compare_block(cube: np.ndarray, floors: np.ndarray, subsystem_of: np.ndarray
 
     Parameters
     ----------
-    cube : ndarray of float32, shape (H, B, K)
-        Feature values; NaN where a host has no value.
+    parts : sequence of H ndarrays of float32, shape (B, K)
+        Each host's feature values on the block's windows; NaN where it has no value.
     floors : ndarray, shape (K,)
         Least change that counts per column (feature units).
     subsystem_of : ndarray of int, shape (K,)
         Subsystem index of each column.
+
+    The columns are taken :data:`CHUNK_VALUES` at a time; per-subsystem top-k and the kept
+    columns are merged across chunks, so the result does not depend on the chunking.
     """
-    h, b, k = cube.shape
-    x = np.ascontiguousarray(np.moveaxis(cube, 0, -1), dtype=np.float32)  # (B, K, H)
+    h = len(parts)
+    b, k = parts[0].shape if h else (0, 0)
+    floors = np.asarray(floors, dtype=np.float32)
+    subsystem_of = np.asarray(subsystem_of)
+    median = np.full((b, k), np.nan, np.float32)
+    p10 = np.full((b, k), np.nan, np.float32)
+    p90 = np.full((b, k), np.nan, np.float32)
+    sub_top = [np.zeros((b, 0, h), np.float32) for _ in range(n_subsystems)]
+    keep_az = np.zeros((b, 0, h), np.float32)
+    keep_col = np.zeros((b, 0, h), np.int64)
+    keep_z = np.zeros((b, 0, h), np.float32)
+    keep_x = np.zeros((b, 0, h), np.float32)
+    step = max(1, CHUNK_VALUES // max(1, b * h))
+    for c0 in range(0, k, step):
+        c1 = min(k, c0 + step)
+        x = np.stack([p[:, c0:c1] for p in parts], axis=-1).astype(np.float32, copy=False)
+        med, lo, hi, z = _robust_z(x, floors[c0:c1], relative_floor, min_hosts)
+        median[:, c0:c1], p10[:, c0:c1], p90[:, c0:c1] = med, lo, hi
+        az = np.minimum(np.nan_to_num(np.abs(z), nan=0.0), z_cap)  # (B, kc, H)
+        for si in np.unique(subsystem_of[c0:c1]):
+            cols = np.flatnonzero(subsystem_of[c0:c1] == si)
+            both = np.concatenate([sub_top[si], az[:, cols, :]], axis=1)
+            sub_top[si] = np.take_along_axis(both, _top(both, top_k), axis=1)
+        cand = np.concatenate([keep_az, az], axis=1)
+        pick = _top(cand, keep_columns)
+        chunk_cols = np.broadcast_to(np.arange(c0, c1)[None, :, None], az.shape)
+        keep_az = np.take_along_axis(cand, pick, axis=1)
+        keep_col = np.take_along_axis(np.concatenate([keep_col, chunk_cols], axis=1), pick, 1)
+        keep_z = np.take_along_axis(np.concatenate([keep_z, z], axis=1), pick, axis=1)
+        keep_x = np.take_along_axis(np.concatenate([keep_x, x], axis=1), pick, axis=1)
+    sub = np.zeros((h, b, n_subsystems), np.float32)
+    for si, top in enumerate(sub_top):
+        if top.shape[1]:
+            sub[:, :, si] = np.moveaxis(top.mean(axis=1), -1, 0)
+    # kept columns by descending |z|, ties by column (the same whatever the chunking)
+    order = np.lexsort((keep_col, -keep_az), axis=1)
+    return BlockResult(
+        first=first, subsystem_scores=sub,
+        top_column=np.ascontiguousarray(np.moveaxis(
+            np.take_along_axis(keep_col, order, axis=1), -1, 0).astype(np.int32)),
+        top_z=np.ascontiguousarray(np.moveaxis(
+            np.take_along_axis(keep_z, order, axis=1), -1, 0)),
+        top_value=np.ascontiguousarray(np.moveaxis(
+            np.take_along_axis(keep_x, order, axis=1), -1, 0)),
+        median=median, p10=p10, p90=p90)
+
+
+def _robust_z(x: np.ndarray, floors: np.ndarray, relative_floor: float,
+              min_hosts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Peer median, 10 % and 90 % quantiles, and every host's robust z, for ``x``
+    (B, kc, H) (NaN: no value; z NaN where fewer than ``min_hosts`` hosts have one)."""
     n = np.isfinite(x).sum(axis=-1)
     s = np.sort(x, axis=-1)
     median = _quantile_sorted(s, n, 0.5)
@@ -82,31 +148,9 @@ def compare_block(cube: np.ndarray, floors: np.ndarray, subsystem_of: np.ndarray
         pooled = np.nan_to_num(np.nanmedian(np.where(n >= min_hosts, mad, np.nan), axis=0))
         scale = np.maximum.reduce([MAD_SIGMA * np.nan_to_num(mad),
                                    np.broadcast_to(MAD_SIGMA * pooled, mad.shape),
-                                   np.broadcast_to(np.asarray(floors, np.float32), mad.shape),
+                                   np.broadcast_to(floors, mad.shape),
                                    relative_floor * np.abs(np.nan_to_num(median)),
-                                   np.full(mad.shape, 1e-9, np.float32)])
+                                   np.full(mad.shape, 1e-9, np.float32)]).astype(np.float32)
         z = (x - median[..., None]) / scale[..., None]
     z[n < min_hosts] = np.nan
-    az = np.minimum(np.nan_to_num(np.abs(z), nan=0.0), z_cap)  # (B, K, H)
-    sub = np.zeros((b, n_subsystems, h), np.float32)
-    for si in range(n_subsystems):
-        cols = np.flatnonzero(subsystem_of == si)
-        if cols.size == 0:
-            continue
-        part = az[:, cols, :]
-        kk = min(top_k, cols.size)
-        top = -np.partition(-part, kk - 1, axis=1)[:, :kk, :]
-        sub[:, si, :] = top.mean(axis=1)
-    m = min(keep_columns, k)
-    idx = np.argpartition(-az, m - 1, axis=1)[:, :m, :]  # (B, M, H)
-    order = np.argsort(-np.take_along_axis(az, idx, axis=1), axis=1, kind="stable")
-    idx = np.take_along_axis(idx, order, axis=1)
-    top_z = np.take_along_axis(z, idx, axis=1)
-    top_value = np.take_along_axis(x, idx, axis=1)
-    return BlockResult(
-        first=first,
-        subsystem_scores=np.ascontiguousarray(np.moveaxis(sub, -1, 0)),
-        top_column=np.ascontiguousarray(np.moveaxis(idx, -1, 0).astype(np.int32)),
-        top_z=np.ascontiguousarray(np.moveaxis(top_z, -1, 0), dtype=np.float32),
-        top_value=np.ascontiguousarray(np.moveaxis(top_value, -1, 0), dtype=np.float32),
-        median=median, p10=p10, p90=p90)
+    return median, p10, p90, z
