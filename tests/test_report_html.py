@@ -272,6 +272,14 @@ def test_a_clean_report_says_no_anomaly(plain_case):
     assert 'class="episode"' not in html and 'id="plot-timeline"' in html
 
 
+def test_telemetry_not_covering_an_episode_draws_no_trace(plain_case):
+    report, _, base = plain_case
+    elsewhere = ar1_host(20, 1, start_s=500.0)  # the same host, long after the run
+    html = render_html(report, elsewhere, base)
+    assert html.count('<section class="episode"') == len(report.episodes)
+    assert 'id="plot-e1-c1"' not in html
+
+
 def test_saved_report_reads_back_whole(plain_case):
     report = plain_case[0]
     payload = json.loads(json.dumps(report.to_dict()))

@@ -181,6 +181,34 @@ def _windows_of(episode: Episode, by_window: Mapping[int, Anomaly]) -> list[Anom
     return [by_window[w] for w in episode.window_ids if w in by_window]
 
 
+def _traces(report: Report, n: int, episode: Episode, windows: Sequence[Anomaly],
+            tel: Telemetry, base: Telemetry | None, faults: Sequence[Any],
+            plots: dict[str, Any]) -> list[tuple[str, str]]:
+    """Plots of the channels episode ``n`` implicates most, :data:`MARGIN_S` either side
+    (within the recording), added to ``plots``; (channel, div id) of each, none when
+    ``tel`` does not cover the episode."""
+    stamps = tel.timestamps_ns
+    if not len(stamps):
+        return []
+    margin = int(MARGIN_S * 1e9)
+    span = (max(episode.start_ns - margin, int(stamps[0])),
+            min(episode.end_ns + margin, int(stamps[-1])))
+    if not ((stamps >= span[0]) & (stamps <= span[1])).any():
+        return []
+    catalog = default_catalog()
+    drawn = []
+    for k, channel in enumerate(_implicated(windows, CHANNELS_PER, tel)):
+        band = None
+        if base is not None and channel in base.channels:
+            band = Band.of(base.values[:, base.channels.index(channel)])
+        q = quantity(catalog.lookup(channel_metric(channel)))
+        div_id = f"plot-e{n}-c{k + 1}"
+        plots[div_id] = trace(report, stamps, tel.values[:, tel.channels.index(channel)], q,
+                              span, (episode.start_ns, episode.end_ns), band, faults)
+        drawn.append((channel, div_id))
+    return drawn
+
+
 def render_html(report: Report, telemetry: Telemetry | None = None,
                 baseline: Telemetry | None = None, faults: Sequence[Any] = (), *,
                 title: str = "Reveal report", max_cards: int = MAX_CARDS,
@@ -207,25 +235,12 @@ def render_html(report: Report, telemetry: Telemetry | None = None,
     shown = shown_episodes(report, max_cards)
     by_window = {a.window_id: a for a in report.anomalies}
     traced = {id(e) for e in sorted(report.episodes, key=lambda e: -e.peak_score)[:max_traced]}
-    catalog = default_catalog()
     cards = []
     for n, episode in shown:
         windows = _windows_of(episode, by_window)
         drawn: list[tuple[str, str]] = []
-        if tel is not None and tel.n_samples and id(episode) in traced:
-            first, last = int(tel.timestamps_ns[0]), int(tel.timestamps_ns[-1])
-            span = (max(episode.start_ns - int(MARGIN_S * 1e9), first),
-                    min(episode.end_ns + int(MARGIN_S * 1e9), last))
-            for k, channel in enumerate(_implicated(windows, CHANNELS_PER, tel)):
-                j = tel.channels.index(channel)
-                band = None
-                if base is not None and channel in base.channels:
-                    band = Band.of(base.values[:, base.channels.index(channel)])
-                q = quantity(catalog.lookup(channel_metric(channel)))
-                div_id = f"plot-e{n}-c{k + 1}"
-                plots[div_id] = trace(report, tel.timestamps_ns, tel.values[:, j], q, span,
-                                      (episode.start_ns, episode.end_ns), band, faults)
-                drawn.append((channel, div_id))
+        if tel is not None and id(episode) in traced:
+            drawn = _traces(report, n, episode, windows, tel, base, faults, plots)
         cards.append(card(n, episode, windows, c, interval_s, drawn))
     if report.episodes:
         note = truncated(len(shown), len(report.episodes), "episode", None,
