@@ -283,6 +283,10 @@ def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
             total = np.sum(present, axis=0)
             out.append((format_channel("derived.cpu_busy_pct", dict(key)),
                         _ratio(total - np.sum(idle, axis=0), total, 100.0)))
+    # share of a cgroup's CPU-quota periods that were throttled, percent
+    for labels, throttled, periods in idx.pairs("cgroup.cpu.nr_throttled", "cgroup.cpu.nr_periods"):
+        out.append((format_channel("derived.cgroup_throttled_pct", labels),
+                    _ratio(throttled, periods, 100.0)))
     mem_total, mem_avail = idx.get("mem.MemTotal"), idx.get("mem.MemAvailable")
     if mem_total is not None and mem_avail is not None:
         out.append(("derived.mem_used_pct", _ratio(mem_total - mem_avail, mem_total, 100.0)))

@@ -22,6 +22,7 @@ import numpy as np
 
 from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
+from reveal.analyze.direct import baseline_levels, direct_reasons, lead_with
 from reveal.analyze.ensemble import (
     MIN_BASELINE_WINDOWS,
     Ensemble,
@@ -227,6 +228,8 @@ class FittedAnalysis:
     # the baseline's typical load (median CPU busy %, 1-minute load average), to say when a
     # run was recorded under a very different one
     load: dict[str, float] = dataclasses.field(default_factory=dict)
+    # baseline window means (median, MAD) of the channels that carry direct evidence
+    direct_levels: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -387,7 +390,8 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         warnings=warnings, baseline_channels=baseline_channels, load=load_level(d_base),
         counts={"analysed": len(usable), "features": int(fm.values.shape[1]),
                 "pruned": pruned, "empty_or_static": empty,
-                "derived": derive_report.derived})
+                "derived": derive_report.derived},
+        direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.end_ns))
     return fitted, fm, d_base, ranks
 
 
@@ -503,6 +507,9 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                 float(verdicts.combined[w]),
                 [n for n in names if verdicts.flags[n][w]] or ["ensemble"],
                 att.subsystems, att.shares, reasons))
+        signs = direct_reasons(d_run, fm.windows.start_ns[rows], fm.windows.end_ns[rows],
+                               getattr(fitted, "direct_levels", {}))
+        evidence = [lead_with(e, s) for e, s in zip(evidence, signs, strict=True)]
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
@@ -571,7 +578,9 @@ def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None
     only_run = [c for c in _usable(d_run, default_catalog()) if c not in known]
     if only_run:
         warnings.append(f"{len(only_run)} channels are absent from the baseline and were "
-                        f"not scored (e.g. {', '.join(only_run[:3])})")
+                        f"not scored by the detectors (e.g. {', '.join(only_run[:3])}); "
+                        f"those counting throttling, drops and retransmissions are judged "
+                        f"against zero")
     say(f"computing features for {len(fitted.channels)} channels")
     fm, ranks = _run_features(fitted, d_run, warnings)
     if lead_rows > 0:

@@ -13,6 +13,8 @@ ENTRIES = [
     MetricInfo("derived.llc_miss_ratio", "memory", "gauge", "ratio", 80,
                "last-level-cache load-miss ratio"),
     MetricInfo("derived.cpu_busy_pct", "cpu", "gauge", "%", 100, "CPU busy percentage"),
+    MetricInfo("derived.cgroup_throttled_pct", "cpu", "gauge", "%", 90,
+               "share of container CPU-quota periods throttled"),
     MetricInfo("derived.mem_used_pct", "memory", "gauge", "%", 100, "memory used percentage"),
     MetricInfo("derived.disk_read_bytes_per_s", "storage", "gauge", "bytes/s", 95,
                "disk read throughput"),

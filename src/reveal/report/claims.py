@@ -52,7 +52,9 @@ FEATURE_PHRASES = {
 NO_SINGLE_FEATURE = "Flagged by the detectors, with no single feature standing out."
 
 _WHERE = {"cpu": "on CPU {}", "dev": "on {}", "iface": "on {}", "gpu": "on GPU {}",
-          "cgroup": "in cgroup {}", "node": "on NUMA node {}", "irq": "for IRQ {}"}
+          "cgroup": "in cgroup {}", "node": "on NUMA node {}", "irq": "for IRQ {}",
+          "netns": "in network namespace {}", "container": "of container {}",
+          "pod": "of pod {}", "service": "of service {}"}
 
 
 def location(labels: Mapping[str, str]) -> str:

@@ -1,0 +1,142 @@
+"""Direct evidence: signs that name their cause, read straight off their channels.
+
+Some counters say what is wrong without a model: a cgroup throttled in most of its CPU-quota
+periods, packets dropped or held back by a queueing discipline, TCP segments sent again.
+When a flagged window shows one of them, it leads the window's reasons (and so its claim)
+and its subsystem leads the window's evidence, naming the cgroup, interface or network
+namespace from the channel's labels.
+
+Each sign is judged on the window mean of its channel (rates per second after
+:func:`reveal.analyze.derive.derive`, or percent) against the baseline's window means of the
+same channel. A channel absent from the baseline (a cgroup, namespace or qdisc that appeared
+mid-run) is judged against zero, what a counter of trouble implies where it did not exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from reveal.analyze.attribute import ROBUST_Z_CAP
+from reveal.analyze.evidence import Reason, WindowEvidence
+from reveal.frame import Telemetry, channel_metric
+
+#: Baseline robust z (window means) a sign must exceed besides its least value.
+DIRECT_Z = 5.0
+#: Share of the window's evidence that direct signs take (the detectors' keeps the rest).
+DIRECT_SHARE = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Sign:
+    """A metric whose window mean at or above ``least`` (its unit) is direct evidence."""
+
+    metric: str
+    subsystem: str
+    least: float
+
+
+SIGNS: tuple[Sign, ...] = (
+    # throttled in most CFS periods (percent of periods, see derive)
+    Sign("derived.cgroup_throttled_pct", "cpu", 50.0),
+    # packets per second dropped or held back by a queueing discipline
+    Sign("qdisc.drops", "network", 1.0),
+    Sign("qdisc.overlimits", "network", 1.0),
+    # TCP segments retransmitted per second (host and each network namespace)
+    Sign("snmp.Tcp.RetransSegs", "network", 1.0),
+)
+_BY_METRIC = {s.metric: s for s in SIGNS}
+
+
+@functools.lru_cache(maxsize=16)
+def _sign_columns(channels: tuple[str, ...]) -> tuple[np.ndarray, tuple[Sign, ...]]:
+    """Columns of ``channels`` that carry a sign, and each one's sign."""
+    cols, signs = [], []
+    for i, channel in enumerate(channels):
+        sign = _BY_METRIC.get(channel_metric(channel))
+        if sign is not None:
+            cols.append(i)
+            signs.append(sign)
+    return np.array(cols, dtype=np.intp), tuple(signs)
+
+
+def window_means(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
+                 end_ns: np.ndarray) -> np.ndarray:
+    """Mean of columns ``cols`` over each window ``[start_ns, end_ns)`` (W, len(cols));
+    NaN where a window holds no finite value."""
+    x = tel.values[:, cols]
+    finite = np.isfinite(x)
+    total = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(np.where(finite, x, 0.0), axis=0)])
+    count = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(finite, axis=0)])
+    lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
+    hi = np.searchsorted(tel.timestamps_ns, end_ns, side="left")
+    n = count[hi] - count[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, (total[hi] - total[lo]) / np.where(n > 0, n, 1.0), np.nan)
+
+
+def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,
+                    end_ns: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Median and MAD of the window means of every sign channel of a derived baseline."""
+    cols, _ = _sign_columns(tuple(d_base.channels))
+    if not len(cols) or not len(start_ns):
+        return {}
+    means = window_means(d_base, cols, start_ns, end_ns)
+    with np.errstate(all="ignore"):
+        med = np.nan_to_num(np.nanmedian(means, axis=0)) if means.size else np.zeros(len(cols))
+        mad = np.nan_to_num(np.nanmedian(np.abs(means - med), axis=0))
+    return {d_base.channels[c]: (float(m), float(s)) for c, m, s in zip(cols, med, mad,
+                                                                         strict=True)}
+
+
+def direct_reasons(d_run: Telemetry, start_ns: np.ndarray, end_ns: np.ndarray,
+                   levels: dict[str, tuple[float, float]]) -> list[list[Reason]]:
+    """For each window, the direct signs it shows, strongest (robust z) first."""
+    cols, signs = _sign_columns(tuple(d_run.channels))
+    out: list[list[Reason]] = [[] for _ in range(len(start_ns))]
+    if not len(cols) or not len(start_ns):
+        return out
+    means = window_means(d_run, cols, start_ns, end_ns)  # (W, M)
+    names = [d_run.channels[c] for c in cols]
+    med = np.array([levels.get(n, (0.0, 0.0))[0] for n in names])
+    mad = np.array([levels.get(n, (0.0, 0.0))[1] for n in names])
+    least = np.array([s.least for s in signs])
+    scale = np.maximum(1.4826 * mad, least / DIRECT_Z)
+    with np.errstate(invalid="ignore"):
+        z = (means - med) / scale
+        shown = (means >= least) & (z >= DIRECT_Z)
+        # a baseline that never moved (or never had the channel): a flat one, as the
+        # attribution words it (no sigma quoted)
+        z = np.where(mad > 0, np.minimum(z, ROBUST_Z_CAP), ROBUST_Z_CAP)
+        strength = means / least
+    rows, js = np.nonzero(shown)
+    # strongest first: by robust z, then by how far past its least value
+    for i in np.lexsort((-strength[rows, js], -z[rows, js], rows)):
+        w, j = int(rows[i]), int(js[i])
+        sign = signs[j]
+        out[w].append(Reason(names[j], sign.metric, "mean", sign.subsystem, 0.0,
+                             float(means[w, j]), float(med[j]), float(z[w, j])))
+    return out
+
+
+def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
+    """``evidence`` with the direct signs first: they take :data:`DIRECT_SHARE` of the
+    window's evidence (split by robust z) and their subsystems lead."""
+    if not direct:
+        return evidence
+    z = np.array([r.robust_z for r in direct])
+    weights = DIRECT_SHARE * z / z.sum()  # z >= DIRECT_Z > 0
+    lead = [dataclasses.replace(r, contribution=float(w)) for r, w in zip(direct, weights,
+                                                                        strict=True)]
+    named = {r.channel for r in lead}
+    rest = [dataclasses.replace(r, contribution=r.contribution * (1 - DIRECT_SHARE))
+            for r in evidence.reasons if r.channel not in named]
+    shares = {s: v * (1 - DIRECT_SHARE) for s, v in evidence.subsystem_shares.items()}
+    for r in lead:
+        shares[r.subsystem] = shares.get(r.subsystem, 0.0) + r.contribution
+    first = list(dict.fromkeys(r.subsystem for r in lead))
+    order = first + sorted((s for s in shares if s not in first), key=lambda s: -shares[s])
+    return dataclasses.replace(evidence, subsystems=order, subsystem_shares=shares,
+                               reasons=lead + rest)

@@ -1,0 +1,105 @@
+"""Direct evidence: throttling, qdisc drops and retransmissions lead a flagged window's
+reasons and claim, judged against the baseline or, for a channel that appeared mid-run,
+against zero."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reveal.analyze.direct import baseline_levels, direct_reasons, window_means
+from reveal.frame import Telemetry
+from reveal.model import Reveal
+
+TICK_NS = 100_000_000
+CGROUP = 'job "a" <b>'
+
+
+def _host(n: int, seed: int, slow_from: int | None = None,
+          extra: dict[str, np.ndarray] | None = None) -> Telemetry:
+    """Two CPUs, memory and host retransmissions; busy drops by 30 points from
+    ``slow_from`` (a job held back); ``extra``: more counter channels (cumulative)."""
+    rng = np.random.default_rng(seed)
+    busy = 50 + rng.normal(0, 3, n)
+    if slow_from is not None:
+        busy[slow_from:] -= 30
+    user, idle = np.cumsum(busy / 10), np.cumsum((100 - busy) / 10)
+    channels = ["cpu.user{cpu=0}", "cpu.idle{cpu=0}", "cpu.user{cpu=1}", "cpu.idle{cpu=1}",
+                "mem.MemAvailable", "snmp.Tcp.RetransSegs"]
+    columns = [user, idle, user * 0.9, idle * 1.1, 1e9 + rng.normal(0, 1e6, n),
+               np.cumsum(rng.poisson(0.01, n)).astype(float)]
+    for name, values in (extra or {}).items():
+        channels.append(name)
+        columns.append(values)
+    return Telemetry("h", np.arange(n, dtype=np.int64) * TICK_NS,
+                     np.column_stack(columns).astype(float), channels, {"interval_s": 0.1})
+
+
+def _throttled(n: int, start: int, share: float) -> dict[str, np.ndarray]:
+    label = "{cgroup=" + CGROUP + "}"
+    periods = np.cumsum(np.ones(n))
+    throttled = np.cumsum((np.arange(n) >= start) * share)
+    return {f"cgroup.cpu.nr_periods{label}": periods,
+            f"cgroup.cpu.nr_throttled{label}": throttled}
+
+
+def test_a_cgroup_that_appears_throttled_mid_run_leads_the_claim() -> None:
+    base = _host(3000, 1)
+    run = _host(1200, 2, slow_from=600, extra=_throttled(1200, 600, 0.9))
+    report = Reveal().fit(base).score(run)
+    assert report.episodes, "the slowed job should be flagged"
+    assert any("judged against zero" in w for w in report.warnings)
+    late = [a for a in report.anomalies if a.start_ns >= 600 * TICK_NS]
+    assert late
+    for anomaly in late:
+        lead = anomaly.reasons[0]
+        assert lead.metric == "derived.cgroup_throttled_pct"
+        assert CGROUP in lead.channel
+        assert lead.value >= 50 and lead.baseline_median == 0
+        assert anomaly.subsystems[0] == "cpu"
+        assert f"in cgroup {CGROUP}" in anomaly.claim
+        assert "throttled" in anomaly.claim
+    # before the quota, the same run has no throttling to quote
+    early = [a for a in report.anomalies if a.end_ns <= 600 * TICK_NS]
+    assert all(r.metric != "derived.cgroup_throttled_pct" for a in early for r in a.reasons)
+
+
+def test_drops_the_baseline_already_had_are_no_sign_more_of_them_are() -> None:
+    rng = np.random.default_rng(3)
+    label = "qdisc.drops{iface=veth0,qdisc=tbf,netns=job}"
+    base = _host(3000, 4, extra={label: np.cumsum(rng.poisson(0.2, 3000)).astype(float)})
+    steady = _host(1200, 5, slow_from=600,
+                   extra={label: np.cumsum(rng.poisson(0.2, 1200)).astype(float)})
+    report = Reveal().fit(base).score(steady)
+    assert report.anomalies
+    assert all(r.metric != "qdisc.drops" for a in report.anomalies for r in a.reasons[:1])
+    drops = np.cumsum(rng.poisson(0.2, 1200) + (np.arange(1200) >= 600) * 20).astype(float)
+    lossy = _host(1200, 5, slow_from=600, extra={label: drops})
+    report = Reveal().fit(base).score(lossy)
+    late = [a for a in report.anomalies if a.start_ns >= 600 * TICK_NS]
+    assert late
+    assert all(a.reasons[0].channel == label and a.subsystems[0] == "network" for a in late)
+    assert all("in network namespace job" in a.claim for a in late)
+
+
+def test_direct_signs_do_not_flag_windows_on_their_own() -> None:
+    base = _host(3000, 6)
+    run = _host(1200, 7, extra=_throttled(1200, 600, 0.9))  # throttled, the job unaffected
+    report = Reveal().fit(base).score(run)
+    assert not report.anomalies
+
+
+def test_window_means_and_levels_are_per_window_over_finite_samples() -> None:
+    ts = np.arange(10, dtype=np.int64) * TICK_NS
+    values = np.array([[1.0], [3.0], [np.nan], [5.0], [5.0], [5.0], [7.0], [9.0], [9.0],
+                       [9.0]])
+    tel = Telemetry("h", ts, values, ["qdisc.drops{iface=x}"], {"interval_s": 0.1})
+    starts = np.array([0, 3, 6]) * TICK_NS
+    ends = starts + 3 * TICK_NS
+    means = window_means(tel, np.array([0]), starts, ends)
+    assert np.allclose(means[:, 0], [2.0, 5.0, 25 / 3])
+    levels = baseline_levels(tel, starts, ends)
+    med, mad = levels["qdisc.drops{iface=x}"]
+    assert med == 5.0 and np.isclose(mad, 3.0)
+    # a window past the data holds nothing: no sign, no crash
+    late = direct_reasons(tel, np.array([20 * TICK_NS]), np.array([23 * TICK_NS]), levels)
+    assert late == [[]]
