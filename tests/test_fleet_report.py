@@ -108,3 +108,15 @@ def test_command_bad_input_is_one_line(runs, tmp_path):
     proc = _reveal(*paths[:2], "--workers", "0", "--quiet")
     assert proc.returncode == 2
     assert "at least 3 hosts" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_command_goes_on_without_an_unreadable_run(runs, tmp_path):
+    _root, paths = runs
+    broken = tmp_path / "broken-run"
+    broken.mkdir()
+    (broken / "meta.json").write_text("{not json")
+    proc = _reveal(*paths, str(broken), "--workers", "0", "--format", "json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["hosts"] == [f"host-{i}" for i in range(5)]
+    assert any("broken-run" in w and "not compared" in w for w in payload["warnings"])

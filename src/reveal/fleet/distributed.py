@@ -57,17 +57,31 @@ def load_host(source: HostSource) -> Telemetry:
     return open_source(source)
 
 
+def unusable(host: str, reason: str) -> HostFeatures:
+    """A host that could not be read or analysed: no windows, the reason as its warning."""
+    return HostFeatures(host, np.zeros(0, np.int64), 0, 0, np.zeros((0, 0), np.float32), [],
+                        [], np.zeros(0), warnings=[f"not compared: {reason}"])
+
+
 def features_task(source: HostSource, config: FleetConfig,
                   baseline_dir: str | None = None) -> HostFeatures:
     """One host's features (a Dask task); with ``baseline_dir``, also the host scored
-    against its own baseline found there by host name (:mod:`reveal.fleet.baselines`)."""
-    telemetry = load_host(source)
+    against its own baseline found there by host name (:mod:`reveal.fleet.baselines`).
+    A host that cannot be read or analysed comes back without windows, the reason in its
+    warnings (see :func:`unusable`): the others are compared without it."""
+    try:
+        telemetry = load_host(source)
+    except RevealError as exc:  # the fleet goes on without it, and says so
+        return unusable(str(source) if isinstance(source, (str, Path)) else "a host", str(exc))
     fitted = None
-    if baseline_dir:
-        from reveal.fleet.baselines import own_baseline
+    try:
+        if baseline_dir:
+            from reveal.fleet.baselines import own_baseline
 
-        fitted = own_baseline(telemetry.host, baseline_dir)
-    features = host_features(telemetry, config, baseline=fitted)
+            fitted = own_baseline(telemetry.host, baseline_dir)
+        features = host_features(telemetry, config, baseline=fitted)
+    except RevealError as exc:
+        return unusable(telemetry.host, str(exc))
     if baseline_dir and fitted is None:
         features.warnings.append("no own baseline found for this host")
     return features

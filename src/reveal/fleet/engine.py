@@ -114,6 +114,10 @@ def plan_fleet(hosts: Sequence[HostFeatures], config: FleetConfig | None = None)
     config = config or FleetConfig()
     warnings: list[str] = []
     have = [i for i, h in enumerate(hosts) if len(h.start_ns)]
+    for h in hosts:
+        if not len(h.start_ns):
+            warnings += [f"{plain(h.host, 120)}: {plain(w, 300)}" for w in h.warnings] or \
+                [f"{plain(h.host, 120)}: no windows; not compared"]
     stride, odd_stride = _common([hosts[i].stride_ns for i in have], "stride", hosts, warnings)
     keep = [i for j, i in enumerate(have) if j not in set(odd_stride)]
     size = Counter(hosts[i].size_ns for i in keep).most_common(1)[0][0] if keep else 0
