@@ -96,7 +96,7 @@ def peer_traces(result: FleetResult, episode: HostEpisode, path: str | Path,
         q = quantity(default_catalog().lookup(channel_metric(channel)))
         scale = q.plot_scale() if q.known else 1.0
         ax.fill_between(t, result.peer_p10[a:b, k] * scale, result.peer_p90[a:b, k] * scale,
-                        color="#bbbbbb", label="peers 10-90 %", step="mid")
+                        color="#bbbbbb", label="all hosts 10-90 %", step="mid")
         ax.plot(t, result.peer_median[a:b, k] * scale, color="#555555", lw=1,
                 label="peer median")
         ax.plot(t, traces[k][a:b] * scale, color="#d62728", lw=1.4,
