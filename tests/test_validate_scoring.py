@@ -129,3 +129,24 @@ def test_host_state_names_load_busy_and_steal_during_an_episode() -> None:
     assert state["during"]["steal_pct"] == pytest.approx(10.0, abs=0.5)
     assert state["baseline"]["steal_pct"] == pytest.approx(0.0, abs=0.5)
     assert host_text(state).startswith("load 3 (0.5), busy ")
+
+
+def test_names_place_reads_the_claim_of_the_strongest_overlapping_window() -> None:
+    from reveal.inject.scoring import names_place
+
+    s = 1_000_000_000
+    starts = np.arange(0, 10) * s
+    ends = starts + 3 * s
+    combined = np.array([0, 0, 0, 5, 9, 7, 0, 0, 0, 0], dtype=float)
+    flagged = combined > 1
+    claims = {3: "CPU busy rose.", 4: "Share of periods throttled in cgroup rvinj-1-job rose.",
+              5: "Memory fell."}
+    episode = Episode(3 * s, 6 * s, "cgroup_throttle", "cpu", "high",
+                      {"where": ["rvinj-1-job"]})
+    assert names_place(episode, starts, ends, combined, flagged, claims) is True
+    claims[4] = "CPU busy fell."
+    assert names_place(episode, starts, ends, combined, flagged, claims) is False
+    # nothing to name, or nothing flagged over the episode: no verdict
+    plain = Episode(3 * s, 6 * s, "cpu_contention", "cpu", "high", {})
+    assert names_place(plain, starts, ends, combined, flagged, claims) is None
+    assert names_place(episode, starts, ends, combined, np.zeros(10, bool), claims) is None

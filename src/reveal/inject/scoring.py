@@ -54,6 +54,9 @@ class EpisodeScore:
     max_ratio: dict[str, float] = field(default_factory=dict)  # detector: max score/threshold
     run: str = ""
     auc: dict[str, float] = field(default_factory=dict)  # detector: separation AUC
+    # the fault acted on a named place (cgroup, network namespace): whether the claim of
+    # the strongest flagged window overlapping it names that place (None: nothing to name)
+    named: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,6 +184,24 @@ def merge_by_settle(counts: Sequence[dict[str, list[int]]]) -> dict[str, dict[st
             for settle, (w, f) in sorted(total.items(), key=lambda kv: float(kv[0]))}
 
 
+def names_place(episode: Episode, w_start: np.ndarray, w_end: np.ndarray,
+                combined: np.ndarray, flagged: np.ndarray, claims: dict[int, str],
+                ) -> bool | None:
+    """Whether the claim of the strongest flagged window overlapping ``episode`` names one
+    of the places the fault acted on (its detail's ``where``); None when it names none or
+    no flagged window overlaps."""
+    where = [str(w) for w in episode.detail.get("where", []) if w]
+    if not where:
+        return None
+    inside = np.flatnonzero(overlap_matrix(w_start, w_end, np.array([episode.start_ns]),
+                                           np.array([episode.end_ns]))[0] & flagged)
+    if not len(inside):
+        return None
+    strongest = int(inside[np.argmax(np.nan_to_num(combined[inside], nan=-np.inf))])
+    claim = claims.get(strongest, "")
+    return any(w in claim for w in where)
+
+
 def summarise(scores: Sequence[EpisodeScore], clean_windows: int,
               clean_flagged: int) -> dict[str, Any]:
     """Totals and per (kind, intensity) rows: recall, median TTD, attribution accuracy."""
@@ -190,6 +211,7 @@ def summarise(scores: Sequence[EpisodeScore], clean_windows: int,
         ttd = [s.ttd_s for s in detected if s.ttd_s is not None]
         ttd0 = [s.ttd_start_s for s in detected if s.ttd_start_s is not None]
         names = sorted({n for s in group for n in s.auc})
+        to_name = [s for s in detected if s.named is not None]
         return {
             "auc": {n: round(float(np.mean([s.auc[n] for s in group if n in s.auc])), 3)
                     for n in names},
@@ -201,6 +223,9 @@ def summarise(scores: Sequence[EpisodeScore], clean_windows: int,
             "attributed_ok": sum(s.attribution_ok for s in group),
             "attribution_accuracy": (sum(s.attribution_ok for s in detected) / len(detected)
                                      if detected else None),
+            "named": sum(bool(s.named) for s in to_name),
+            "naming_accuracy": (sum(bool(s.named) for s in to_name) / len(to_name)
+                                if to_name else None),
         }
 
     rows = []

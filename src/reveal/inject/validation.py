@@ -26,6 +26,7 @@ from reveal.inject.scoring import (
     DEFAULT_SETTLE_S,
     EpisodeScore,
     merge_by_settle,
+    names_place,
     score_report,
     summarise,
 )
@@ -177,6 +178,12 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
         where.mkdir(parents=True, exist_ok=True)
         write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())
         scored, clean = score_report(report, rec.episodes, settle_s, run=str(rec.path))
+        claims = {a.window_id: a.claim for a in report.anomalies}
+        w = report.windows
+        for score, episode in zip(scored, rec.episodes, strict=True):
+            score.named = names_place(episode, np.asarray(w.start_ns), np.asarray(w.end_ns),
+                                      np.asarray(w.combined, dtype=float),
+                                      np.asarray(w.flagged, dtype=bool), claims)
         if diagnose:
             for score, episode in zip(scored, rec.episodes, strict=True):
                 if not (score.detected and score.attribution_ok):
@@ -348,6 +355,10 @@ def render_markdown(result: dict[str, Any]) -> str:
               f"{mark('median_ttd_s')} |",
               f"| Attributed to the injected subsystem | {_pct(total['attribution_accuracy'])} | "
               f"≥ 90 % | {mark('attribution_accuracy')} |",
+              *([f"| Claim names the cgroup or namespace acted on | "
+                 f"{_pct(total['naming_accuracy'])} ({total['named']} of the detected "
+                 f"episodes that have one) | ≥ 90 % | |"]
+                if total.get("naming_accuracy") is not None else []),
               f"| Clean windows flagged | {_pct(total['clean_flag_share'])} "
               f"({total['clean_flagged']}/{total['clean_windows']}) | ≤ 0.5 % | "
               f"{mark('clean_flag_share')} |", "",

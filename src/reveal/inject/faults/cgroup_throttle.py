@@ -53,6 +53,7 @@ class CgroupThrottle(Fault):
         quota = max(1000, int(float(self.params["cpus"]) * PERIOD_US))
         self.params["quota_us"] = quota
         self.params["period_us"] = PERIOD_US
+        self.params["where"] = [owned_name("job")]  # what a claim should name
         for path in job_cgroups(self.context):
             v2 = path / "cpu.max"
             if v2.is_file():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 from functools import lru_cache
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from reveal.inject import processes
 from reveal.inject.faults.base import Fault
@@ -55,6 +55,10 @@ class _VethFault(Fault):
 
     def finished(self) -> bool:
         return False
+
+    def detail(self) -> dict[str, Any]:
+        """Parameters, and the namespaces and interfaces acted on (what a claim names)."""
+        return {**self.params, "where": [*self.pair.names, *self.pair.ifnames]}
 
 
 class PacketLoss(_VethFault):
