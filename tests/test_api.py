@@ -27,7 +27,9 @@ from reveal.errors import RevealError
 from reveal.frame import Telemetry
 from reveal.report.escape import html_text
 from reveal.result import NOTEBOOK_HEIGHT_PX
+from reveal.store.labelled import default_data_root
 from reveal.store.run_writer import write_run
+from slices import smd_slice
 from synthetic import CHANNELS, ar1_host
 
 START = pd.Timestamp("2026-03-02 14:00:00", tz="UTC")
@@ -54,7 +56,12 @@ def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def result(frames):
     baseline, run = frames
-    return reveal.analyze(run, baseline=baseline)
+    before = run.copy(), baseline.copy()
+    out = reveal.analyze(run, baseline=baseline)
+    pd.testing.assert_frame_equal(run, before[0])  # the caller's frames are left as they were
+    pd.testing.assert_frame_equal(baseline, before[1])
+    assert not np.shares_memory(out.telemetry.values, run.to_numpy())
+    return out
 
 
 # -- the callable package --------------------------------------------------------------
@@ -322,3 +329,25 @@ def test_the_notebook_view_draws_in_chromium_sandboxed(browser, tmp_path, hostil
         time.sleep(0.5)
     assert shaded > 5000, "the timeline was not drawn in the notebook view"
     assert page.requests() == []  # nothing fetched: the page is self-contained
+
+
+# -- a real recording ---------------------------------------------------------------------
+@pytest.mark.skipif(default_data_root() is None, reason="labelled data (REVEAL_DATA) absent")
+def test_a_labelled_machine_as_frames_gives_its_verdicts() -> None:
+    """SMD machine-1-2 (minute samples, no wall clock): the frames of its recording give
+    the verdicts of the recording itself, on the minute preset, at the labelled faults."""
+    lm = smd_slice(default_data_root())
+    base_df, run_df = reveal.frame_from_telemetry(lm.train), reveal.frame_from_telemetry(lm.test)
+    assert run_df.shape == (lm.test.n_samples, lm.test.n_channels)
+    by_frames = reveal.analyze(run_df, baseline=base_df)
+    direct = reveal.analyze(lm.test, baseline=lm.train)
+    assert by_frames.report.decision["preset"] == "minute"
+    np.testing.assert_array_equal(by_frames.report.windows.flagged,
+                                  direct.report.windows.flagged)
+    pd.testing.assert_frame_equal(by_frames.anomalies, direct.anomalies)
+    a = by_frames.anomalies
+    assert len(a) >= 1
+    labelled = run_df.index[np.asarray(lm.labels, dtype=bool)]
+    hit = [((labelled >= s) & (labelled < e)).any() for s, e in zip(a["start"], a["end"],
+                                                                    strict=True)]
+    assert np.mean(hit) >= 0.5  # most flagged windows hold labelled anomalous minutes

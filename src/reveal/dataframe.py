@@ -102,7 +102,8 @@ def telemetry_from_frame(frame: pd.DataFrame, host: str | None = None,
         raise InputError(f"{what} has non-numeric column(s) {_names(bad)}: convert them with "
                          f"pd.to_numeric or keep the numeric ones with "
                          f"df.select_dtypes('number')")
-    values = frame.to_numpy(dtype=np.float64, na_value=np.nan)
+    # a C-ordered copy: rows are read whole downstream, and the caller's frame is never shared
+    values = np.array(frame.to_numpy(dtype=np.float64, na_value=np.nan), order="C", copy=True)
     empty = ~np.isfinite(values).any(axis=0) if len(values) else np.ones(len(channels), bool)
     if empty.any():
         cols = [frame.columns[i] for i in np.flatnonzero(empty)]
