@@ -87,6 +87,7 @@ class Result:
         self.telemetry = telemetry
         self.baseline = baseline
         self.model = model
+        self._page: str | None = None
 
     # -- verdict -----------------------------------------------------------------------
     @property
@@ -186,10 +187,11 @@ class Result:
     def to_html(self, path: str | os.PathLike | None = None) -> str | Path:
         """The self-contained HTML report (plots included): the page, or written to
         ``path`` (atomically) and the path returned."""
-        from reveal.report.html import render_html
+        if self._page is None:  # rendered once: the notebook view shows the same page
+            from reveal.report.html import render_html
 
-        page = render_html(self.report, self.telemetry, self.baseline)
-        return page if path is None else _write(path, page)
+            self._page = render_html(self.report, self.telemetry, self.baseline)
+        return self._page if path is None else _write(path, self._page)
 
     def _repr_html_(self) -> str:
         """The HTML report in a notebook: an iframe holding the whole page (``srcdoc``),
