@@ -50,4 +50,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(__all__) | {k for k in globals() if k.startswith("__")})
