@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import platform
 import statistics
 import sys
@@ -60,6 +61,14 @@ READY_JS = """new Promise(function (resolve) {
   }
   (function check() { if (drawn()) resolve(performance.now());
                       else requestAnimationFrame(check); })();
+})"""
+#: milliseconds since navigation start when the timeline is drawn (or now, if it was)
+TIMELINE_JS = """new Promise(function (resolve) {
+  (function check() {
+    var v = window.Bokeh && Object.values(Bokeh.index).find(function (r) {
+      return r.el && document.getElementById('plot-timeline').contains(r.el); });
+    if (v) resolve(performance.now()); else requestAnimationFrame(check);
+  })();
 })"""
 ENTRIES_JS = """(function () {
   var out = {};
@@ -116,9 +125,11 @@ def measure(browser: chromium.Browser, path: Path, repeats: int,
     for i in range(repeats):
         page = chromium.Page(browser, 1280, 900)
         page.open(path, timeout_s=120)
+        timeline = page.evaluate(TIMELINE_JS, timeout_s=120)
         ready = page.evaluate(READY_JS, timeout_s=120)
         entries = page.evaluate(ENTRIES_JS)
         entries["plots_drawn"] = ready
+        entries["timeline_drawn"] = timeline
         errors = page.errors()
         if errors:
             raise RuntimeError(f"{path.name}: page errors: {errors[:3]}")
@@ -153,6 +164,7 @@ def main() -> int:
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "chromium": None,
         "bokeh_bundle_bytes": len(bokeh_script().encode()),
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "targets": {"size_mb_max": SIZE_BUDGET_MB, "first_paint_ms_max": PAINT_TARGET_MS},
         "reports": {},
     }
@@ -191,6 +203,7 @@ def main() -> int:
                 }
     finally:
         browser.close()
+    out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     target = RESULTS / "report_html.json"
     target.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(out["reports"], indent=2))

@@ -55,11 +55,21 @@ p.channel { font-size: 12px; margin: 10px 0 0; }
 .facts table th { width: 40%; background: none; font-weight: 500; color: var(--muted); }
 """
 
-#: Hands each plot's document (JSON by div id) to Bokeh once the page has loaded.
+#: Hands each plot's document (JSON by div id) to Bokeh, one at a time in page order: the
+#: timeline first, and the browser paints and answers input between plots.
 _EMBED = """(function () {
-  var el = document.getElementById("reveal-plots");
-  var items = JSON.parse(el.textContent);
-  Object.keys(items).forEach(function (id) { Bokeh.embed.embed_item(items[id], id); });
+  var items = JSON.parse(document.getElementById("reveal-plots").textContent);
+  var ids = Object.keys(items);
+  function next() {
+    var id = ids.shift();
+    if (id === undefined) return;
+    var item = items[id];
+    delete items[id];
+    Promise.resolve().then(function () { return Bokeh.embed.embed_item(item, id); })
+      .catch(function (e) { console.error("plot " + id + ": " + e); })
+      .then(function () { setTimeout(next, 0); });
+  }
+  next();
 })();"""
 
 
