@@ -41,6 +41,7 @@ Say = Callable[[str], None]
 MANIFEST = "fleet.json"
 SCHEMA = "reveal-fleet-sim"
 VERSION = 1
+TRAINING_TIMEOUT_S = 180.0  # beyond the warm-up, for the job's first training step
 
 
 @dataclass
@@ -137,7 +138,7 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
         raise RevealError(f"fleet simulation: {reason}")
     out_dir = Path(out_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    total = WARMUP_S + len(plans) * (run_s + 30.0) + 60.0
+    total = WARMUP_S + TRAINING_TIMEOUT_S + len(plans) * (run_s + 30.0) + 60.0
     workdir = make_temp_dir("fleet")
     netns = NetnsPair(tag="fleet").create() if name == "torch_ddp" else None
     cgroup = JobCgroup().create()
@@ -150,6 +151,7 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
         say(f"fleet: starting workload {name}")
         job.start()
         time.sleep(WARMUP_S)
+        _wait_training(job, TRAINING_TIMEOUT_S)
         context = FaultContext(workdir, netns)
         for i, plan in enumerate(plans, 1):
             if not job.alive():
@@ -177,6 +179,22 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
         shutil.rmtree(workdir, ignore_errors=True)
     manifest["workload_progress"] = job.progress()[-3:]
     return _write_manifest(out_dir, manifest)
+
+
+def _wait_training(job: Any, timeout_s: float) -> None:
+    """Wait until every rank of the job reported a training step (its start-up, imports
+    and sample files done), at most ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    ranks = len(job.procs)
+    while time.monotonic() < deadline:
+        if not job.alive():
+            raise RevealError(f"workload {job.name} stopped during start-up "
+                              f"(see {job.log_path(0)})")
+        if len({line.get("rank", 0) for line in job.progress()}) >= ranks:
+            return
+        time.sleep(0.5)
+    raise RevealError(f"workload {job.name} reported no training step within "
+                      f"{timeout_s:g} s after its warm-up (see {job.log_path(0)})")
 
 
 def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
