@@ -343,6 +343,7 @@ def test_report_command_renders_saved_json(saved, tmp_path, capsys):
     ("version", "version 99 is not supported"),
     ("incomplete", "'anomalies' is missing"),
     ("malformed", "malformed Reveal report"),
+    ("threshold", "decision.combined_threshold is not a number"),
 ])
 def test_report_command_errors(saved, tmp_path, capsys, case, expected):
     good = json.loads(saved["json"].read_text())
@@ -361,6 +362,9 @@ def test_report_command_errors(saved, tmp_path, capsys, case, expected):
         src.write_text(json.dumps(good | {"episodes": [{"start_ns": "x", "end_ns": 1,
                                                        "window_ids": [], "peak_score": 1,
                                                        "subsystem": "cpu", "claim": ""}]}))
+    elif case == "threshold":
+        src.write_text(json.dumps(good | {"decision": good["decision"]
+                                          | {"combined_threshold": "</script>"}}))
     out = tmp_path / "out.html"
     out.write_text("earlier page")
     assert main(["report", str(src), "--html", str(out)]) == 2

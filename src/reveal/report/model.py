@@ -177,6 +177,16 @@ def _episode(d: dict[str, Any]) -> Episode:
                    _float(d["peak_score"]), str(d["subsystem"]), str(d["claim"]))
 
 
+def _check_numbers(d: Any, where: str, keys: tuple[str, ...]) -> None:
+    """Raise ValueError unless each of ``keys`` in ``d`` is a number (or absent, None)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} is not an object")
+    for key in keys:
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{where}.{key} is not a number")
+
+
 def report_from_dict(payload: Any) -> Report:
     """A :class:`Report` from its JSON form (:meth:`Report.to_dict`, schema version
     :data:`SCHEMA_VERSION`); raises :class:`reveal.errors.InputError` naming what is
@@ -188,6 +198,11 @@ def report_from_dict(payload: Any) -> Report:
         raise InputError(f"report schema version {version!r} is not supported (this Reveal "
                          f"reads version {SCHEMA_VERSION})")
     try:
+        _check_numbers(payload["run"], "run", ("start_ns", "wall_offset_ns", "interval_s",
+                                              "duration_s", "samples", "channels"))
+        _check_numbers(payload.get("decision") or {}, "decision",
+                       ("combined_threshold", "persistence_windows", "persistence_s",
+                        "threshold_quantile", "baseline_windows"))
         windows = payload.get("windows")
         return Report(
             run=dict(payload["run"]), baseline=dict(payload["baseline"]),
