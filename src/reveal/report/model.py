@@ -203,6 +203,8 @@ def report_from_dict(payload: Any) -> Report:
         _check_numbers(payload.get("decision") or {}, "decision",
                        ("combined_threshold", "persistence_windows", "persistence_s",
                         "threshold_quantile", "baseline_windows"))
+        _check_numbers(dict(payload["config"]).get("window_used") or {},
+                       "config.window_used", ("size_s", "stride_s", "size_rows", "stride_rows"))
         windows = payload.get("windows")
         return Report(
             run=dict(payload["run"]), baseline=dict(payload["baseline"]),
