@@ -100,9 +100,13 @@ def load(fleet_dir: Path, set_name: str, **kwargs: Any) -> SimulatedFleet:
 #: settings that change the per-host features (FleetConfig fields)
 FEATURE_GRID = [{"features": f, "relative_floor": r}
                 for f in (("mean", "std", "min", "max"), ("mean",)) for r in (0.002, 0.05, 0.2)]
-#: settings of the comparison itself
-COMPARE_GRID = [{"min_score": m, "cut_mads": c, "persistence_s": p, "align_clocks": False}
-                for m in (4.0, 8.0, 16.0, 30.0) for c in (3.0, 6.0) for p in (1.0, 3.0)]
+#: settings of the comparison itself; ``clock_min_corr`` above 1 turns off the clock-offset
+#: finding, which looks for hosts whose activity is a shifted copy of their peers' (the
+#: simulated hosts are different stretches of one job, not in lock-step)
+COMPARE_GRID = [{"min_score": m, "cut_mads": c, "persistence_s": p, "align_clocks": False,
+                 "clock_min_corr": k}
+                for m in (4.0, 8.0, 16.0, 30.0) for c in (3.0, 6.0) for p in (1.0, 3.0)
+                for k in (0.5, 1.01)]
 
 
 def features(fleet: SimulatedFleet, config: Any) -> list[Any]:
@@ -144,8 +148,15 @@ def evaluate(fleet: SimulatedFleet, feats: list[Any], config: Any) -> dict[str, 
     ttd = [r["ttd_s"] for r in rows if r["ttd_s"] is not None]
     precision = len(found_hosts) / len(flagged) if flagged else 1.0
     recall = len(found_hosts & {r["host"] for r in rows}) / len(rows) if rows else 1.0
+    origin = int(result.grid_start_ns[0]) if len(result.grid_start_ns) else 0
+    why = {h: [{"from_s": round((e.start_ns - origin) / 1e9, 1),
+                "to_s": round((e.end_ns - origin) / 1e9, 1), "subsystem": e.subsystem,
+                "peak_score": round(float(e.peak_score), 1),
+                "channels": sorted({r.channel for r in e.reasons[:3]})}
+               for e in result.episodes if e.host == h] for h in false}
     return {"hosts": len(fleet.hosts), "faulty": len(fleet.faulty_hosts),
             "episodes": rows, "flagged_hosts": sorted(flagged), "false_hosts": false,
+            "false_host_episodes": why,
             "precision": round(precision, 3), "recall": round(recall, 3),
             "median_ttd_s": round(float(np.median(ttd)), 2) if ttd else None,
             "clock_offsets": [c.host for c in result.clock],
