@@ -1,7 +1,7 @@
 """Fleet figure: a simulated fleet recorded on this machine, faults in some hosts, scored by
 the fleet's peer comparison; results in ``bench/results/fleet.json``.
 
-    python bench/bench_fleet.py --record /work/fleet-sim      # ≈ 25 min, root
+    python bench/bench_fleet.py --record /work/fleet-sim      # ≈ 20 min, root
     python bench/bench_fleet.py --score /work/fleet-sim       # minutes
 
 Recording: 24 runs of the distributed reference job, one after another (``--run-s`` seconds
@@ -11,11 +11,13 @@ host is one recorded run, relabelled, aligned on its start (see
 :mod:`reveal.fleet.simulate`). The manifest keeps the load average around each recording:
 the machine is shared, and what else ran shows in every host.
 
-Scoring: the report fleet through the fleet engine. A faulty host counts as found when it is
-flagged in a window overlapping its episode (time to detect: the first such window's end
-minus the episode start); a clean host flagged anywhere is a false positive. The clean hosts
-alone are scored as an all-clean fleet. The HugePages host is found with no per-host
-baseline (peer comparison only).
+Scoring: the settings (channel set, window features, floors, cut, persistence, whether
+clock offsets are reported) are chosen on the tune fleet by F1, then median time to detect;
+the report fleet is then scored once with them through the fleet engine. A faulty host
+counts as found when it is flagged in a window overlapping its episode (time to detect: the
+first such window's end minus the episode start); a clean host flagged anywhere is a false
+positive. The clean hosts alone are scored as an all-clean fleet. The HugePages host is
+found with no per-host baseline (peer comparison only).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ host. **The hosts were recorded sequentially and are aligned on their start**: e
 all hosts overlap in (simulated) wall time. Fault episodes are moved by the same shift and
 returned as :class:`FaultEpisode` on that common wall clock.
 
-For scale, :func:`bootstrap_host` makes **synthetic** hosts from a recorded clean host by a
+For scale, :func:`bootstrap_host` (and :func:`synthetic_hosts`, many at once) makes
+**synthetic** hosts from a recorded clean host by a
 circular block bootstrap of its rows (blocks of ``block_s`` seconds, a random time shift);
 counters are rebuilt from the resampled increments so they stay monotonic.
 """
