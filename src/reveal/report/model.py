@@ -154,6 +154,14 @@ def _array(values: list[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
+def _ns(value: Any) -> int:
+    """A time in int64 nanoseconds (ValueError outside int64's range)."""
+    ns = int(value)
+    if not -(2**63) <= ns < 2**63:
+        raise ValueError(f"time {ns} ns is out of range")
+    return ns
+
+
 def _float(value: Any) -> float:
     return math.nan if value is None else float(value)
 
@@ -165,7 +173,7 @@ def _reason(d: dict[str, Any]) -> Reason:
 
 
 def _anomaly(d: dict[str, Any]) -> Anomaly:
-    return Anomaly(int(d["window_id"]), int(d["start_ns"]), int(d["end_ns"]),
+    return Anomaly(int(d["window_id"]), _ns(d["start_ns"]), _ns(d["end_ns"]),
                    _float(d["score"]), [str(x) for x in d["detectors"]],
                    [str(x) for x in d["subsystems"]],
                    {str(k): _float(v) for k, v in d["subsystem_shares"].items()},
@@ -173,18 +181,24 @@ def _anomaly(d: dict[str, Any]) -> Anomaly:
 
 
 def _episode(d: dict[str, Any]) -> Episode:
-    return Episode(int(d["start_ns"]), int(d["end_ns"]), [int(w) for w in d["window_ids"]],
+    return Episode(_ns(d["start_ns"]), _ns(d["end_ns"]), [int(w) for w in d["window_ids"]],
                    _float(d["peak_score"]), str(d["subsystem"]), str(d["claim"]))
 
 
 def _check_numbers(d: Any, where: str, keys: tuple[str, ...]) -> None:
-    """Raise ValueError unless each of ``keys`` in ``d`` is a number (or absent, None)."""
+    """Raise ValueError unless each of ``keys`` in ``d`` is a finite number (or absent,
+    None), nanoseconds (``*_ns``) within int64."""
     if not isinstance(d, dict):
         raise ValueError(f"{where} is not an object")
     for key in keys:
         value = d.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
             raise ValueError(f"{where}.{key} is not a number")
+        if key.endswith("_ns"):
+            _ns(value)
 
 
 def report_from_dict(payload: Any) -> Report:
@@ -200,6 +214,9 @@ def report_from_dict(payload: Any) -> Report:
     try:
         _check_numbers(payload["run"], "run", ("start_ns", "wall_offset_ns", "interval_s",
                                               "duration_s", "samples", "channels"))
+        _check_numbers(payload["baseline"], "baseline", ("start_ns", "wall_offset_ns",
+                                                        "interval_s", "duration_s", "samples",
+                                                        "channels"))
         _check_numbers(payload.get("decision") or {}, "decision",
                        ("combined_threshold", "persistence_windows", "persistence_s",
                         "threshold_quantile", "baseline_windows"))
@@ -219,7 +236,7 @@ def report_from_dict(payload: Any) -> Report:
         )
     except KeyError as exc:
         raise InputError(f"incomplete Reveal report: {exc.args[0]!r} is missing") from None
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise InputError(f"malformed Reveal report: {exc}") from None
 
 
