@@ -4,9 +4,10 @@ the fleet's peer comparison; results in ``bench/results/fleet.json``.
     python bench/bench_fleet.py --record /work/fleet-sim      # ≈ 20 min, root
     python bench/bench_fleet.py --score /work/fleet-sim       # minutes
 
-Recording: 24 runs of the distributed reference job, one after another (``--run-s`` seconds
-each); 16 make the *report* fleet (one host per fault kind, the rest clean), 8 the *tune*
-fleet (its own hosts, faults at other times) on which the scoring settings are chosen. Every
+Recording: 28 runs of the distributed reference job, one after another (``--run-s`` seconds
+each); 16 make the *report* fleet (one host per fault kind, the rest clean), 12 the *tune*
+fleet (its own hosts, every fault kind, at other times) on which the scoring settings are
+chosen. Every
 host is one recorded run, relabelled, aligned on its start (see
 :mod:`reveal.fleet.simulate`). The manifest keeps the load average around each recording:
 the machine is shared, and what else ran shows in every host.
@@ -45,6 +46,8 @@ RESULT = Path(__file__).resolve().parent / "results" / "fleet.json"
 REPORT_KINDS = ["cpu_contention", "memory_pressure", "packet_loss", "hugepages_reserved",
                 "cgroup_throttle", "disk_burst"]
 TUNE_KINDS = ["cgroup_throttle", "hugepages_reserved", "cpu_contention", "packet_loss"]
+#: tune hosts recorded after the others, with the kinds the first tune hosts lack
+TUNE_EXTRA_KINDS = ["memory_pressure", "disk_burst"]
 TARGETS = {"precision": 0.9, "recall": 0.9, "median_ttd_s": 5.0, "clean_hosts_flagged": 0}
 
 
@@ -53,14 +56,17 @@ def say(message: str) -> None:
 
 
 def record(out: Path, run_s: float, episode_s: float, seed: int) -> None:
-    """Record the tune and report fleets interleaved in time (drift spreads over both)."""
+    """Record the tune and report fleets interleaved in time (drift spreads over both), then
+    the extra tune hosts; hosts already in ``out`` are kept (a recording resumes)."""
     report = plan_fleet(REPORT_KINDS, 10, run_s, episode_s, seed=seed, prefix="host")
     tune = plan_fleet(TUNE_KINDS, 4, run_s, episode_s, seed=seed + 1, prefix="tune",
                       split="tune")
     order = sorted([(i / len(report), p) for i, p in enumerate(report)]
                    + [((i + 0.5) / len(tune), p) for i, p in enumerate(tune)],
                    key=lambda pair: pair[0])
-    record_fleet(out, [p for _, p in order], run_s, say)
+    extra = plan_fleet(TUNE_EXTRA_KINDS, 2, run_s, episode_s, seed=seed + 2, prefix="tunx",
+                       split="tune")
+    record_fleet(out, [p for _, p in order] + extra, run_s, say, resume=True)
 
 
 SETTLE_S = 5.0  # a window ending this long after an episode still counts as finding it
@@ -171,6 +177,32 @@ def _rank(row: dict[str, Any]) -> tuple[float, float]:
     return (-f1, row["median_ttd_s"] if row["median_ttd_s"] is not None else 1e9)
 
 
+def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str, Any]
+                  ) -> list[dict[str, Any]]:
+    """The other settings the tune fleet ranked equal to the chosen ones, each scored on the
+    report fleet and its clean hosts: how much the choice among equals matters."""
+    from dataclasses import replace
+
+    from reveal.fleet.config import FleetConfig
+
+    out = []
+    for row in tried:
+        if row is chosen or _rank(row) != _rank(chosen):
+            continue
+        config = replace(FleetConfig(), **row["settings"])
+        fleet = load(fleet_dir, row["channels"], split="report")
+        feats = features(fleet, config)
+        rep = evaluate(fleet, feats, config)
+        clean = load(fleet_dir, row["channels"], split="report", clean_only=True)
+        names = set(clean.clean_hosts)
+        cl = evaluate(clean, [f for f in feats if f.host in names], config)
+        out.append({"channels": row["channels"], "settings": row["settings"],
+                    "precision": rep["precision"], "recall": rep["recall"],
+                    "median_ttd_s": rep["median_ttd_s"],
+                    "clean_hosts_flagged": cl["flagged_hosts"]})
+    return out
+
+
 def score(fleet_dir: Path) -> dict[str, Any]:
     """Choose the settings on the tune fleet, then report on the report fleet and on its
     clean hosts alone."""
@@ -207,6 +239,7 @@ def score(fleet_dir: Path) -> dict[str, Any]:
     clean = load(fleet_dir, set_name, split="report", clean_only=True)
     clean_result = evaluate(clean, [f for f in feats if f.host in clean_names], config)
     huge = [r for r in result["episodes"] if r["kind"] == "hugepages_reserved"]
+    tied = tied_settings(fleet_dir, tried, chosen)
     manifest = read_manifest(fleet_dir)
     loads = [h["loadavg_before"][0] for h in manifest["hosts"]]
     met = {"precision": result["precision"] >= TARGETS["precision"],
@@ -226,7 +259,7 @@ def score(fleet_dir: Path) -> dict[str, Any]:
         "settings_chosen_on": sorted(h.host for h in tune.hosts), "channels": set_name,
         "settings": best,
         "tuning": tried, "targets": TARGETS, "met": met,
-        "report": result, "clean": clean_result,
+        "report": result, "clean": clean_result, "tied_on_tune": tied,
     }
 
 

@@ -133,12 +133,15 @@ def test_tiny_fleet_hosts_alignment_and_ground_truth(tiny_fleet: Path) -> None:
         assert plan.duration_s <= (episode.end_ns - episode.start_ns) / 1e9 < plan.duration_s + 2
     # the quota shows in the job cgroup's counters on the throttled host only
     a, c = (next(h for h in fleet.hosts if h.host == n) for n in ("node-a", "node-c"))
-    from reveal.inject.naming import owned_name
+    from reveal.inject.naming import PREFIX
 
-    job = f"cgroup={owned_name('job')}"  # other processes' job cgroups may be seen too
+    # the recorder's id is taken out of the job's names; other processes' job cgroups
+    # (seen too on a shared machine) keep theirs
+    job = f"cgroup={PREFIX}-job"
     throttled = [ch for ch in a.channels if channel_metric(ch) == "cgroup.cpu.nr_throttled"
                  and job in ch]
     assert len(throttled) == 1
+    assert not any(str(os.getpid()) in ch for h in fleet.hosts for ch in h.channels)
     rise_a = np.nanmax(a.column(throttled[0])) - np.nanmin(a.column(throttled[0]))
     rise_c = np.nanmax(c.column(throttled[0])) - np.nanmin(c.column(throttled[0]))
     assert rise_a >= 5 and rise_c == 0
@@ -148,6 +151,13 @@ def test_tiny_fleet_hosts_alignment_and_ground_truth(tiny_fleet: Path) -> None:
     assert np.nanmax(pool) - np.nanmin(pool) >= 64 and pool[-1] == pool[0]
     manifest = read_manifest(tiny_fleet)
     assert all(len(h["loadavg_before"]) == 3 for h in manifest["hosts"])
+    # resuming a finished recording records nothing and keeps the manifest
+    from reveal.fleet.simulate import HostPlan, record_fleet
+
+    before = (tiny_fleet / "fleet.json").read_bytes()
+    record_fleet(tiny_fleet, [HostPlan("node-a"), HostPlan("node-c")], run_s=8.0,
+                 say=lambda _m: None, resume=True)
+    assert (tiny_fleet / "fleet.json").read_bytes() == before
     tune = load_fleet(tiny_fleet, split="tune")
     assert [h.host for h in tune.hosts] == ["node-c"] and tune.truth == []
     assert [h.host for h in load_fleet(tiny_fleet, clean_only=True).hosts] == ["node-c"]

@@ -37,6 +37,7 @@ from reveal.catalog import default_catalog
 from reveal.errors import RevealError
 from reveal.frame import Telemetry, channel_metric
 from reveal.inject.groundtruth import load_episodes
+from reveal.inject.naming import PREFIX
 
 Say = Callable[[str], None]
 MANIFEST = "fleet.json"
@@ -114,11 +115,13 @@ def plan_fleet(kinds: list[str], n_clean: int, run_s: float, episode_s: float,
 
 
 def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
-                 interval_s: float = 0.1, workload: str | None = None) -> Path:
+                 interval_s: float = 0.1, workload: str | None = None,
+                 resume: bool = False) -> Path:
     """Record one run per planned host under ``out_dir/runs/<host>``; returns the manifest.
 
     Needs root (namespaces, the job cgroup, some faults). The recording takes about
-    ``len(plans) × (run_s + 10)`` seconds.
+    ``len(plans) × (run_s + 10)`` seconds. ``resume`` keeps the hosts the manifest in
+    ``out_dir`` already holds and records only the planned hosts it lacks.
     """
     from reveal.inject.cleanup import make_temp_dir
     from reveal.inject.faults import FaultContext
@@ -139,12 +142,18 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
         raise RevealError(f"fleet simulation: {reason}")
     out_dir = Path(out_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    hosts: list[dict[str, Any]] = []
+    if resume and (out_dir / MANIFEST).is_file():
+        hosts = list(read_manifest(out_dir)["hosts"])
+        done = {h["host"] for h in hosts}
+        plans = [p for p in plans if p.host not in done]
+        if not plans:
+            return out_dir / MANIFEST
     total = WARMUP_S + TRAINING_TIMEOUT_S + len(plans) * (run_s + 30.0) + 60.0
     workdir = make_temp_dir("fleet")
     netns = NetnsPair(tag="fleet").create() if name == "torch_ddp" else None
     cgroup = JobCgroup().create()
     job = WorkloadRun(name, workdir, total, netns=netns, cgroup=cgroup)
-    hosts: list[dict[str, Any]] = []
     manifest = {"schema": SCHEMA, "version": VERSION, "workload": name, "run_s": run_s,
                 "interval_s": interval_s, "hosts": hosts,
                 "note": "hosts recorded sequentially on one machine, aligned on their start"}
@@ -166,7 +175,7 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
             run_dir = out_dir / "runs" / plan.host
             recorded = record(run_dir, run_s, interval_s, None, episodes, context, say)
             hosts.append({**asdict(plan), "run": f"runs/{plan.host}",
-                          "skipped": recorded.skipped,
+                          "skipped": recorded.skipped, "owner_pid": os.getpid(),
                           "loadavg_before": list(load_before),
                           "loadavg_after": list(os.getloadavg())})
             _write_manifest(out_dir, manifest)
@@ -247,8 +256,8 @@ def load_fleet(fleet_dir: Path, split: str | None = None, clean_only: bool = Fal
         meta = {**tel.meta, "host": entry["host"], "wall_offset_ns": offset,
                 "recorded_wall_offset_ns": tel.wall_offset_ns, "simulated": "recorded",
                 "aligned_shift_ns": shift, "source": f"simulated fleet {fleet_dir.name}"}
-        hosts.append(Telemetry(entry["host"], tel.timestamps_ns, tel.values, tel.channels,
-                               meta))
+        hosts.append(Telemetry(entry["host"], tel.timestamps_ns, tel.values,
+                               _own_names(tel.channels, entry.get("owner_pid")), meta))
         for ep in load_episodes(fleet_dir / entry["run"]):
             truth.append(FaultEpisode(entry["host"], ep.start_ns + offset, ep.end_ns + offset,
                                       ep.kind, ep.subsystem, ep.intensity))
@@ -257,6 +266,16 @@ def load_fleet(fleet_dir: Path, split: str | None = None, clean_only: bool = Fal
     meta = {k: v for k, v in manifest.items() if k != "hosts"}
     meta["reference_start_ns"] = reference
     return SimulatedFleet(hosts, truth, plans, meta)
+
+
+def _own_names(channels: list[str], pid: int | None) -> list[str]:
+    """Channel names with the recording process's id taken out of the names it gave the
+    job's cgroup, namespaces and interfaces (``rvinj-<pid>-job`` → ``rvinj-job``), so that
+    hosts recorded by different processes name the same job's channels alike."""
+    if not pid:
+        return list(channels)
+    return [c.replace(f"{PREFIX}-{pid}-", f"{PREFIX}-").replace(f"rvi{pid}", "rvi")
+            for c in channels]
 
 
 def bootstrap_host(source: Telemetry, host: str, block_s: float = 5.0,
