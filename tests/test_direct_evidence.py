@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reveal.analyze.direct import baseline_levels, direct_reasons, window_means
+from reveal.analyze.direct import baseline_levels, direct_signs, window_means
 from reveal.frame import Telemetry
 from reveal.model import Reveal
 
@@ -81,11 +81,16 @@ def test_drops_the_baseline_already_had_are_no_sign_more_of_them_are() -> None:
     assert all("in network namespace job" in a.claim for a in late)
 
 
-def test_direct_signs_do_not_flag_windows_on_their_own() -> None:
+def test_a_sign_flags_windows_the_detectors_miss_under_persistence() -> None:
     base = _host(3000, 6)
-    run = _host(1200, 7, extra=_throttled(1200, 600, 0.9))  # throttled, the job unaffected
+    # throttled from 60 s, the host's channels unaffected: only the sign tells
+    run = _host(1200, 7, extra=_throttled(1200, 600, 0.9))
     report = Reveal().fit(base).score(run)
-    assert not report.anomalies
+    assert report.anomalies
+    assert all(a.start_ns >= 570 * TICK_NS for a in report.anomalies)
+    assert all(a.detectors == ["direct"] and a.subsystems[0] == "cpu"
+               for a in report.anomalies)
+    assert len(report.episodes) == 1 and CGROUP in report.episodes[0].claim
 
 
 def test_window_means_and_levels_are_per_window_over_finite_samples() -> None:
@@ -94,12 +99,11 @@ def test_window_means_and_levels_are_per_window_over_finite_samples() -> None:
                        [9.0]])
     tel = Telemetry("h", ts, values, ["qdisc.drops{iface=x}"], {"interval_s": 0.1})
     starts = np.array([0, 3, 6]) * TICK_NS
-    ends = starts + 3 * TICK_NS
-    means = window_means(tel, np.array([0]), starts, ends)
+    means = window_means(tel, np.array([0]), starts, 3)
     assert np.allclose(means[:, 0], [2.0, 5.0, 25 / 3])
-    levels = baseline_levels(tel, starts, ends)
+    levels = baseline_levels(tel, starts, 3)
     med, mad = levels["qdisc.drops{iface=x}"]
     assert med == 5.0 and np.isclose(mad, 3.0)
     # a window past the data holds nothing: no sign, no crash
-    late = direct_reasons(tel, np.array([20 * TICK_NS]), np.array([23 * TICK_NS]), levels)
-    assert late == [[]]
+    late = direct_signs(tel, np.array([20 * TICK_NS]), 3, levels)
+    assert not late.shown.any() and late.reasons == {}

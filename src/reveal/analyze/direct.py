@@ -2,9 +2,11 @@
 
 Some counters say what is wrong without a model: a cgroup throttled in most of its CPU-quota
 periods, packets dropped or held back by a queueing discipline, TCP segments sent again.
-When a flagged window shows one of them, it leads the window's reasons (and so its claim)
-and its subsystem leads the window's evidence, naming the cgroup, interface or network
-namespace from the channel's labels.
+A window that shows one is flagged (under the same persistence rule as the detectors'
+verdicts), even where the detectors saw nothing: a channel that was constant in the
+baseline takes no part in detection. In a flagged window the sign leads the reasons (and
+so the claim) and its subsystem leads the evidence, naming the cgroup, interface or
+network namespace from the channel's labels.
 
 Each sign is judged on the window mean of its channel (rates per second after
 :func:`reveal.analyze.derive.derive`, or percent) against the baseline's window means of the
@@ -63,27 +65,28 @@ def _sign_columns(channels: tuple[str, ...]) -> tuple[np.ndarray, tuple[Sign, ..
 
 
 def window_means(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
-                 end_ns: np.ndarray) -> np.ndarray:
-    """Mean of columns ``cols`` over each window ``[start_ns, end_ns)`` (W, len(cols));
-    NaN where a window holds no finite value."""
+                 size: int) -> np.ndarray:
+    """Mean of columns ``cols`` over each window of ``size`` samples from the sample at
+    ``start_ns`` (W, len(cols)); NaN where a window holds no finite value. Counting
+    samples, not time, a window holds the same samples whatever follows it (live or not)."""
     x = tel.values[:, cols]
     finite = np.isfinite(x)
     total = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(np.where(finite, x, 0.0), axis=0)])
     count = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(finite, axis=0)])
     lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
-    hi = np.searchsorted(tel.timestamps_ns, end_ns, side="left")
+    hi = np.minimum(lo + int(size), tel.n_samples)
     n = count[hi] - count[lo]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, (total[hi] - total[lo]) / np.where(n > 0, n, 1.0), np.nan)
 
 
 def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,
-                    end_ns: np.ndarray) -> dict[str, tuple[float, float]]:
+                    size: int) -> dict[str, tuple[float, float]]:
     """Median and MAD of the window means of every sign channel of a derived baseline."""
     cols, _ = _sign_columns(tuple(d_base.channels))
     if not len(cols) or not len(start_ns):
         return {}
-    means = window_means(d_base, cols, start_ns, end_ns)
+    means = window_means(d_base, cols, start_ns, size)
     with np.errstate(all="ignore"):
         med = np.nan_to_num(np.nanmedian(means, axis=0)) if means.size else np.zeros(len(cols))
         mad = np.nan_to_num(np.nanmedian(np.abs(means - med), axis=0))
@@ -91,14 +94,25 @@ def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,
                                                                          strict=True)}
 
 
-def direct_reasons(d_run: Telemetry, start_ns: np.ndarray, end_ns: np.ndarray,
-                   levels: dict[str, tuple[float, float]]) -> list[list[Reason]]:
-    """For each window, the direct signs it shows, strongest (robust z) first."""
+@dataclasses.dataclass
+class DirectSigns:
+    """The direct signs of a run's windows: ``shown`` (W,) whether a window shows one,
+    ``reasons`` the signs of each window that does, strongest first."""
+
+    shown: np.ndarray
+    reasons: dict[int, list[Reason]]
+
+
+def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
+                 levels: dict[str, tuple[float, float]]) -> DirectSigns:
+    """The direct signs each window (``size`` samples from ``start_ns``) of a derived run
+    shows, judged against the baseline ``levels`` (see :func:`baseline_levels`; absent:
+    zero)."""
     cols, signs = _sign_columns(tuple(d_run.channels))
-    out: list[list[Reason]] = [[] for _ in range(len(start_ns))]
+    out = DirectSigns(np.zeros(len(start_ns), dtype=bool), {})
     if not len(cols) or not len(start_ns):
         return out
-    means = window_means(d_run, cols, start_ns, end_ns)  # (W, M)
+    means = window_means(d_run, cols, start_ns, size)  # (W, M)
     names = [d_run.channels[c] for c in cols]
     med = np.array([levels.get(n, (0.0, 0.0))[0] for n in names])
     mad = np.array([levels.get(n, (0.0, 0.0))[1] for n in names])
@@ -111,13 +125,15 @@ def direct_reasons(d_run: Telemetry, start_ns: np.ndarray, end_ns: np.ndarray,
         # attribution words it (no sigma quoted)
         z = np.where(mad > 0, np.minimum(z, ROBUST_Z_CAP), ROBUST_Z_CAP)
         strength = means / least
+    out.shown = shown.any(axis=1)
     rows, js = np.nonzero(shown)
     # strongest first: by robust z, then by how far past its least value
     for i in np.lexsort((-strength[rows, js], -z[rows, js], rows)):
         w, j = int(rows[i]), int(js[i])
         sign = signs[j]
-        out[w].append(Reason(names[j], sign.metric, "mean", sign.subsystem, 0.0,
-                             float(means[w, j]), float(med[j]), float(z[w, j])))
+        out.reasons.setdefault(w, []).append(
+            Reason(names[j], sign.metric, "mean", sign.subsystem, 0.0, float(means[w, j]),
+                   float(med[j]), float(z[w, j])))
     return out
 
 

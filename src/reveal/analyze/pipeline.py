@@ -22,13 +22,14 @@ import numpy as np
 
 from reveal.analyze.attribute import attribute
 from reveal.analyze.derive import derive
-from reveal.analyze.direct import baseline_levels, direct_reasons, lead_with
+from reveal.analyze.direct import baseline_levels, direct_signs, lead_with
 from reveal.analyze.ensemble import (
     MIN_BASELINE_WINDOWS,
     Ensemble,
     EnsembleOptions,
     Verdicts,
     persistence_windows,
+    persistent,
 )
 from reveal.analyze.evidence import WindowEvidence
 from reveal.analyze.features import FeatureMatrix, compute_features
@@ -391,7 +392,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         counts={"analysed": len(usable), "features": int(fm.values.shape[1]),
                 "pruned": pruned, "empty_or_static": empty,
                 "derived": derive_report.derived},
-        direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.end_ns))
+        direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size))
     return fitted, fm, d_base, ranks
 
 
@@ -485,6 +486,11 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     ensemble = fitted.ensemble
     verdicts = ensemble.score(values, persistence)
     warnings += [w for w in verdicts.warnings if w not in warnings]
+    signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
+                         getattr(fitted, "direct_levels", {}))
+    if signs.shown.any():
+        verdicts = dataclasses.replace(
+            verdicts, flagged=verdicts.flagged | persistent(signs.shown, persistence))
     rows = np.flatnonzero(verdicts.flagged)
     say(f"attributing {len(rows)} flagged windows")
     evidence: list[WindowEvidence] = []
@@ -505,11 +511,10 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
             evidence.append(WindowEvidence(
                 int(w), int(fm.windows.start_ns[w]), int(fm.windows.end_ns[w]),
                 float(verdicts.combined[w]),
-                [n for n in names if verdicts.flags[n][w]] or ["ensemble"],
+                [n for n in names if verdicts.flags[n][w]]
+                or (["direct"] if signs.shown[w] else ["ensemble"]),
                 att.subsystems, att.shares, reasons))
-        signs = direct_reasons(d_run, fm.windows.start_ns[rows], fm.windows.end_ns[rows],
-                               getattr(fitted, "direct_levels", {}))
-        evidence = [lead_with(e, s) for e, s in zip(evidence, signs, strict=True)]
+        evidence = [lead_with(e, signs.reasons.get(e.window_id, [])) for e in evidence]
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
