@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from reveal.analyze.derive import derive
 from reveal.analyze.direct import baseline_levels, direct_signs, window_means
 from reveal.frame import Telemetry
 from reveal.model import Reveal
@@ -107,3 +108,20 @@ def test_window_means_and_levels_are_per_window_over_finite_samples() -> None:
     # a window past the data holds nothing: no sign, no crash
     late = direct_signs(tel, np.array([20 * TICK_NS]), 3, levels)
     assert not late.shown.any() and late.reasons == {}
+
+
+def test_causes_lead_symptoms() -> None:
+    rng = np.random.default_rng(8)
+    drops = "qdisc.drops{iface=veth1,qdisc=netem}"
+    retrans = "snmp.Tcp.RetransSegs{netns=job}"
+    n = 1200
+    late = (np.arange(n) >= 600).astype(float)
+    run = _host(n, 9, slow_from=600, extra={
+        drops: np.cumsum(late * 2.0), retrans: np.cumsum(late * 30.0 + rng.poisson(0.01, n))})
+    levels = {retrans: (0.1, 0.05)}
+    rated = derive(run)[0]  # rates per second, as analysis sees them
+    signs = direct_signs(rated, rated.timestamps_ns[700:703], 30, levels)
+    assert signs.shown.all()
+    for reasons in signs.reasons.values():
+        # retransmissions rose further past their least value, but the drops are the cause
+        assert [r.channel for r in reasons] == [drops, retrans]

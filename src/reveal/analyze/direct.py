@@ -33,11 +33,14 @@ DIRECT_SHARE = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class Sign:
-    """A metric whose window mean at or above ``least`` (its unit) is direct evidence."""
+    """A metric whose window mean at or above ``least`` (its unit) is direct evidence;
+    ``cause``: it says what holds the job back (a quota, a queueing discipline), not how
+    the job suffers from it (retransmissions), and leads before symptoms."""
 
     metric: str
     subsystem: str
     least: float
+    cause: bool = True
 
 
 SIGNS: tuple[Sign, ...] = (
@@ -47,7 +50,7 @@ SIGNS: tuple[Sign, ...] = (
     Sign("qdisc.drops", "network", 1.0),
     Sign("qdisc.overlimits", "network", 1.0),
     # TCP segments retransmitted per second (host and each network namespace)
-    Sign("snmp.Tcp.RetransSegs", "network", 1.0),
+    Sign("snmp.Tcp.RetransSegs", "network", 1.0, cause=False),
 )
 _BY_METRIC = {s.metric: s for s in SIGNS}
 
@@ -127,8 +130,10 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
         strength = means / least
     out.shown = shown.any(axis=1)
     rows, js = np.nonzero(shown)
-    # strongest first: by robust z, then by how far past its least value
-    for i in np.lexsort((-strength[rows, js], -z[rows, js], rows)):
+    symptom = np.array([not s.cause for s in signs])
+    # causes before symptoms, then the strongest: by robust z, then by how far past its
+    # least value
+    for i in np.lexsort((-strength[rows, js], -z[rows, js], symptom[js], rows)):
         w, j = int(rows[i]), int(js[i])
         sign = signs[j]
         out.reasons.setdefault(w, []).append(
