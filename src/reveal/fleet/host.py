@@ -88,8 +88,8 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
     shown = {new: old for old, new in roles.items()}
     channels = [roles.get(c, c) for c in channels]
     offset = telemetry.wall_offset_ns
-    stride_ns = round(float(np.median(np.diff(windows.start_ns)))) if len(windows) > 1 \
-        else round(window.stride_s * 1e9)
+    # nominal, as the size: measured steps differ between recordings by microseconds
+    stride_ns = round(windows.stride * interval * 1e9)
     own = own_verdicts(telemetry, baseline) if baseline is not None else None
     source = {"path": str(telemetry.meta.get("path", "")), "samples": telemetry.n_samples,
               "channels": telemetry.n_channels, "interval_s": float(interval),
