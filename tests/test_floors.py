@@ -152,3 +152,12 @@ def test_page_counters_of_a_process_start_need_a_process_worth_of_pages():
     assert mlocked.spike == pytest.approx(2560.0)
     assert reuse.quantum == pytest.approx(2560.0 / SPIKE_GRANULES)
     assert faults.spike == pytest.approx(SPIKE_GRANULES / 0.1)
+
+
+def test_task_counts_are_floored_at_one_task():
+    """From a level of zero, one task blocked for a moment is one task, not a billion
+    sigmas; a busy level keeps its relative floor."""
+    blocked, running = channel_floors(["cpu.procs_blocked", "cpu.procs_running"],
+                                      np.array([0.0, 100.0]), 0.05, interval_s=0.1)
+    assert blocked.level == pytest.approx(1.0)
+    assert running.level == pytest.approx(5.0)

@@ -46,7 +46,10 @@ USER_HZ = 100.0
 #: reserve that reaches the global count only when it passes ``net.core.mem_pcpu_rsv``
 #: (256 pages, 1 MiB, by default): after a burst of traffic the count can stay that far
 #: from its earlier level on an idle host, for as long as no CPU's reserve fills again.
-LEVEL_GRANULES = {"sockstat.*.mem": 256.0}
+#: Task counts move in whole tasks: from a level of zero, one task blocked for a moment is
+#: not thousands of sigmas.
+LEVEL_GRANULES = {"sockstat.*.mem": 256.0, "cpu.procs_running": 1.0,
+                  "cpu.procs_blocked": 1.0}
 #: Page counters that a process's start or exit moves in bulk: copy-on-write pages reused
 #: after a fork, pages that start-up code mlocks and the exit releases. Their spike
 #: granule is one small process's worth, 1 MiB (256 pages) within one sample, not 3 pages:
