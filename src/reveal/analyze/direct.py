@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import numpy as np
 
@@ -90,8 +91,9 @@ def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,
     if not len(cols) or not len(start_ns):
         return {}
     means = window_means(d_base, cols, start_ns, size)
-    with np.errstate(all="ignore"):
-        med = np.nan_to_num(np.nanmedian(means, axis=0)) if means.size else np.zeros(len(cols))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a channel with no value: level 0
+        med = np.nan_to_num(np.nanmedian(means, axis=0))
         mad = np.nan_to_num(np.nanmedian(np.abs(means - med), axis=0))
     return {d_base.channels[c]: (float(m), float(s)) for c, m, s in zip(cols, med, mad,
                                                                          strict=True)}
