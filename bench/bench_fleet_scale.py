@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="smaller sizes also run on 1 and 2 workers (the speed-up)")
     parser.add_argument("--seconds", type=float, default=600.0, help="per host (default 600)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet_scale.json"))
+    parser.add_argument("--append", action="store_true",
+                        help="add these runs to those already in --out (another moment, "
+                             "another load)")
     args = parser.parse_args(argv)
 
     def say(message: str) -> None:
@@ -202,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         by = {r["workers"]: r["wall_s"] for r in runs if r["hosts"] == hosts}
         if 1 in by and 2 in by:
             speedups.append({"hosts": hosts, "speedup_1_to_2": round(by[1] / by[2], 2)})
+    if args.append and Path(args.out).exists():
+        earlier = json.loads(Path(args.out).read_text())
+        runs = earlier.get("runs", []) + runs
+        speedups = earlier.get("speedups", []) + speedups
     payload = {"benchmark": "fleet_scale", "data": "synthetic (see bench_fleet_scale.py)",
                "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform()},
