@@ -72,7 +72,7 @@ def test_demo_end_to_end(tmp_path: Path, capsys) -> None:  # type: ignore[no-unt
     printed = capsys.readouterr().out
     assert "injected cpu_contention (high)" in printed
     assert "injected disk_burst (high)" in printed
-    for name in ("report.md", "report.json", "timeline.png", "subsystems.png"):
+    for name in ("report.md", "report.json", "report.html", "timeline.png", "subsystems.png"):
         assert (out / name).is_file(), name
     payload = json.loads((out / "report.json").read_text())
     assert {e["kind"] for e in payload["injected"]} == {"cpu_contention", "disk_burst"}
