@@ -94,13 +94,38 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def metric(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+def metric_value(text: str, name: str) -> float:
+    """Sum of the samples of metric ``name`` in an exposition ``text``."""
     total = 0.0
-    for line in text.decode().splitlines():
+    for line in text.splitlines():
         if line.startswith(name):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+class Scraper(threading.Thread):
+    """Scrapes ``/metrics`` every ``every_s`` seconds from the watch's start, as Prometheus
+    would: its loopback traffic is then part of what the watch learns, not a change the
+    bench makes once scoring starts (polling only then reads as a network anomaly)."""
+
+    def __init__(self, port: int, every_s: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.every_s = every_s
+        self.text = ""
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            try:
+                self.text = urllib.request.urlopen(self.url, timeout=5).read().decode()
+            except OSError:
+                continue
+
+    def value(self, name: str) -> float:
+        if not self.text:
+            raise OSError("no scrape yet")
+        return metric_value(self.text, name)
 
 
 def wait(check, timeout: float, every: float = 0.2) -> bool:
@@ -148,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
              "--resolve-after", args.resolve_after, "--listen", f"127.0.0.1:{port}",
              "--alert-webhook", receiver.url, "--score-every", str(args.score_every)],
             stdout=subprocess.DEVNULL, stderr=open(log, "wb"))  # noqa: SIM115
+        scraper = Scraper(port)
+        scraper.start()
         try:
             print(f"bench_watch: learning ({args.learn})", file=sys.stderr)
             if not wait(lambda: "; scoring" in log.read_text(), 7200, 1.0):
@@ -174,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
             wall = after[2] - before[2]
             watch_pct = 100 * (after[0] - before[0]) / 1e9 / wall
             floor_pct = 100 * (after[1] - before[1]) / 1e9 / wall
-            scoring_s = metric(port, "reveal_scoring_duration_seconds")
+            scoring_s = scraper.value("reveal_scoring_duration_seconds")
             latencies, missed, not_quiet = [], 0, 0
             for i in range(args.faults):
-                quiet = wait(lambda: metric(port, "reveal_active_anomalies") == 0, 120)
+                quiet = wait(lambda: scraper.value("reveal_active_anomalies") == 0, 120)
                 if not quiet:  # a fault now would only extend the open episode
                     not_quiet += 1
                     print(f"bench_watch: fault {i + 1}: not started, an episode stayed open "
@@ -202,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{latencies[-1] if got else 'no alert'}", file=sys.stderr)
                 time.sleep(2)
         finally:
+            scraper.stopped.set()
             watch.send_signal(signal.SIGTERM)
             try:
                 watch.wait(60)
