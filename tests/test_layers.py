@@ -1,6 +1,6 @@
 """The layers hold: analysis returns numbers (analyze/ imports neither the collector, the
-store nor report/), reports word analyses, the fleet compares analyses without the collector or the commands,
-the collector knows nothing of the analysis.
+store nor report/), reports word analyses, the fleet compares analyses without the
+collector or the commands, the collector knows nothing of the analysis.
 The contracts are in pyproject.toml ([tool.importlinter]) and checked by import-linter."""
 
 from __future__ import annotations
