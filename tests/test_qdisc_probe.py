@@ -256,6 +256,38 @@ def test_collect_run_sees_a_qdisc_and_its_namespace_come_and_go(tmp_path: Path) 
     assert np.all(np.diff(col[present]) >= 0)
 
 
+@needs_root
+def test_a_qdisc_added_mid_run_joins_within_seconds_not_at_the_next_refresh(
+        tmp_path: Path) -> None:
+    """The kernel announces a new qdisc: it is recorded within about a second of being
+    added, although the collector re-discovers channels only every 30 s."""
+    made = make_pair("qnew")
+    out_dir = tmp_path / "run"
+    try:
+        collector = subprocess.Popen(
+            [sys.executable, "-m", "reveal.cli", "collect", "--duration", "12", "--refresh",
+             "30", "--probes", "qdisc,pressure", "--quiet", "--out", str(out_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(4)
+            add_tbf(made)
+            t_added = time.time()
+            _, err = collector.communicate(timeout=60)
+            assert collector.returncode == 0, err
+        finally:
+            if collector.poll() is None:
+                collector.kill()
+                collector.wait()
+    finally:
+        UNDO.pop(made.undo, run=True)
+    frame = read_run(out_dir)
+    t = frame.wall_time_s()
+    col = frame.column(of(frame.channels, "qdisc.packets", iface=made.ifa, qdisc="tbf"))
+    first = t[np.isfinite(col)].min()
+    assert first - t_added < 3.0, (first - t_added)
+    assert not np.isfinite(col[t < t_added]).any()
+
+
 NON_ROOT = r"""
 import json
 import numpy as np

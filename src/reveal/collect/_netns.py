@@ -332,16 +332,19 @@ class Exits:
         if old is not None and old[1] >= 0:
             os.close(old[1])
 
-    def wait(self, timeout_s: float, stop: threading.Event | None = None) -> list[Any]:
-        """Sleep until ``timeout_s`` passed or a watched process exited; the keys whose
-        process exited (or could not be watched), with their watch dropped."""
+    def wait(self, timeout_s: float, stop: threading.Event | None = None,
+             readable: dict[int, Any] | None = None) -> list[Any]:
+        """Sleep until ``timeout_s`` passed, a watched process exited or one of the
+        ``readable`` descriptors (fd → key) has data; the keys whose process exited (or
+        could not be watched), with their watch dropped, then the keys of the readable
+        descriptors."""
         import select
 
         fds = {fd: key for key, (_, fd) in self._fds.items() if fd >= 0}
         blind = [key for key, (_, fd) in self._fds.items() if fd < 0]
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
-        for fd in fds:
+        for fd in [*fds, *(readable or {})]:
             poller.register(fd, select.POLLIN)
         if stop is not None and stop.is_set():
             return []
@@ -352,7 +355,8 @@ class Exits:
         fired = [fds[fd] for fd, _ in events if fd in fds]
         for key in fired:
             self.forget(key)
-        return fired + blind
+        ready = [readable[fd] for fd, _ in events if readable and fd in readable]
+        return fired + blind + ready
 
     def close(self) -> None:
         for key in list(self._fds):

@@ -7,6 +7,12 @@ library is needed. Statistics come from ``TCA_STATS2`` (``gnet_stats_basic``: by
 packets, ``TCA_STATS_PKT64`` when packets passed 2^32; ``gnet_stats_queue``: backlog in
 packets and bytes, drops, requeues, overlimits), else from the older ``TCA_STATS``
 (``struct tc_stats``, no requeues).
+
+A socket made with ``groups=RTMGRP_TC`` also hears the kernel announce every qdisc added,
+changed or deleted in its namespace (``RTM_NEWQDISC``/``RTM_DELQDISC`` to the
+``RTNLGRP_TC`` listeners): :meth:`Rtnl.changed` drains those without blocking, so a new
+shaper is noticed within a poll instead of at the next full re-discovery, at no cost while
+nothing changes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from dataclasses import dataclass
 
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_GETLINK = 16, 18
-RTM_NEWQDISC, RTM_GETQDISC = 36, 38
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
+RTMGRP_TC = 0x8  # multicast group of qdisc and class changes
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 IFLA_IFNAME = 3
@@ -112,10 +119,10 @@ class Rtnl:
     """A ``NETLINK_ROUTE`` socket of the namespace it was made in (see
     :func:`reveal.collect._netns.run_inside` to make one in another namespace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: int = 0) -> None:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                                   NETLINK_ROUTE)
-        self.sock.bind((0, 0))
+        self.sock.bind((0, groups))
         self._seq = 0
         self._buf = bytearray(1 << 16)
 
@@ -161,6 +168,31 @@ class Rtnl:
                 names[index] = bytes(name).split(b"\0", 1)[0].decode("utf-8", "replace")
         return names
 
+    def changed(self) -> bool:
+        """Drain announcements without blocking; True when a qdisc was added, changed or
+        deleted since the last call (or announcements were lost: the buffer overflowed)."""
+        changed = False
+        while True:
+            try:
+                n = self.sock.recv_into(self._buf, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return changed
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:  # announcements lost: assume a change
+                    changed = True
+                    continue
+                raise
+            offset = 0
+            while offset + _NLMSG.size <= n:
+                length, kind, _, _, _ = _NLMSG.unpack_from(self._buf, offset)
+                if length < _NLMSG.size:
+                    break
+                changed |= kind in (RTM_NEWQDISC, RTM_DELQDISC)
+                offset += (length + 3) & ~3
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
     def close(self) -> None:
         self.sock.close()
 
@@ -169,9 +201,10 @@ class Rtnl:
         return self.sock.fileno() < 0
 
 
-def open_rtnl() -> Rtnl:
-    """A socket in the calling thread's namespace; OSError when netlink is refused."""
+def open_rtnl(groups: int = 0) -> Rtnl:
+    """A socket in the calling thread's namespace (joined to multicast ``groups``);
+    OSError when netlink is refused."""
     try:
-        return Rtnl()
+        return Rtnl(groups)
     except OSError as exc:
         raise OSError(exc.errno or errno.EPERM, f"netlink: {exc.strerror}") from None

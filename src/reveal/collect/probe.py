@@ -77,6 +77,11 @@ class Probe(ABC):
         """Re-discover channels; return True when ``self.channels`` changed."""
         return False
 
+    def wants_refresh(self) -> bool:
+        """True when the probe knows its channels changed (the sampler then refreshes at
+        its next drain instead of waiting for ``refresh_s``); asked about once a second."""
+        return False
+
     def schedule(self, start_ns: int, interval_ns: int) -> None:  # noqa: B027 (optional hook)
         """The sampler's tick grid, ``start_ns + k * interval_ns`` (CLOCK_MONOTONIC ns),
         given before the first tick: a probe may prepare each tick's values on it."""

@@ -23,7 +23,10 @@ Rate: every ``poll_s`` (1 s) on the probe's own thread (``reveal-qdisc``), into 
 array the C tick thread copies each tick, so between two reads a value repeats. A dump
 costs about 60 µs of CPU for two qdiscs; between refreshes only the namespaces holding
 recorded qdiscs are dumped, since new qdiscs join at the next ``refresh()`` anyway (which
-dumps every namespace); one that went away reads NaN until then. A namespace that
+dumps every namespace); one that went away reads NaN until then. A refresh comes early when
+the kernel announces a qdisc added, changed or deleted (an ``RTNLGRP_TC`` listener per
+namespace, :meth:`QdiscProbe.wants_refresh`): a shaper or netem put on a link joins within a
+second, not at the next 10 s re-discovery. A namespace that
 ends is let go within a second (its socket would keep it alive). Without CAP_SYS_ADMIN only
 the collector's own namespace is read, and the reason says so once.
 """
@@ -41,7 +44,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from reveal.collect import _netns
-from reveal.collect._rtnl import STATS, Rtnl, open_rtnl, tc_handle, tc_parent
+from reveal.collect._rtnl import RTMGRP_TC, STATS, Rtnl, open_rtnl, tc_handle, tc_parent
 from reveal.collect.netns import namespace_labels
 from reveal.collect.options import as_list
 from reveal.collect.probe import NativePart, Probe, register
@@ -63,6 +66,12 @@ class _Space:
     links: dict[int, str] = field(default_factory=dict)
     seen: dict[Key, tuple[float, ...]] = field(default_factory=dict)
     gone: bool = False
+    events: Rtnl | None = None  # hears qdiscs added, changed or deleted here
+
+    def close(self) -> None:
+        for sock in (self.rtnl, self.events):
+            if sock is not None and not sock.closed:
+                sock.close()
 
 
 @register
@@ -101,6 +110,7 @@ class QdiscProbe(Probe):
         self._nsfs_dev: int | None = None
         self._exits: _netns.Exits | None = None
         self.released_early = 0
+        self._announced = False
 
     # -- namespaces ------------------------------------------------------------------------
     def _sync_spaces(self) -> None:
@@ -114,7 +124,7 @@ class QdiscProbe(Probe):
         with self.lock:
             for ino in [i for i, s in self.spaces.items()
                         if i and (i not in found.namespaces or s.gone)]:
-                self.spaces.pop(ino).rtnl.close()
+                self.spaces.pop(ino).close()
             for ino in wanted:
                 ns = found.namespaces[ino]
                 space = self.spaces.get(ino)
@@ -124,7 +134,7 @@ class QdiscProbe(Probe):
                 try:
                     path = (f"{self.netns_dir}/{ns.names[0]}" if ns.names
                             else f"{self.proc_root}/{ns.pids[0]}/ns/net")
-                    rtnl = _netns.run_inside(path, ino, open_rtnl)
+                    rtnl, events = _netns.run_inside(path, ino, _sockets)
                 except OSError as exc:
                     self.failed[ino] = ("entering a namespace needs CAP_SYS_ADMIN"
                                         if isinstance(exc, PermissionError)
@@ -133,7 +143,7 @@ class QdiscProbe(Probe):
                 self.failed.pop(ino, None)
                 labels, _ = namespace_labels(ns, self.proc_root)
                 self.spaces[ino] = _Space(ino, rtnl, labels, ns,
-                                          ns.pids[0] if ns.pids else 0)
+                                          ns.pids[0] if ns.pids else 0, events=events)
             for ino in [i for i in self.failed if i not in found.namespaces]:
                 del self.failed[ino]
         notes = []
@@ -203,13 +213,14 @@ class QdiscProbe(Probe):
                 if space is not None and not space.gone:
                     space.gone = True
                     space.seen = {}
-                    space.rtnl.close()
+                    space.close()
                     self.released_early += 1
 
     def _run(self) -> None:
         """Every ``poll_s`` dump the namespaces holding recorded qdiscs (a new qdisc joins
         at a refresh, which dumps them all); between, let go at once of a namespace whose
-        last process exited."""
+        last process exited, and ask for a refresh as soon as the kernel announces a qdisc
+        added, changed or deleted anywhere (:meth:`wants_refresh`)."""
         _netns.name_thread("reveal-qdisc")
         period = max(0.05, self.poll_s)
         next_at = time.monotonic() + period
@@ -224,9 +235,17 @@ class QdiscProbe(Probe):
                     exits.forget(key)
                 for ino, holder in live.items():
                     exits.watch(ino, holder)
-                fired = exits.wait(next_at - time.monotonic(), self._stop)
+                with self.lock:
+                    listening = {s.events.fileno(): _Announced(ino)
+                                 for ino, s in self.spaces.items()
+                                 if s.events is not None and not s.gone}
+                fired = exits.wait(next_at - time.monotonic(), self._stop, listening)
                 if self._stop.is_set():
                     break
+                announced = [k.ino for k in fired if isinstance(k, _Announced)]
+                if announced:
+                    self._heard(announced)
+                fired = [k for k in fired if not isinstance(k, _Announced)]
                 due = time.monotonic() >= next_at
                 check = set(fired)
                 if due:
@@ -242,6 +261,26 @@ class QdiscProbe(Probe):
             except Exception as exc:  # keep polling; say it once
                 self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
                 self._stop.wait(period)
+
+    def _heard(self, inodes: list[int]) -> None:
+        """Drain the announcements of namespaces ``inodes``; a qdisc that came, changed or
+        went makes the next :meth:`wants_refresh` true."""
+        with self.lock:
+            for ino in inodes:
+                space = self.spaces.get(ino)
+                if space is None or space.events is None or space.gone:
+                    continue
+                try:
+                    if space.events.changed():
+                        self._announced = True
+                except OSError:  # a socket that fails is not listened to again
+                    space.events.close()
+                    space.events = None
+
+    def wants_refresh(self) -> bool:
+        """True once after the kernel announced a qdisc added, changed or deleted."""
+        announced, self._announced = self._announced, False
+        return announced
 
     def _channels_of(self, key: Key) -> list[str]:
         ino, ifindex, parent, handle, kind = key
@@ -276,8 +315,8 @@ class QdiscProbe(Probe):
             self._nsfs_dev = os.stat(f"{self.proc_root}/self/ns/net").st_dev
         except OSError:
             self._nsfs_dev = None
-        own = open_rtnl()
-        self.spaces = {0: _Space(0, own, {})}
+        own, events = _sockets()
+        self.spaces = {0: _Space(0, own, {}, events=events)}
         _netns.forget_scan()
         self._sync_spaces()
         self._poll()
@@ -312,9 +351,25 @@ class QdiscProbe(Probe):
             self._exits = None
         with self.lock:
             for space in self.spaces.values():
-                if not space.rtnl.closed:
-                    space.rtnl.close()
+                space.close()
             self.spaces = {}
+
+
+@dataclass(frozen=True)
+class _Announced:
+    """A namespace's announcement socket has data (a key of :meth:`Exits.wait`)."""
+
+    ino: int
+
+
+def _sockets() -> tuple[Rtnl, Rtnl | None]:
+    """A dump socket and an announcement socket in the calling thread's namespace (the
+    second None where multicast groups are refused: new qdiscs then join at a refresh)."""
+    rtnl = open_rtnl()
+    try:
+        return rtnl, open_rtnl(RTMGRP_TC)
+    except OSError:
+        return rtnl, None
 
 
 def matches(kind: str, patterns: tuple[str, ...]) -> bool:

@@ -47,6 +47,8 @@ REALTIME_PRIORITY = 1
 #: How often Python drains the C thread's rows and flushes the journal, seconds: a SIGKILL
 #: loses at most this much (the segment writer's flush period).
 DRAIN_S = 1.0
+#: The Python tick loop asks the probes whether they want a refresh every this many ticks.
+WANTED_EVERY = 10
 
 
 def _quiet(level: str, message: str) -> None:
@@ -233,6 +235,16 @@ class Sampler:
         else:
             record["count"] = int(record["count"]) + 1  # type: ignore[call-overload]
 
+    def _wanted(self) -> bool:
+        """Whether a probe asks for a refresh now (see :meth:`Probe.wants_refresh`)."""
+        wanted = False
+        for probe in self.probes:
+            try:
+                wanted |= bool(probe.wants_refresh())
+            except Exception as exc:
+                self._read_failed(probe, exc)
+        return wanted
+
     def refresh(self, sink: RowSink) -> bool:
         """Ask every probe for new channels; rebuild the row and tell the sink on change."""
         self.stats.refreshes += 1
@@ -317,6 +329,8 @@ class Sampler:
             stats.samples += 1
             latency.add((t1 - t0) / 1e9)
             lag.add((t0 - deadline) / 1e9)
+            if slot % WANTED_EVERY == 0 and self._wanted():
+                next_refresh = t1
             if t1 >= next_refresh:
                 next_refresh = t1 + self.refresh_ns
                 self.refresh(sink)
@@ -367,6 +381,8 @@ class Sampler:
                 if finished:
                     break
                 now = time.monotonic_ns()
+                if self._wanted():
+                    next_refresh = now
                 if not failed and now < next_refresh:
                     continue
                 ticker.hold()
