@@ -535,7 +535,7 @@ def test_failed_collector_child_gives_its_reason(tmp_path: Path) -> None:
                    "--out", str(run), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     with pytest.raises(RevealError) as failed:  # a second recording into the same place
-        record(run, 2.0, 0.25, None, [], FaultContext(tmp_path, None), lambda _: None)
+        record(run, 2.0, 0.25, [], FaultContext(tmp_path, None), lambda _: None)
     message = with_log_reason(str(failed.value))
     assert "exited with code 2" in message
     assert "already holds a run" in message and "baseline1.collect.log" in message

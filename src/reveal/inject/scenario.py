@@ -3,9 +3,9 @@ baseline), then with faults injected at planned times (ground truth in ``events.
 
 One workload process runs through a scenario's baseline and all its faulted runs, so every
 run sees the same job in the same steady state. For the distributed scenario the workload's
-ranks and the collector run inside the suite's namespaces (the collector in rank 0's), so
-the collector sees the veth and TCP counters the network faults act on, while CPU, memory,
-disk and interrupt counters are host-wide as always.
+ranks run inside the suite's namespaces; the collector runs in the host's, as an operator
+runs it, and sees the ranks' veth, TCP and qdisc counters through the ``netns`` and
+``qdisc`` probes, labelled with the namespace (which a claim then names).
 """
 
 from __future__ import annotations
@@ -119,14 +119,12 @@ def _wait_for_start(run_dir: Path, proc: subprocess.Popen[bytes], timeout_s: flo
         raise RevealError(f"the collector did not start within {timeout_s:g} s (see {log})")
 
 
-def record(run_dir: Path, duration_s: float, interval_s: float, netns: NetnsPair | None,
+def record(run_dir: Path, duration_s: float, interval_s: float,
            plans: list[EpisodePlan], context: FaultContext, say: Say) -> RecordedRun:
     """Record ``duration_s`` seconds with the real collector, injecting ``plans``."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "reveal.cli", "collect", "--interval", f"{interval_s:g}",
             "--duration", f"{duration_s:g}", "--out", str(run_dir), "--quiet"]
-    if netns is not None:
-        argv = [*netns.exec_prefix(0), *argv]
     log = run_dir.parent / f"{run_dir.name}.collect.log"
     proc = processes.start(argv, stdout=log)
     recorded = RecordedRun(run_dir)
@@ -192,11 +190,11 @@ def run_scenario(scenario: Scenario, out_dir: Path, say: Say,
                 say(f"scenario {scenario.name}: clean baseline {name_i}, "
                     f"{scenario.baseline_s:g} s")
                 baseline = record(base_dir / name_i, scenario.baseline_s, scenario.interval_s,
-                                  netns, [], context, say).path
+                                  [], context, say).path
             say(f"scenario {scenario.name}: faulted run {i}/{len(scenario.plans)}, "
                 f"{scenario.run_s:g} s")
             recorded = record(base_dir / f"run{i}", scenario.run_s, scenario.interval_s,
-                              netns, plans, context, say)
+                              plans, context, say)
             recorded.baseline = baseline
             runs.append(recorded)
             if not job.alive():
