@@ -144,9 +144,11 @@ def plan_fleet(hosts: Sequence[HostFeatures], config: FleetConfig | None = None)
     for i in keep:
         warnings += [f"{plain(hosts[i].host, 60)}: {plain(w, 300)}" for w in hosts[i].warnings]
     activity = place([hosts[i].activity for i in keep], slots, n_slots)
-    clock, lags = clock_offsets(names, activity, stride / 1e9, config.max_clock_offset_s,
-                                config.clock_min_corr, config.clock_min_gain,
-                                config.align_clocks)
+    clock, lags, clock_note = clock_offsets(names, activity, stride / 1e9,
+                                            config.max_clock_offset_s, config.clock_min_corr,
+                                            config.clock_min_gain, config.align_clocks)
+    if clock_note:
+        warnings.append(clock_note)
     if config.align_clocks and np.any(lags):
         slots = [s - lag for s, lag in zip(slots, lags, strict=True)]
         low = min(int(s.min()) for s in slots)
