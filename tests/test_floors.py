@@ -161,3 +161,28 @@ def test_task_counts_are_floored_at_one_task():
                                       np.array([0.0, 100.0]), 0.05, interval_s=0.1)
     assert blocked.level == pytest.approx(1.0)
     assert running.level == pytest.approx(5.0)
+
+
+def test_sampling_floors_are_what_chance_gives_one_window():
+    """σ from the channel's median std column, κ from its kurtosis column (excess + 3,
+    between 3 and the window's rows); none for unfloored data or without a std column."""
+    from reveal.analyze.floors import sampling_floors
+
+    rows = 30
+    channels = ["vmstat.nr_dirtied"] * 5 + ["smd.cpu_r"] * 2 + ["mem.Cached"]
+    features = ["mean", "std", "variance", "kurtosis", "skewness", "mean", "std", "mean"]
+    values = np.tile(np.array([[50.0, 10.0, 100.0, 0.0, 0.0, 1.0, 0.2, 5e9]]), (20, 1))
+    values[:, 3] = np.linspace(-1.0, 3.0, 20)  # median excess kurtosis 1.0 → κ = 4
+    floors = sampling_floors(channels, features, values, rows)
+    mean, std, var, kurt, skew, smd_mean, smd_std, cached_mean = floors
+    assert mean == pytest.approx(10.0 / np.sqrt(rows))
+    assert std == pytest.approx(10.0 * np.sqrt(3.0 / (4 * rows)))
+    assert var == pytest.approx(100.0 * np.sqrt(3.0 / rows))
+    assert kurt == pytest.approx(4.0 * np.sqrt(4.0 / rows))
+    assert skew == pytest.approx(4.0 / (2 * np.sqrt(rows)))
+    assert smd_mean == smd_std == 0.0  # already normalised: no physical floor
+    assert cached_mean == 0.0  # no std column for it
+    bursty = values.copy()
+    bursty[:, 3] = 500.0  # one burst per window: κ is capped at the rows
+    assert sampling_floors(channels, features, bursty, rows)[1] == pytest.approx(
+        10.0 * np.sqrt((rows - 1.0) / (4 * rows)))

@@ -53,3 +53,33 @@ def test_self_fit_still_flags_a_clear_fault() -> None:
     flagged_s = [a.start_ns / 1e9 for a in report.anomalies]
     assert min(flagged_s) >= 46 and max(flagged_s) <= 80  # inside (or at the edge of) it
     assert report.episodes[0].subsystem == "cpu"
+
+
+def _rhythmic_dirtying(n: int, extra_burst_at: int | None, seed: int) -> np.ndarray:
+    """Cumulative pages dirtied: a 100-page burst every 3 s (one per 3 s window), small
+    noise between, and optionally one burst more."""
+    rng = np.random.default_rng(seed)
+    per_sample = rng.poisson(2.0, n).astype(float)
+    per_sample[::30] += 100.0
+    if extra_burst_at is not None:
+        per_sample[extra_burst_at] += 100.0
+    return np.cumsum(per_sample)
+
+
+def test_one_burst_more_in_a_steady_rhythm_is_not_an_anomaly() -> None:
+    """A job's rhythm gives every window the same spread; a window with one burst more is
+    within what chance gives one window (the sampling floor), not dozens of sigmas."""
+    from reveal.frame import Telemetry
+
+    n = 1200  # 120 s at 10 Hz
+    ts = np.arange(n, dtype=np.int64) * 100_000_000
+    base = Telemetry("host", ts, _rhythmic_dirtying(n, None, 1)[:, None],
+                     ["vmstat.nr_dirtied"], {"interval_s": 0.1})
+    run = Telemetry("host", ts, _rhythmic_dirtying(n, 615, 2)[:, None],
+                    ["vmstat.nr_dirtied"], {"interval_s": 0.1})
+    model = Reveal().fit(base)
+    assert model.score(run).no_anomaly
+    storm = Telemetry("host", ts, np.cumsum(np.where(np.arange(n) >= 600, 400.0, 0.0))[:, None]
+                      + _rhythmic_dirtying(n, None, 3)[:, None],
+                      ["vmstat.nr_dirtied"], {"interval_s": 0.1})
+    assert not model.score(storm).no_anomaly  # a dirty-page storm still is

@@ -44,6 +44,9 @@ class DetectConfig:
     # shape features (skewness, kurtosis, autocorrelation, ADF) floored at their sampling
     # standard error over one window (with scale_floors)
     shape_floors: bool = True
+    # mean, median, std, variance and slope floored at their sampling standard error over
+    # one window, from the channel's within-window spread (with scale_floors)
+    sampling_floors: bool = True
     # level features (mean, median, min, max) of ``state`` channels (free-list
     # fragmentation): off, only their changes within a window are evidence
     state_levels: bool = False

@@ -21,6 +21,7 @@ autocorrelation, ADF) are dimensionless and get none either.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -203,3 +204,58 @@ def blank_flat_shapes(values: np.ndarray,
     block[flat] = np.nan
     values[:, shape_cols] = block
     return int(flat.sum())
+
+
+#: What chance alone gives one window's statistic of ``n`` values of spread σ and kurtosis
+#: κ (not excess; Gaussian 3): (standard error as a function of n and κ, power of σ it is
+#: in). The shape errors treat a bursty window as Poisson-many bursts among ``n`` values
+#: (κ ≈ n / bursts): one burst more or less moves the kurtosis by about κ·√(κ/n) and the
+#: skewness by κ/(2√n), which for Gaussian data is close to the normal-theory errors.
+SAMPLING_SE = {"mean": (lambda n, k: 1.0 / np.sqrt(n), 1),
+               "median": (lambda n, k: 1.2533 / np.sqrt(n), 1),
+               "std": (lambda n, k: np.sqrt((k - 1.0) / (4.0 * n)), 1),
+               "variance": (lambda n, k: np.sqrt((k - 1.0) / n), 2),
+               "slope": (lambda n, k: np.sqrt(12.0 / (n * (n * n - 1.0))), 1),
+               "kurtosis": (lambda n, k: k * np.sqrt(k / n), 0),
+               "skewness": (lambda n, k: k / (2.0 * np.sqrt(n)), 0)}
+
+
+def sampling_floors(column_channels: Sequence[str], column_features: Sequence[str],
+                    values: np.ndarray, rows_per_window: float,
+                    catalog: Catalog | None = None) -> np.ndarray:
+    """Per feature column, the standard error chance gives it within one window.
+
+    A channel whose within-window spread σ is the same in every baseline window (a job
+    with a steady rhythm) has a window mean, spread and slope that vary far less from one
+    baseline window to the next than chance allows a single window: scaled by that
+    between-window spread alone, a window with one more burst than usual reads as dozens
+    of sigmas ("varied by ±109 pages/s, baseline ±86 pages/s, +65σ"). The floor is the
+    statistic's sampling error over ``rows`` values, with σ the baseline median of the
+    channel's ``std`` column and κ from its ``kurtosis`` column (a bursty channel's spread
+    and shape are themselves far less certain). Collector channels with physical units only; columns
+    whose channel has no ``std`` column get 0.
+    """
+    catalog = catalog or default_catalog()
+    n = max(float(rows_per_window), 2.0)
+    out = np.zeros(len(column_channels), dtype=np.float64)
+    if values.shape[0] == 0:
+        return out
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        medians = np.nan_to_num(np.nanmedian(values, axis=0), nan=0.0)
+    std_of: dict[str, float] = {}
+    kurt_of: dict[str, float] = {}
+    for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
+        if feature == "std":
+            std_of[channel] = abs(float(medians[k]))
+        elif feature == "kurtosis":
+            kurt_of[channel] = float(medians[k]) + 3.0
+    for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
+        sigma = std_of.get(channel, 0.0)
+        if (feature not in SAMPLING_SE or sigma <= 0
+                or catalog.lookup(channel_metric(channel)).unit in UNFLOORED_UNITS):
+            continue
+        kappa = min(max(kurt_of.get(channel, 3.0), 3.0), n)
+        se, power = SAMPLING_SE[feature]
+        out[k] = float(se(n, kappa)) * sigma ** power
+    return out

@@ -39,6 +39,7 @@ from reveal.analyze.floors import (
     channel_floors,
     feature_floors,
     flat_shape_mask_plan,
+    sampling_floors,
 )
 from reveal.analyze.percpu import (
     cpu_order,
@@ -363,6 +364,9 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     floors = (_scale_floors(d_base, usable, fm, config.detect.relative_floor, window,
                             interval, config.detect.shape_floors, ranks.sources)
               if config.detect.scale_floors else None)
+    if floors is not None and config.detect.sampling_floors:
+        floors = np.maximum(floors, sampling_floors(
+            fm.channels, fm.features, fm.values, rows_per_window(window, interval)))
     fit_values = fm.values
     if floors is not None:
         fit_values = fit_values.copy()
