@@ -181,3 +181,51 @@ def _z(cube, floors):
     scale = np.maximum.reduce([1.4826 * mad, np.broadcast_to(1.4826 * pooled, mad.shape),
                                np.broadcast_to(floors, mad.shape)])
     return (cube - med) / scale
+
+
+def _steady_hosts(shift: float) -> list:
+    """Six hosts whose dirty memory swings ±1 MB around 5 MB in a 1 s square wave: every
+    3 s window holds whole periods, so the window means agree across hosts to a few bytes
+    while a window mean could move by 1 MB/√30 by chance; host-3's level is ``shift`` up."""
+    from reveal.frame import Telemetry
+
+    n, interval = 600, 0.1
+    wave = np.where((np.arange(n) // 5) % 2 == 0, 1e6, -1e6)
+    out = []
+    for h in range(6):
+        level = 5e6 + 10.0 * h + (shift if h == 3 else 0.0)
+        ts = 10**9 + np.arange(n, dtype=np.int64) * round(interval * 1e9)
+        meta = {"interval_s": interval, "wall_offset_ns": round(WALL_START_S * 1e9) - 10**9}
+        out.append(Telemetry(f"host-{h}", ts, (level + wave)[:, None], ["mem.Dirty"], meta))
+    return out
+
+
+def test_window_sigma_and_sampling_errors():
+    from reveal.fleet.host import _window_sigma, sampling_errors
+
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=(3000, 2))
+    x[:, 1] = 7.0
+    x[::7, 0] = np.nan
+    sigma = _window_sigma(x, np.arange(0, 2970, 10), 30)
+    assert sigma[0] == pytest.approx(2.0, rel=0.1)
+    assert sigma[1] == 0.0
+    se = sampling_errors(["a", "a", "a", "r0"], ["mean", "std", "max", "mean"],
+                         {"a": 2.0, "c1": 1.0, "c2": 4.0}, {"r0": ["c1", "c2"]}, 30)
+    assert se[0] == pytest.approx(2.0 / np.sqrt(30))
+    assert se[1] == pytest.approx(2.0 / np.sqrt(58))
+    assert se[2] == pytest.approx(2.0 / np.sqrt(2 * np.log(30)))
+    assert se[3] == pytest.approx(4.0 / np.sqrt(30))  # a CPU rank: its group's largest
+
+
+def test_sampling_floor_keeps_a_chance_sized_difference_small():
+    # peers that agree more closely than chance allows one window: a shift of 0.2 σ reads
+    # as tens of sigmas against their spread, and as less than one against the window's
+    # own sampling error
+    tels = _steady_hosts(2e5)
+    off = _compare(tels, FleetConfig(sampling_floor=0.0))
+    on = _compare(tels, FleetConfig())
+    assert off.flagged_hosts() == ["host-3"]
+    assert on.flagged_hosts() == []
+    assert float(np.nanmax(on.scores[3])) < 2.0
+    # a shift of many standard errors is still found
+    assert _compare(_steady_hosts(3e6)).flagged_hosts() == ["host-3"]

@@ -24,6 +24,9 @@ class FleetConfig:
     # least change that counts, as a share of the peers' level (the catalog's unit floors
     # also apply: a jiffy of CPU, a few pages); constant channels do not explode
     relative_floor: float = 0.002
+    # the scale is also at least this many standard errors a window statistic has by chance
+    # (the channel's typical within-window spread over the window's rows; 0: off)
+    sampling_floor: float = 1.0
     # |z| is capped here before scores are formed, so one column cannot own a score
     z_cap: float = 50.0
     # a host's score in a window per subsystem: the mean of its top-k |z| in that subsystem

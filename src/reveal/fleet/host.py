@@ -83,8 +83,13 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
     features = [fm.features[k] for k in keep]
     cpus, busy = window_busy(d, windows.start, windows.size)
     values, channels, sources = rank_cpu_columns(values, channels, features, cpus, busy)
-    floors = _floors(d, names, channels, features, sources, config, interval,
-                     rows_per_window(window, interval))
+    rows = rows_per_window(window, interval)
+    floors = _floors(d, names, channels, features, sources, config, interval, rows)
+    if config.sampling_floor > 0:
+        sigma = dict(zip(names, _window_sigma(d.values[:, usable], windows.start,
+                                              windows.size), strict=True))
+        floors = np.maximum(floors, config.sampling_floor * sampling_errors(
+            channels, features, sigma, sources, rows))
     shown = {new: old for old, new in roles.items()}
     channels = [roles.get(c, c) for c in channels]
     offset = telemetry.wall_offset_ns
@@ -138,6 +143,62 @@ def _floors(d: Telemetry, names: list[str], channels: list[str], features: list[
         per[name] = ChannelFloor(max(f.level for f in fl), max(f.spike for f in fl),
                                  max(f.quantum for f in fl))
     return feature_floors(channels, features, per, rows)
+
+
+#: standard error of a window statistic of ``n`` values of spread σ, in units of σ: the
+#: mean's; the standard deviation's (normal theory); the extremes' (the scale of the
+#: maximum of ``n`` normal values, 1/√(2 ln n)); and a sum of ``n`` rates'
+SAMPLING_SE = {"mean": lambda n: 1.0 / np.sqrt(n),
+               "median": lambda n: 1.2533 / np.sqrt(n),
+               "std": lambda n: 1.0 / np.sqrt(2.0 * (n - 1.0)),
+               "min": lambda n: 1.0 / np.sqrt(2.0 * np.log(n)),
+               "max": lambda n: 1.0 / np.sqrt(2.0 * np.log(n)),
+               "sum": lambda n: np.sqrt(n)}
+
+
+def sampling_errors(channels: list[str], features: list[str], sigma: dict[str, float],
+                    sources: dict[str, list[str]], rows: float) -> np.ndarray:
+    """Per feature column, the spread chance alone gives the statistic in one window
+    (feature units): :data:`SAMPLING_SE` × the channel's typical within-window spread σ
+    (``sigma``, by channel; a CPU rank takes its group's largest). Peers whose window
+    means agree more closely than that (steady hosts) do not make a small difference read
+    as many sigmas."""
+    n = max(float(rows), 3.0)
+    out = np.zeros(len(channels), dtype=np.float64)
+    for k, (channel, feature) in enumerate(zip(channels, features, strict=True)):
+        se = SAMPLING_SE.get(feature)
+        if se is None:
+            continue
+        sd = sigma.get(channel)
+        if sd is None:
+            sd = max((sigma.get(c, 0.0) for c in sources.get(channel, ())), default=0.0)
+        out[k] = float(se(n)) * sd
+    return out
+
+
+def _window_sigma(x: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray:
+    """Every channel's median over windows of its within-window standard deviation, (C,),
+    from cumulative sums (rows × channels ``x``; NaN rows skipped; 0 where unknown)."""
+    if x.shape[0] == 0 or len(starts) == 0:
+        return np.zeros(x.shape[1])
+    with pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)
+        centre = np.nan_to_num(np.nanmedian(x[:: max(1, x.shape[0] // LEVEL_SAMPLES)], axis=0))
+    y = x - centre  # centred: the sums of squares keep their precision
+    ok = np.isfinite(y)
+    y = np.where(ok, y, 0.0)
+    zero = np.zeros((1, x.shape[1]))
+    c1 = np.concatenate([zero, np.cumsum(y, axis=0)])
+    c2 = np.concatenate([zero, np.cumsum(y * y, axis=0)])
+    cn = np.concatenate([zero, np.cumsum(ok, axis=0)])
+    s = np.asarray(starts, dtype=np.int64)
+    n = cn[s + size] - cn[s]
+    s1 = c1[s + size] - c1[s]
+    with np.errstate(invalid="ignore", divide="ignore"), pywarnings.catch_warnings():
+        pywarnings.simplefilter("ignore", RuntimeWarning)
+        var = (c2[s + size] - c2[s] - s1 * s1 / n) / (n - 1)
+        sd = np.sqrt(np.where(n >= 2, np.maximum(var, 0.0), np.nan))
+        return np.nan_to_num(np.nanmedian(sd, axis=0))
 
 
 def _activity(d: Telemetry, starts: np.ndarray, size: int) -> np.ndarray:
