@@ -173,7 +173,7 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
             episodes = ([EpisodePlan(plan.kind, plan.intensity, plan.offset_s,
                                      plan.duration_s)] if plan.kind else [])
             run_dir = out_dir / "runs" / plan.host
-            recorded = record(run_dir, run_s, interval_s, None, episodes, context, say)
+            recorded = record(run_dir, run_s, interval_s, episodes, context, say)
             hosts.append({**asdict(plan), "run": f"runs/{plan.host}",
                           "skipped": recorded.skipped, "owner_pid": os.getpid(),
                           "loadavg_before": list(load_before),
