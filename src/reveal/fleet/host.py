@@ -176,28 +176,28 @@ def sampling_errors(channels: list[str], features: list[str], sigma: dict[str, f
     return out
 
 
+#: windows, evenly spread over the run, a channel's typical within-window spread is taken from
+SIGMA_WINDOWS = 64
+
+
 def _window_sigma(x: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray:
-    """Every channel's median over windows of its within-window standard deviation, (C,),
-    from cumulative sums (rows × channels ``x``; NaN rows skipped; 0 where unknown)."""
-    if x.shape[0] == 0 or len(starts) == 0:
+    """Every channel's typical within-window standard deviation, (C,): the median over up
+    to :data:`SIGMA_WINDOWS` windows evenly spread over the run (rows × channels ``x``;
+    NaN rows skipped; 0 where unknown)."""
+    if x.shape[0] == 0 or len(starts) == 0 or size < 2:
         return np.zeros(x.shape[1])
-    with pywarnings.catch_warnings():
-        pywarnings.simplefilter("ignore", RuntimeWarning)
-        centre = np.nan_to_num(np.nanmedian(x[:: max(1, x.shape[0] // LEVEL_SAMPLES)], axis=0))
-    y = x - centre  # centred: the sums of squares keep their precision
-    ok = np.isfinite(y)
-    y = np.where(ok, y, 0.0)
-    zero = np.zeros((1, x.shape[1]))
-    c1 = np.concatenate([zero, np.cumsum(y, axis=0)])
-    c2 = np.concatenate([zero, np.cumsum(y * y, axis=0)])
-    cn = np.concatenate([zero, np.cumsum(ok, axis=0)])
-    s = np.asarray(starts, dtype=np.int64)
-    n = cn[s + size] - cn[s]
-    s1 = c1[s + size] - c1[s]
+    pick = np.asarray(starts, dtype=np.int64)[
+        np.unique(np.linspace(0, len(starts) - 1, SIGMA_WINDOWS).astype(np.int64))]
+    block = x[pick[:, None] + np.arange(size)[None, :]]  # (m, size, C)
+    ok = np.isfinite(block)
+    n = ok.sum(axis=1)
+    y = np.where(ok, block, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"), pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore", RuntimeWarning)
-        var = (c2[s + size] - c2[s] - s1 * s1 / n) / (n - 1)
-        sd = np.sqrt(np.where(n >= 2, np.maximum(var, 0.0), np.nan))
+        mean = y.sum(axis=1) / n
+        dev = np.where(ok, block - mean[:, None, :], 0.0)
+        var = (dev * dev).sum(axis=1) / (n - 1)
+        sd = np.sqrt(np.where(n >= 2, var, np.nan))
         return np.nan_to_num(np.nanmedian(sd, axis=0))
 
 
