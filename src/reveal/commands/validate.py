@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "suite recorded in DIR (e.g. after changing the detectors); "
                              "results and run reports go to --out when given (DIR is then "
                              "left untouched), else into DIR")
+    parser.add_argument("--live", action="store_true",
+                        help="run the faults against a running `reveal watch` (which learns "
+                             "for --baseline-seconds) and score the alerts its webhook "
+                             "receives: detection, fault start → alert time, subsystem, "
+                             "false alerts per hour")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -64,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from reveal.inject.validation import (
         SuiteOptions,
         load_recorded,
+        run_live_suite,
         run_suite,
         score_recorded,
         write_result,
@@ -82,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
-    if args.reanalyse is not None:
+    if args.live and args.reanalyse is not None:
+        raise RevealError("--live scores a running watch; it cannot --reanalyse recorded runs")
+    if args.live:
+        result = run_live_suite(options, args.out, say)
+        out = args.out
+    elif args.reanalyse is not None:
         out = args.reanalyse if args.out == Path("validate-out") else args.out
         elsewhere = out.resolve() != args.reanalyse.resolve()
         # into another directory: the recorded suite is left as it was

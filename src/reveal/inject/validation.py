@@ -220,6 +220,35 @@ def run_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
     return score_recorded(recorded_list, options, say, started, wall, skipped)
 
 
+def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
+    """The suite against a running ``reveal watch`` (:mod:`reveal.inject.live_suite`)."""
+    from reveal.inject.live_suite import met, run_live_scenario, score_live
+
+    started = time.monotonic()
+    wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    done, skipped = [], []
+    for scenario in build_scenarios(options):
+        try:
+            live = run_live_scenario(scenario, out_dir / "live", say, options.gap_s,
+                                     options.settle_s, options.workload
+                                     if not scenario.distributed else None)
+        except RevealError as exc:
+            if not scenario.distributed:
+                raise
+            skipped.append(f"scenario {scenario.name}: {exc}")
+            say(f"skipping scenario {scenario.name}: {exc}")
+            continue
+        done.append(live)
+        skipped += [f"scenario {scenario.name}: {x}" for x in live.skipped]
+    summary = score_live(done, options.settle_s)
+    return {"schema": SCHEMA, "version": 1, "mode": "live", "quick": options.quick,
+            "host": platform.node(), "kernel": platform.release(), "started": wall,
+            "elapsed_s": round(time.monotonic() - started, 1),
+            "settings": {k: v for k, v in options.__dict__.items() if k != "extra"},
+            "workloads": {sc.name: sc.workload for sc in done},
+            "summary": summary, "met": met(summary["total"]), "skipped": skipped}
+
+
 def load_recorded(out_dir: Path) -> list[RecordedScenario]:
     """The scenarios a suite recorded under ``out_dir/runs`` (to analyse them again).
 
@@ -418,5 +447,10 @@ def write_result(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "validate.json", out_dir / "validate.md"
     json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    md_path.write_text(render_markdown(result), encoding="utf-8")
+    if result.get("mode") == "live":
+        from reveal.inject.live_suite import render_live_markdown
+
+        md_path.write_text(render_live_markdown(result), encoding="utf-8")
+    else:
+        md_path.write_text(render_markdown(result), encoding="utf-8")
     return json_path, md_path

@@ -1,0 +1,342 @@
+"""``reveal validate --live``: the fault suite against a running ``reveal watch``.
+
+Per scenario (the same scenarios, workloads and faults as the recorded suite): the
+reference workload starts; ``reveal watch`` starts beside it with a fresh state directory,
+learns for ``baseline_s`` and then scores every window as it closes, sending its alert
+events to a webhook served by this process. The faults are then injected one after
+another (``gap_s`` of clean time between, at least :data:`MIN_GAP_S` so that an alert can
+resolve), each recorded with its monotonic start and end as in the recorded suite. A
+fault waits (at most :data:`QUIET_WAIT_S`) until every alert that fired has resolved, as
+one injected into an open alert would only extend it; one that could not wait is listed.
+
+Scoring is what an operator sees, not windows: an episode is **detected** when a
+``firing`` or ``update`` event reaches the webhook between the fault's start and
+``settle_s`` after its end; the **time to alert** is from the fault's start to the first
+such event's arrival (collection, windowing, scoring, persistence and delivery included);
+it is **attributed** when that event's subsystem is the fault's. A ``firing`` event that
+arrives outside every such span is a **false alert**, counted per hour of clean time.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reveal.errors import RevealError
+from reveal.inject import processes
+from reveal.inject.cleanup import make_temp_dir
+from reveal.inject.faults import FaultContext, make_fault, run_episode
+from reveal.inject.groundtruth import Episode, EventLog
+from reveal.inject.jobcgroup import JobCgroup
+from reveal.inject.netns import NetnsPair
+from reveal.inject.scenario import WARMUP_S, Say, Scenario
+from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
+
+#: Least clean time between two faults, seconds: the watch resolves an alert after
+#: ``resolve_after_s`` without a flagged window, and a window is 3 s long.
+MIN_GAP_S = 30.0
+RESOLVE_AFTER_S = 5.0
+#: Longest wait for the watch to learn beyond ``baseline_s`` (start-up, imports, fit).
+LEARN_SLACK_S = 300.0
+#: Longest wait for open alerts to resolve before the next fault: a fault injected while
+#: an alert is open would only extend it.
+QUIET_WAIT_S = 120.0
+TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
+           "attribution_accuracy": 0.90}
+
+
+@dataclass
+class Alert:
+    """One event the watch sent, as received (``received_ns``: this host's monotonic ns)."""
+
+    received_ns: int
+    event: str
+    id: str
+    subsystem: str
+    claim: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Receiver:
+    """A webhook on 127.0.0.1 that keeps every event with its arrival time."""
+
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+        alerts = self.alerts
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0) or 0)
+                received = time.monotonic_ns()
+                try:
+                    body = json.loads(self.rfile.read(length))
+                    alerts.append(Alert(received, str(body.get("event", "")),
+                                        str(body.get("id", "")),
+                                        str(body.get("subsystem", "")),
+                                        str(body.get("claim", ""))))
+                    self.send_response(200)
+                except (ValueError, AttributeError):
+                    self.send_response(400)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="reveal-validate-webhook")
+        self.thread.start()
+
+    def open_alerts(self) -> set[str]:
+        """Ids of alerts that fired and have not resolved yet."""
+        fired = {a.id for a in list(self.alerts) if a.event == "firing"}
+        return fired - {a.id for a in list(self.alerts) if a.event == "resolved"}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class LiveScenario:
+    """What one scenario gave: the injected episodes, the alerts, the scored span."""
+
+    name: str
+    workload: str
+    episodes: list[Episode]
+    alerts: list[Alert]
+    scored_from_ns: int
+    scored_to_ns: int
+    skipped: list[str] = field(default_factory=list)
+
+
+def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str) -> list[str]:
+    return [sys.executable, "-m", "reveal.cli", "watch", "--state", str(state),
+            "--learn", f"{learn_s:g}s", "--allow-short-learn", "--interval", f"{interval_s:g}",
+            "--resolve-after", f"{RESOLVE_AFTER_S:g}s", "--alert-webhook", url]
+
+
+def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    def scoring() -> bool:
+        return proc.poll() is not None or (log.is_file() and "; scoring" in log.read_text(
+            encoding="utf-8", errors="replace"))
+
+    processes.wait_until(scoring, timeout_s)
+    if proc.poll() is not None:
+        raise RevealError(f"reveal watch exited with code {proc.returncode} (see {log})")
+    if "; scoring" not in log.read_text(encoding="utf-8", errors="replace"):
+        raise RevealError(f"reveal watch did not start scoring within {timeout_s:g} s "
+                          f"(see {log})")
+
+
+def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
+                      settle_s: float, workload: str | None = None) -> LiveScenario:
+    """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``."""
+    name = workload or default_workload(scenario.distributed)
+    reason = unavailable_reason(name)
+    if reason:
+        raise RevealError(f"scenario {scenario.name}: {reason}")
+    plans = [p for run in scenario.plans for p in run]
+    gap = max(gap_s, MIN_GAP_S)
+    faults_s = sum(p.duration_s * 3 + gap for p in plans)
+    total = WARMUP_S + scenario.baseline_s + LEARN_SLACK_S + faults_s + settle_s + 60.0
+    here = out_dir / scenario.name
+    here.mkdir(parents=True, exist_ok=True)
+    workdir = make_temp_dir(f"live-{scenario.name}")
+    netns = NetnsPair(tag=scenario.name[:6]).create() if scenario.distributed else None
+    cgroup = JobCgroup().create()
+    job = WorkloadRun(name, workdir, total, netns=netns, cgroup=cgroup)
+    receiver = Receiver()
+    watch: subprocess.Popen[bytes] | None = None
+    episodes: list[Episode] = []
+    skipped: list[str] = []
+    try:
+        say(f"live scenario {scenario.name}: starting workload {name}")
+        job.start()
+        time.sleep(WARMUP_S)
+        log = here / "watch.log"
+        watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
+                                            scenario.interval_s, receiver.url), stdout=log)
+        say(f"live scenario {scenario.name}: reveal watch learns for "
+            f"{scenario.baseline_s:g} s")
+        _wait_scoring(log, watch, scenario.baseline_s + LEARN_SLACK_S)
+        scored_from = time.monotonic_ns()
+        time.sleep(gap)
+        events = EventLog(here)
+        context = FaultContext(workdir, netns)
+        for i, plan in enumerate(plans, 1):
+            fault = make_fault(plan.kind, plan.intensity, context)
+            why = fault.check()
+            if why:
+                skipped.append(f"{plan.kind}: {why}")
+                continue
+            if not processes.wait_until(lambda: not receiver.open_alerts(), QUIET_WAIT_S, 0.2):
+                skipped.append(f"{plan.kind} ({plan.intensity}): injected with an alert "
+                               f"still open after {QUIET_WAIT_S:g} s")
+            say(f"  {i}/{len(plans)}: {plan.kind} ({plan.intensity}) for "
+                f"{plan.duration_s:g} s")
+            episodes.append(run_episode(fault, plan.duration_s, events,
+                                        max_s=3 * plan.duration_s))
+            if not job.alive():
+                raise RevealError(f"workload {name} stopped (see {job.log_path(0)})")
+            if watch.poll() is not None:
+                raise RevealError(f"reveal watch exited with code {watch.returncode} "
+                                  f"(see {log})")
+            time.sleep(gap)
+        time.sleep(max(0.0, settle_s - gap))
+        scored_to = time.monotonic_ns()
+        return LiveScenario(scenario.name, name, episodes, list(receiver.alerts),
+                            scored_from, scored_to, skipped)
+    finally:
+        if watch is not None and watch.poll() is None:
+            watch.send_signal(signal.SIGTERM)
+            try:
+                watch.wait(60)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                watch.wait()
+        receiver.close()
+        job.stop()
+        cgroup.close()
+        if netns is not None:
+            netns.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]:
+    """Per-episode verdicts, totals and rows by (fault, intensity), and false alerts."""
+    verdicts: list[dict[str, Any]] = []
+    false_alerts: list[dict[str, Any]] = []
+    clean_s = 0.0
+    for sc in scenarios:
+        spans = [(e.start_ns, e.end_ns + int(settle_s * 1e9)) for e in sc.episodes]
+        for ep, (lo, hi) in zip(sc.episodes, spans, strict=True):
+            hits = [a for a in sc.alerts if a.event in ("firing", "update")
+                    and lo <= a.received_ns <= hi]
+            first = min(hits, key=lambda a: a.received_ns) if hits else None
+            verdicts.append({
+                "scenario": sc.name, "kind": ep.kind, "intensity": ep.intensity,
+                "subsystem": ep.subsystem, "duration_s": (ep.end_ns - ep.start_ns) / 1e9,
+                "detected": first is not None,
+                "alert_s": (first.received_ns - ep.start_ns) / 1e9 if first else None,
+                "alerted_subsystem": first.subsystem if first else None,
+                "attribution_ok": bool(first and first.subsystem == ep.subsystem),
+                "claim": first.claim if first else None})
+        for a in sc.alerts:
+            if a.event == "firing" and not any(lo <= a.received_ns <= hi for lo, hi in spans):
+                false_alerts.append({"scenario": sc.name, **a.to_dict(),
+                                     "since_scoring_s": (a.received_ns - sc.scored_from_ns)
+                                     / 1e9})
+        covered = sum(min(hi, sc.scored_to_ns) - max(lo, sc.scored_from_ns)
+                      for lo, hi in spans if hi > sc.scored_from_ns)
+        clean_s += max(0.0, (sc.scored_to_ns - sc.scored_from_ns - covered) / 1e9)
+
+    def block(group: list[dict[str, Any]]) -> dict[str, Any]:
+        detected = [v for v in group if v["detected"]]
+        times = sorted(v["alert_s"] for v in detected)
+        return {"episodes": len(group), "detected": len(detected),
+                "recall": len(detected) / len(group) if group else None,
+                "median_alert_s": statistics.median(times) if times else None,
+                "p95_alert_s": times[min(len(times) - 1, int(0.95 * len(times)))]
+                if times else None,
+                "attributed_ok": sum(v["attribution_ok"] for v in detected),
+                "attribution_accuracy": (sum(v["attribution_ok"] for v in detected)
+                                         / len(detected) if detected else None)}
+
+    rows = [{"kind": k, "intensity": i, **block([v for v in verdicts
+                                                 if (v["kind"], v["intensity"]) == (k, i)])}
+            for k, i in sorted({(v["kind"], v["intensity"]) for v in verdicts})]
+    total = block(verdicts)
+    total["false_alerts"] = len(false_alerts)
+    total["clean_s"] = round(clean_s, 1)
+    total["false_alerts_per_hour"] = (len(false_alerts) * 3600.0 / clean_s
+                                      if clean_s > 0 else None)
+    return {"total": total, "rows": rows, "episodes": verdicts, "false_alerts": false_alerts}
+
+
+def met(total: dict[str, Any]) -> dict[str, bool | None]:
+    """Each live target against the totals (None where there is nothing to judge)."""
+
+    def judge(key: str, target: float, higher: bool) -> bool | None:
+        value = total.get(key)
+        if value is None:
+            return None
+        return value >= target if higher else value <= target
+
+    return {"recall": judge("recall", TARGETS["recall"], True),
+            "median_alert_s": judge("median_alert_s", TARGETS["median_alert_s"], False),
+            "p95_alert_s": judge("p95_alert_s", TARGETS["p95_alert_s"], False),
+            "attribution_accuracy": judge("attribution_accuracy",
+                                          TARGETS["attribution_accuracy"], True)}
+
+
+def render_live_markdown(result: dict[str, Any]) -> str:
+    """The live result as Markdown: per fault, totals against targets, false alerts."""
+    from reveal.report.escape import markdown
+
+    def sec(v: float | None) -> str:
+        return "–" if v is None else f"{v:.1f}"
+
+    def pct(v: float | None) -> str:
+        return "–" if v is None else f"{100 * v:.1f} %"
+
+    s = result["summary"]
+    total = s["total"]
+    lines = [f"# Reveal live validation on {markdown(result['host'])}", "",
+             f"Started {result['started']}, {result['elapsed_s']:.0f} s. `reveal watch` "
+             f"learned {result['settings']['baseline_s']:g} s of each scenario, then scored "
+             "live; alerts were received at a webhook.", "",
+             "| Fault | Intensity | Episodes | Alerted | Median fault → alert (s) | "
+             "p95 (s) | Right subsystem |", "|---|---|---|---|---|---|---|"]
+    for r in s["rows"]:
+        lines.append(f"| {r['kind']} | {r['intensity']} | {r['episodes']} | {r['detected']} | "
+                     f"{sec(r['median_alert_s'])} | {sec(r['p95_alert_s'])} | "
+                     f"{r['attributed_ok']}/{r['detected']} |")
+    lines.append(f"| **all** | | {total['episodes']} | {total['detected']} | "
+                 f"**{sec(total['median_alert_s'])}** | **{sec(total['p95_alert_s'])}** | "
+                 f"**{total['attributed_ok']}/{total['detected']}** |")
+    mark = {True: "met", False: "**not met**", None: "n/a"}
+    m = result["met"]
+    rate = total["false_alerts_per_hour"]
+    lines += ["", "| Measure | Value | Target | |", "|---|---|---|---|",
+              f"| Episodes alerted | {pct(total['recall'])} | ≥ 95 % | {mark[m['recall']]} |",
+              f"| Median fault start → alert received | {sec(total['median_alert_s'])} s | "
+              f"≤ 5 s | {mark[m['median_alert_s']]} |",
+              f"| p95 fault start → alert received | {sec(total['p95_alert_s'])} s | ≤ 8 s | "
+              f"{mark[m['p95_alert_s']]} |",
+              f"| Alert names the injected subsystem | {pct(total['attribution_accuracy'])} | "
+              f"≥ 90 % | {mark[m['attribution_accuracy']]} |",
+              f"| False alerts (outside every fault and its {result['settings']['settle_s']:g} s "
+              f"settle) | {total['false_alerts']} in {total['clean_s'] / 60:.1f} min of clean "
+              f"time ({'–' if rate is None else f'{rate:.1f}'} per hour) | | |"]
+    misses = [v for v in s["episodes"] if not (v["detected"] and v["attribution_ok"])]
+    if misses:
+        lines += ["", "## Misses and misattributions", "",
+                  "| Fault | Intensity | Verdict | Claim |", "|---|---|---|---|"]
+        for v in misses:
+            verdict = (f"alerted as {v['alerted_subsystem']}" if v["detected"]
+                       else "no alert")
+            lines.append(f"| {v['kind']} | {v['intensity']} | {verdict} | "
+                         f"{markdown(v['claim'] or '–', 200)} |")
+    if s["false_alerts"]:
+        lines += ["", "## False alerts", "", "| Scenario | After scoring began (s) | "
+                  "Subsystem | Claim |", "|---|---|---|---|"]
+        for a in s["false_alerts"]:
+            lines.append(f"| {a['scenario']} | {a['since_scoring_s']:.0f} | {a['subsystem']} | "
+                         f"{markdown(a['claim'], 200)} |")
+    if result["skipped"]:
+        lines += ["", "## Skipped", ""] + [f"- {markdown(x, 300)}" for x in result["skipped"]]
+    return "\n".join(lines) + "\n"

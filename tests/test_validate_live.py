@@ -1,0 +1,78 @@
+"""``reveal validate --live``: faults against a running ``reveal watch``, scored on the
+alerts its webhook receives — first the scoring on built episodes and alerts, then the
+quick suite end to end (root: the collector's probes and the faults' cleanup)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reveal.cli import main
+from reveal.inject.groundtruth import Episode
+from reveal.inject.live_suite import Alert, LiveScenario, score_live
+
+S = 1_000_000_000
+
+
+def _episode(start_s: float, end_s: float, kind: str = "cpu_contention",
+             subsystem: str = "cpu") -> Episode:
+    return Episode(int(start_s * S), int(end_s * S), kind, subsystem, "high", {})
+
+
+def test_alerts_are_matched_to_faults_timed_from_the_fault_start_and_the_rest_counted_false(
+        ) -> None:
+    episodes = [_episode(100, 110), _episode(200, 208, "disk_burst", "storage"),
+                _episode(300, 310)]
+    alerts = [Alert(int(103.5 * S), "firing", "a1", "cpu", "CPU busy rose to 98 %"),
+              Alert(int(120 * S), "resolved", "a1", "cpu", ""),
+              Alert(int(212 * S), "firing", "a2", "memory", "dirty pages rose"),  # in settle
+              Alert(int(250 * S), "firing", "a3", "network", "nothing was injected"),
+              Alert(int(400 * S), "update", "a4", "cpu", "")]  # no fault, not a new alert
+    scenario = LiveScenario("single", "torch_train", episodes, alerts, 60 * S, 460 * S)
+    result = score_live([scenario], settle_s=10.0)
+    first, second, third = result["episodes"]
+    assert first["detected"] and first["alert_s"] == pytest.approx(3.5)
+    assert first["attribution_ok"]
+    assert second["detected"] and second["alert_s"] == pytest.approx(12.0)
+    assert not second["attribution_ok"] and second["alerted_subsystem"] == "memory"
+    assert not third["detected"] and third["alert_s"] is None
+    total = result["total"]
+    assert (total["episodes"], total["detected"], total["attributed_ok"]) == (3, 2, 1)
+    assert total["median_alert_s"] == pytest.approx(7.75)
+    assert [a["id"] for a in result["false_alerts"]] == ["a3"]
+    clean_s = 400 - (20 + 18 + 20)  # scored span minus each fault and its settle
+    assert total["clean_s"] == pytest.approx(clean_s)
+    assert total["false_alerts_per_hour"] == pytest.approx(3600 / clean_s)
+    rows = {(r["kind"], r["intensity"]): r for r in result["rows"]}
+    assert rows[("cpu_contention", "high")]["episodes"] == 2
+
+
+def test_live_cannot_reanalyse(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["validate", "--live", "--reanalyse", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--live" in err[0]
+
+
+def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the collector's perf/eBPF probes, fault cleanup)")
+    if shutil.which("stress-ng") is None:
+        pytest.skip("stress-ng not installed")
+    assert main(["validate", "--quick", "--live", "--quiet", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "validate.json").read_text())
+    assert result["mode"] == "live" and result["quick"] is True
+    verdicts = {v["kind"]: v for v in result["summary"]["episodes"]}
+    assert set(verdicts) == {"cpu_contention", "disk_burst"}
+    cpu = verdicts["cpu_contention"]
+    assert cpu["detected"], cpu
+    assert 0 < cpu["alert_s"] < cpu["duration_s"] + result["settings"]["settle_s"]
+    assert set(result["met"]) == {"recall", "median_alert_s", "p95_alert_s",
+                                  "attribution_accuracy"}
+    assert (tmp_path / "live" / "single" / "watch.log").is_file()
+    assert (tmp_path / "live" / "single" / "events.jsonl").is_file()
+    assert (tmp_path / "validate.md").read_text().startswith("# Reveal live validation")
+    assert "fault → alert" in capsys.readouterr().out
