@@ -51,10 +51,12 @@ def test_alerts_are_matched_to_faults_timed_from_the_fault_start_and_the_rest_co
     assert rows[("cpu_contention", "high")]["episodes"] == 2
 
 
-def test_live_cannot_reanalyse(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["validate", "--live", "--reanalyse", str(tmp_path), "--quiet"]) == 2
+@pytest.mark.parametrize("argv", [["--live", "--reanalyse", "."], ["--score-every", "5"],
+                                  ["--live", "--score-every", "0"]])
+def test_live_option_errors_are_one_line(argv: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["validate", *argv, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--live" in err[0]
+    assert len(err) == 1 and ("--live" in err[0] or "--score-every" in err[0]), err
 
 
 def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

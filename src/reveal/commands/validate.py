@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for --baseline-seconds) and score the alerts its webhook "
                              "receives: detection, fault start → alert time, subsystem, "
                              "false alerts per hour")
+    parser.add_argument("--score-every", type=int, default=None, metavar="N",
+                        help="with --live: the watch's --score-every (default 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -78,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     options = SuiteOptions.quick_suite() if args.quick else SuiteOptions()
     changes = {"repetitions": args.repetitions, "faults": args.faults,
                "intensities": args.intensities, "baseline_s": args.baseline_seconds,
-               "episode_s": args.episode_seconds, "workload": args.workload}
+               "episode_s": args.episode_seconds, "workload": args.workload,
+               "score_every": args.score_every}
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if options.repetitions < 1:
         raise RevealError("--repetitions must be at least 1")
@@ -88,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
+    if args.score_every is not None and not args.live:
+        raise RevealError("--score-every applies to --live only")
+    if options.score_every < 1:
+        raise RevealError("--score-every must be at least 1")
     if args.live and args.reanalyse is not None:
         raise RevealError("--live scores a running watch; it cannot --reanalyse recorded runs")
     if args.live:

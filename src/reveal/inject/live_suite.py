@@ -123,10 +123,12 @@ class LiveScenario:
     skipped: list[str] = field(default_factory=list)
 
 
-def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str) -> list[str]:
+def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str,
+                score_every: int) -> list[str]:
     return [sys.executable, "-m", "reveal.cli", "watch", "--state", str(state),
             "--learn", f"{learn_s:g}s", "--allow-short-learn", "--interval", f"{interval_s:g}",
-            "--resolve-after", f"{RESOLVE_AFTER_S:g}s", "--alert-webhook", url]
+            "--resolve-after", f"{RESOLVE_AFTER_S:g}s", "--alert-webhook", url,
+            "--score-every", str(score_every)]
 
 
 def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -143,7 +145,8 @@ def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) ->
 
 
 def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
-                      settle_s: float, workload: str | None = None) -> LiveScenario:
+                      settle_s: float, workload: str | None = None,
+                      score_every: int = 1) -> LiveScenario:
     """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``."""
     name = workload or default_workload(scenario.distributed)
     reason = unavailable_reason(name)
@@ -169,7 +172,8 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         time.sleep(WARMUP_S)
         log = here / "watch.log"
         watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
-                                            scenario.interval_s, receiver.url), stdout=log)
+                                            scenario.interval_s, receiver.url,
+                                            score_every), stdout=log)
         say(f"live scenario {scenario.name}: reveal watch learns for "
             f"{scenario.baseline_s:g} s")
         _wait_scoring(log, watch, scenario.baseline_s + LEARN_SLACK_S)

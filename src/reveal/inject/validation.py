@@ -56,6 +56,7 @@ class SuiteOptions:
     seed: int = 0
     quick: bool = False
     workload: str | None = None
+    score_every: int = 1  # with --live: the watch scores this many windows per call
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -231,7 +232,8 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
         try:
             live = run_live_scenario(scenario, out_dir / "live", say, options.gap_s,
                                      options.settle_s, options.workload
-                                     if not scenario.distributed else None)
+                                     if not scenario.distributed else None,
+                                     options.score_every)
         except RevealError as exc:
             if not scenario.distributed:
                 raise
