@@ -13,8 +13,10 @@ host is one recorded run, relabelled, aligned on its start (see
 the machine is shared, and what else ran shows in every host.
 
 Scoring: the settings (channel set, window features, floors, cut, persistence, whether
-clock offsets are reported) are chosen on the tune fleet by F1, then median time to detect;
-the report fleet is then scored once with them through the fleet engine. A faulty host
+clock offsets are reported) are chosen on the tune fleet by F1, then the fewest hosts
+flagged among the tune fleet's clean hosts compared alone, then the margin (the weakest
+fault's peak score over the cut against the highest clean host's), then median time to
+detect; the report fleet is then scored once with them through the fleet engine. A faulty host
 counts as found when it is flagged in a window overlapping its episode (time to detect: the
 first such window's end minus the episode start); a clean host flagged anywhere is a false
 positive. The clean hosts alone are scored as an all-clean fleet. The HugePages host is
@@ -106,8 +108,9 @@ def load(fleet_dir: Path, set_name: str, **kwargs: Any) -> SimulatedFleet:
 
 
 #: settings that change the per-host features (FleetConfig fields)
-FEATURE_GRID = [{"features": f, "relative_floor": r}
-                for f in (("mean", "std", "min", "max"), ("mean",)) for r in (0.002, 0.05, 0.2)]
+FEATURE_GRID = [{"features": f, "relative_floor": r, "sampling_floor": e}
+                for f in (("mean", "std", "min", "max"), ("mean",)) for r in (0.002, 0.05, 0.2)
+                for e in (0.0, 1.0, 3.0)]
 #: settings of the comparison itself; ``clock_min_corr`` above 1 turns off the clock-offset
 #: finding, which looks for hosts whose activity is a shifted copy of their peers' (the
 #: simulated hosts are different stretches of one job, not in lock-step)
@@ -151,6 +154,7 @@ def evaluate(fleet: SimulatedFleet, feats: list[Any], config: Any) -> dict[str, 
                      "duration_s": round((ep.end_ns - ep.start_ns) / 1e9, 1),
                      "subsystems": sorted({e.subsystem for e in result.episodes
                                            if e.host == ep.host})})
+    margin = _margin(fleet, result, config)
     found_hosts = {r["host"] for r in rows if r["found"]}
     false = sorted(flagged - found_hosts)
     ttd = [r["ttd_s"] for r in rows if r["ttd_s"] is not None]
@@ -167,14 +171,46 @@ def evaluate(fleet: SimulatedFleet, feats: list[Any], config: Any) -> dict[str, 
             "false_host_episodes": why,
             "precision": round(precision, 3), "recall": round(recall, 3),
             "median_ttd_s": round(float(np.median(ttd)), 2) if ttd else None,
+            "margin": margin,
             "clock_offsets": [c.host for c in result.clock],
             "config_outliers": sorted({c.host for c in result.config_outliers}),
             "compare_s": round(took, 2)}
 
 
-def _rank(row: dict[str, Any]) -> tuple[float, float]:
+def _margin(fleet: SimulatedFleet, result: Any, config: Any) -> float | None:
+    """How far the settings separate faults from clean hosts: the weakest fault episode's
+    peak of score / cut (held over the persistence, as flagging needs) over the clean
+    hosts' highest; above 1 every episode outscores every clean host. None without both."""
+    stride_s = result.stride_ns / 1e9
+    hold = 1 + int(np.floor(config.persistence_s / stride_s + 1e-9))
+    ratio = np.nan_to_num(result.scores / np.maximum(result.cut, 1e-9)[None, :], nan=0.0)
+    held = ratio.copy()
+    for lag in range(1, hold):
+        held[:, lag:] = np.minimum(held[:, lag:], ratio[:, :-lag])
+        held[:, :lag] = 0.0
+    ends = result.grid_start_ns + result.size_ns
+    faults = []
+    for ep in fleet.truth:
+        span = (ends > ep.start_ns) & (result.grid_start_ns < ep.end_ns + SETTLE_S * 1e9)
+        row = held[result.hosts.index(ep.host)]
+        faults.append(float(row[span].max()) if span.any() else 0.0)
+    clean = [float(held[result.hosts.index(h)].max()) for h in fleet.clean_hosts
+             if h in result.hosts]
+    if not faults or not clean:
+        return None
+    return round(min(faults) / max(max(clean), 1e-9), 3)
+
+
+def _rank(row: dict[str, Any]) -> tuple[float, int, float, float]:
+    """F1 first; then the fewest hosts flagged when the tune fleet's clean hosts are
+    compared alone (the all-clean figure, on the tune fleet); among equals, the wider
+    margin between faults and clean hosts (settings that only just separate a small tune
+    fleet are the likeliest to fail on another); then the median time to detect."""
     f1 = 2 * row["precision"] * row["recall"] / max(row["precision"] + row["recall"], 1e-9)
-    return (-f1, row["median_ttd_s"] if row["median_ttd_s"] is not None else 1e9)
+    margin = row.get("margin")
+    return (-f1, len(row.get("clean_hosts_flagged", [])),
+            -(margin if margin is not None else 0.0),
+            row["median_ttd_s"] if row["median_ttd_s"] is not None else 1e9)
 
 
 def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str, Any]
@@ -198,7 +234,7 @@ def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str
         cl = evaluate(clean, [f for f in feats if f.host in names], config)
         out.append({"channels": row["channels"], "settings": row["settings"],
                     "precision": rep["precision"], "recall": rep["recall"],
-                    "median_ttd_s": rep["median_ttd_s"],
+                    "median_ttd_s": rep["median_ttd_s"], "margin": rep["margin"],
                     "clean_hosts_flagged": cl["flagged_hosts"]})
     return out
 
@@ -214,6 +250,8 @@ def score(fleet_dir: Path) -> dict[str, Any]:
     tried = []
     for set_name in CHANNEL_SETS:
         tune = load(fleet_dir, set_name, split="tune")
+        tune_clean = load(fleet_dir, set_name, split="tune", clean_only=True)
+        clean_names = set(tune_clean.clean_hosts)
         say(f"tune fleet ({set_name} channels): {len(tune.hosts)} hosts, "
             f"{len(tune.truth)} faults")
         for fsettings in FEATURE_GRID:
@@ -221,9 +259,13 @@ def score(fleet_dir: Path) -> dict[str, Any]:
             for csettings in COMPARE_GRID:
                 settings = {**fsettings, **csettings}
                 row = evaluate(tune, tune_feats, replace(base, **settings))
+                clean_row = evaluate(tune_clean, [f for f in tune_feats
+                                                  if f.host in clean_names],
+                                     replace(base, **settings))
                 tried.append({"channels": set_name, "settings": settings,
                               "precision": row["precision"], "recall": row["recall"],
-                              "median_ttd_s": row["median_ttd_s"]})
+                              "median_ttd_s": row["median_ttd_s"], "margin": row["margin"],
+                              "clean_hosts_flagged": clean_row["flagged_hosts"]})
     chosen = min(tried, key=_rank)
     best, set_name = chosen["settings"], chosen["channels"]
     say(f"chosen on the tune fleet: {set_name} channels, {best}")
@@ -240,6 +282,12 @@ def score(fleet_dir: Path) -> dict[str, Any]:
     clean_result = evaluate(clean, [f for f in feats if f.host in clean_names], config)
     huge = [r for r in result["episodes"] if r["kind"] == "hugepages_reserved"]
     tied = tied_settings(fleet_dir, tried, chosen)
+    tune_chosen = load(fleet_dir, set_name, split="tune")
+    tune_feats = features(tune_chosen, config)
+    tune_result = evaluate(tune_chosen, tune_feats, config)
+    tune_names = set(tune_chosen.clean_hosts)
+    tune_clean = evaluate(load(fleet_dir, set_name, split="tune", clean_only=True),
+                          [f for f in tune_feats if f.host in tune_names], config)
     manifest = read_manifest(fleet_dir)
     loads = [h["loadavg_before"][0] for h in manifest["hosts"]]
     met = {"precision": result["precision"] >= TARGETS["precision"],
@@ -258,6 +306,10 @@ def score(fleet_dir: Path) -> dict[str, Any]:
                       "loadavg1_median": round(float(np.median(loads)), 2)},
         "settings_chosen_on": sorted(h.host for h in tune.hosts), "channels": set_name,
         "settings": best,
+        "tune": {**{k: tune_result[k] for k in ("hosts", "faulty", "episodes", "flagged_hosts",
+                                                 "false_hosts", "precision", "recall",
+                                                 "median_ttd_s", "margin", "clock_offsets")},
+                 "clean_hosts_flagged": tune_clean["flagged_hosts"]},
         "tuning": tried, "targets": TARGETS, "met": met,
         "report": result, "clean": clean_result, "tied_on_tune": tied,
     }
