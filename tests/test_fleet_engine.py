@@ -229,3 +229,26 @@ def test_sampling_floor_keeps_a_chance_sized_difference_small():
     assert float(np.nanmax(on.scores[3])) < 2.0
     # a shift of many standard errors is still found
     assert _compare(_steady_hosts(3e6)).flagged_hosts() == ["host-3"]
+
+
+def test_distinct_channels_count_each_channel_once_whatever_the_chunking(monkeypatch):
+    from reveal.fleet import peers
+
+    rng = np.random.default_rng(1)
+    cube = rng.normal(size=(9, 5, 12)).astype(np.float32)
+    cube[4, :, 0:4] += 40.0  # host 4: one channel's four statistics far off
+    channel = np.repeat(np.arange(3), 4)  # 3 channels × 4 features
+    subsystem = np.zeros(12, dtype=np.int64)
+    args = (list(cube), np.full(12, 0.01), subsystem, 1)
+    columns = peers.compare_block(*args, relative_floor=0.0)
+    channels = peers.compare_block(*args, relative_floor=0.0, channel_of=channel)
+    oracle = np.minimum(np.abs(_z(cube, np.full(12, 0.01))), 50.0)
+    per_channel = oracle.reshape(9, 5, 3, 4).max(axis=3)
+    np.testing.assert_allclose(channels.subsystem_scores[:, :, 0],
+                               per_channel.mean(axis=2), rtol=1e-4, atol=1e-4)
+    # one channel alone: its four statistics made the score, one of three channels does not
+    assert columns.subsystem_scores[4, :, 0].min() > 2 * channels.subsystem_scores[4, :, 0].max()
+    np.testing.assert_array_equal(columns.top_column, channels.top_column)
+    monkeypatch.setattr(peers, "CHUNK_VALUES", 50)  # chunks end at a channel's boundary
+    chunked = peers.compare_block(*args, relative_floor=0.0, channel_of=channel)
+    np.testing.assert_array_equal(chunked.subsystem_scores, channels.subsystem_scores)

@@ -31,6 +31,9 @@ class FleetConfig:
     z_cap: float = 50.0
     # a host's score in a window per subsystem: the mean of its top-k |z| in that subsystem
     top_k: int = 3
+    # a channel counts once in that top-k (its largest |z| over its features): a score
+    # then needs that many channels setting the host apart, not one channel's statistics
+    distinct_channels: bool = False
     # a window of a host is above the cut when its score exceeds both this many sigmas and
     # the peers' median score + ``cut_mads`` robust sigmas of the scores at that moment
     min_score: float = 8.0

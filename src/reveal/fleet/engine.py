@@ -86,6 +86,7 @@ class FleetPlan:
     subsystems: list[str]
     subsystem_index: np.ndarray
     blocks: list[tuple[int, int]]
+    channel_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     clock: list[ClockOffset] = field(default_factory=list)
     config_outliers: list[ConfigOutlier] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -161,8 +162,10 @@ def plan_fleet(hosts: Sequence[HostFeatures], config: FleetConfig | None = None)
     sub_index = np.array([subsystems.index(s) for s in col_sub], dtype=np.int64)
     per_block = max(1, config.block_values // max(1, len(keep) * max(1, len(columns))))
     blocks = [(g, min(g + per_block, n_slots)) for g in range(0, n_slots, per_block)]
+    channel_index = np.unique([c for c, _ in columns], return_inverse=True)[1]
     return FleetPlan(names, keep, origin, stride, size, n_slots, slots, lags, columns, maps,
-                     floors, col_sub, subsystems, sub_index, blocks, clock,
+                     floors, col_sub, subsystems, sub_index, blocks,
+                     channel_index.astype(np.int64).ravel(), clock,
                      config_outliers([hosts[i] for i in keep], config.min_hosts), warnings)
 
 
@@ -222,7 +225,8 @@ def run_block(plan: FleetPlan, blocks: Sequence[np.ndarray], b: int,
                          len(plan.subsystems), first=first,
                          relative_floor=config.relative_floor, z_cap=config.z_cap,
                          top_k=config.top_k, keep_columns=config.keep_columns,
-                         min_hosts=config.min_hosts)
+                         min_hosts=config.min_hosts,
+                         channel_of=plan.channel_index if config.distinct_channels else None)
 
 
 def _own_grid(plan: FleetPlan, own: Sequence[OwnVerdicts | None]) -> np.ndarray | None:

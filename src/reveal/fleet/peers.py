@@ -65,7 +65,7 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
 def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of: np.ndarray,
                   n_subsystems: int, *, first: int = 0, relative_floor: float = 0.05,
                   z_cap: float = 50.0, top_k: int = 3, keep_columns: int = 8,
-                  min_hosts: int = 3) -> BlockResult:
+                  min_hosts: int = 3, channel_of: np.ndarray | None = None) -> BlockResult:
     """Compare every host with its peers over one block.
 
     Parameters
@@ -76,6 +76,10 @@ def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of:
         Least change that counts per column (feature units).
     subsystem_of : ndarray of int, shape (K,)
         Subsystem index of each column.
+    channel_of : ndarray of int, shape (K,), optional
+        Channel index of each column, a channel's columns adjacent: a channel then counts
+        once in its subsystem's top-k (its largest |z| over its features), so a score
+        needs ``top_k`` channels that set the host apart, not one channel's statistics.
 
     The columns are taken :data:`CHUNK_VALUES` at a time; per-subsystem top-k and the kept
     columns are merged across chunks, so the result does not depend on the chunking.
@@ -93,15 +97,27 @@ def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of:
     keep_z = np.zeros((b, 0, h), np.float32)
     keep_x = np.zeros((b, 0, h), np.float32)
     step = max(1, CHUNK_VALUES // max(1, b * h))
-    for c0 in range(0, k, step):
+    if channel_of is not None:
+        channel_of = np.asarray(channel_of)
+        channel_start = np.r_[0, np.flatnonzero(np.diff(channel_of) != 0) + 1]
+    c1 = 0
+    while c1 < k:
+        c0 = c1
         c1 = min(k, c0 + step)
+        if channel_of is not None and c1 < k:  # a channel's columns in one chunk
+            c1 = int(channel_start[np.searchsorted(channel_start, c1)]) \
+                if c1 <= channel_start[-1] else k
         x = np.stack([p[:, c0:c1] for p in parts], axis=-1).astype(np.float32, copy=False)
         med, lo, hi, z = _robust_z(x, floors[c0:c1], relative_floor, min_hosts)
         median[:, c0:c1], p10[:, c0:c1], p90[:, c0:c1] = med, lo, hi
         az = np.minimum(np.nan_to_num(np.abs(z), nan=0.0), z_cap)  # (B, kc, H)
-        for si in np.unique(subsystem_of[c0:c1]):
-            cols = np.flatnonzero(subsystem_of[c0:c1] == si)
-            both = np.concatenate([sub_top[si], az[:, cols, :]], axis=1)
+        per, per_sub = az, subsystem_of[c0:c1]
+        if channel_of is not None:  # each channel's largest |z| over its features
+            first = channel_start[(channel_start >= c0) & (channel_start < c1)] - c0
+            per, per_sub = np.maximum.reduceat(az, first, axis=1), per_sub[first]
+        for si in np.unique(per_sub):
+            cols = np.flatnonzero(per_sub == si)
+            both = np.concatenate([sub_top[si], per[:, cols, :]], axis=1)
             sub_top[si] = np.take_along_axis(both, _top(both, top_k), axis=1)
         cand = np.concatenate([keep_az, az], axis=1)
         pick = _top(cand, keep_columns)
