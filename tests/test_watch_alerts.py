@@ -152,3 +152,24 @@ def test_retention_removes_old_recordings_and_keeps_the_data_around_alerts(tmp_p
     kept = read_run(state / "kept" / "host-1")  # a run directory reveal analyze reads
     assert kept.n_samples == alerted.n_samples
     assert not (state / "kept" / "host-2").exists()  # no alert there
+
+
+def test_an_unwritable_state_file_does_not_stop_alerting(tmp_path):
+    """The state directory gone (or full): events still flow, the failure is said once,
+    and the state is written again once it can be."""
+    heard: list[str] = []
+    place = tmp_path / "gone"
+    t = EpisodeTracker(place / "alerts.json", "host-a", resolve_after_s=3.0,
+                       wall_offset_ns=10 * S, boot_id="boot-a", warn=heard.append)
+    events = []
+    for k in range(3):
+        events += t.observe(window(k, True))
+    assert events[0]["event"] == "firing"
+    assert len(heard) == 1 and "cannot write the alert state" in heard[0]
+    place.mkdir()
+    for k in range(3, 40):
+        events += t.observe(window(k, False))
+    assert events[-1]["event"] == "resolved"
+    assert heard[-1].endswith("alert state written again") and len(heard) == 2
+    saved = json.loads((place / "alerts.json").read_text())
+    assert saved["episodes"][0]["resolved"] is True

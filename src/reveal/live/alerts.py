@@ -18,6 +18,7 @@ boots do not compare).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -125,10 +126,15 @@ def _num(x: float) -> float | None:
 
 class EpisodeTracker:
     """Episodes of one host: opened, updated and resolved from scored windows, kept in
-    ``path`` (JSON, written atomically). ``emit(event)`` receives every new event."""
+    ``path`` (JSON, written atomically). ``emit(event)`` receives every new event.
+
+    A state file that cannot be written (disk full, read-only) does not stop alerting: the
+    state stays in memory, ``warn(message)`` hears it once, the next change tries again,
+    and ``warn`` hears when it is written again."""
 
     def __init__(self, path: Path, host: str, resolve_after_s: float, wall_offset_ns: int,
-                 boot_id: str, emit: Callable[[Event], None] | None = None) -> None:
+                 boot_id: str, emit: Callable[[Event], None] | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
         self.host = host
         self.resolve_after_ns = int(resolve_after_s * 1e9)
@@ -138,6 +144,8 @@ class EpisodeTracker:
         self.episodes: list[Episode] = []
         self.seq = 0
         self.counts = {"firing": 0, "update": 0, "resolved": 0}
+        self.warn = warn or (lambda _m: None)
+        self.unsaved: str | None = None  # why the last save failed
         self._lock = threading.RLock()
 
     # -- state -------------------------------------------------------------------------
@@ -181,11 +189,25 @@ class EpisodeTracker:
             payload = {"version": STATE_VERSION, "host": self.host, "boot_id": self.boot_id,
                        "seq": self.seq, "episodes": [asdict(e) for e in self.episodes]}
             tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(payload, handle, indent=1)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "w", encoding="utf-8") as handle:
+                    json.dump(payload, handle, indent=1)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                why = exc.strerror or str(exc)
+                if self.unsaved is None:
+                    self.warn(f"{self.path}: cannot write the alert state ({why}); alerting "
+                              f"goes on, the state is kept in memory and written at the next "
+                              f"change that fits")
+                self.unsaved = why
+                return
+            if self.unsaved is not None:
+                self.unsaved = None
+                self.warn(f"{self.path}: alert state written again")
 
     def owed(self, sink: str) -> list[Event]:
         """Events ``sink`` has not delivered: an open episode's ``firing``, a resolved

@@ -233,7 +233,8 @@ class Watch:
         opts = self.options
         self.tracker = EpisodeTracker(self.state / ALERTS_FILE, self.host,
                                       opts.resolve_after_s, self.wall_offset, boot_id(),
-                                      emit=self._dispatch)
+                                      emit=self._dispatch,
+                                      warn=lambda m: self.notify("warning", m))
         try:
             after_reboot = self.tracker.load()
         except ValueError as exc:
