@@ -8,9 +8,12 @@ scores:
    ``bench/kernel_floor.c`` — the loop that only reads the collector's sources every tick,
    the kernel's floor (see ``bench_kernel_floor.py``) — run at the same time, and their
    ratio; the watch's RSS at the start and end of the window and its peak.
-2. **Fault → alert latency.** ``--faults`` times: wait until no episode is open, start a
-   CPU hog (one busy process per CPU), and time from its start to the ``firing`` event at a
-   webhook (an HTTP server in this process); stop it and wait for the resolution.
+2. **Fault → alert latency.** ``--faults`` times: wait until no episode is open, begin the
+   next of the validation suite's host faults (``--fault-kinds``, in turn: CPU contention,
+   memory pressure, a writeback storm, a disk burst, at ``--intensity``; the same
+   :mod:`reveal.inject.faults` classes ``reveal validate`` injects), and time from its
+   start to the ``firing`` event at a webhook (an HTTP server in this process); end it at
+   the alert or after ``--fault-s``, and wait for the resolution.
 
     python bench/bench_watch.py                        # → bench/results/watch.json
     python bench/bench_watch.py --seconds 60 --faults 3 --learn 90s --out /tmp/watch.json
@@ -43,6 +46,7 @@ from bench_kernel_floor import (  # noqa: E402 (beside this file)
     perf_group_fds,
     process_cpu_ns,
 )
+from reveal.inject.faults import FaultContext, make_fault  # noqa: E402
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -145,8 +149,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=120.0, help="the steady window")
     parser.add_argument("--learn", default="10m", help="the watch's --learn")
-    parser.add_argument("--faults", type=int, default=10, help="CPU-hog faults to time")
-    parser.add_argument("--fault-s", type=float, default=15.0, help="how long each hog runs")
+    parser.add_argument("--faults", type=int, default=12, help="faults to time")
+    parser.add_argument("--fault-kinds", default="cpu_contention,memory_pressure,"
+                        "writeback_storm,disk_burst", help="faults injected in turn")
+    parser.add_argument("--intensity", default="high", help="their intensity")
+    parser.add_argument("--fault-s", type=float, default=15.0,
+                        help="longest a fault runs without an alert")
     parser.add_argument("--resolve-after", default="5s")
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--score-every", type=int, default=1, help="the watch's --score-every")
@@ -203,29 +211,38 @@ def main(argv: list[str] | None = None) -> int:
             floor_pct = 100 * (after[1] - before[1]) / 1e9 / wall
             scoring_s = scraper.value("reveal_scoring_duration_seconds")
             latencies, missed, not_quiet = [], 0, 0
+            kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
+            by_kind: dict[str, list[float | None]] = {k: [] for k in kinds}
+            context = FaultContext(Path(tmp) / "faults")
+            context.workdir.mkdir()
             for i in range(args.faults):
+                kind = kinds[i % len(kinds)]
                 quiet = wait(lambda: scraper.value("reveal_active_anomalies") == 0, 120)
                 if not quiet:  # a fault now would only extend the open episode
                     not_quiet += 1
                     print(f"bench_watch: fault {i + 1}: not started, an episode stayed open "
                           f"for 120 s", file=sys.stderr)
                     continue
+                fault = make_fault(kind, args.intensity, context)
+                reason = fault.check()
+                if reason:
+                    raise RuntimeError(f"fault {kind} cannot run here: {reason}")
                 seen = len(receiver.events)
                 t0 = time.time()
-                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                        for _ in range(os.cpu_count() or 1)]
-                got = wait(lambda n=seen: any(e["event"] == "firing"
-                                              for _, e in receiver.events[n:]),
-                           args.fault_s, 0.05)
+                try:
+                    fault.begin()
+                    got = wait(lambda n=seen: any(e["event"] == "firing"
+                                                  for _, e in receiver.events[n:]),
+                               args.fault_s, 0.05)
+                finally:
+                    fault.end()
                 if got:
                     t1 = next(t for t, e in receiver.events[seen:] if e["event"] == "firing")
                     latencies.append(round(t1 - t0, 3))
                 else:
                     missed += 1
-                for h in hogs:
-                    h.kill()
-                    h.wait()
-                print(f"bench_watch: fault {i + 1}: "
+                by_kind[kind].append(latencies[-1] if got else None)
+                print(f"bench_watch: fault {i + 1} ({kind}): "
                       f"{latencies[-1] if got else 'no alert'}", file=sys.stderr)
                 time.sleep(2)
         finally:
@@ -253,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             "not_started_episode_open": not_quiet,
             "median": statistics.median(ordered) if ordered else None,
             "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] if ordered else None,
-            "all": latencies, "fault": f"{os.cpu_count()} busy loops, {args.fault_s:g} s"},
+            "all": latencies, "by_kind": by_kind, "intensity": args.intensity,
+            "longest_fault_s": args.fault_s},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -108,6 +108,9 @@ def _notify(quiet: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    from reveal.live.allocators import lean_allocators
+
+    lean_allocators()  # a long-lived process: before the heavy imports and any thread
     from reveal.collect.options import options_from_args as probe_options
     from reveal.live.exporter import parse_listen
     from reveal.live.service import Watch, WatchOptions, default_state_dir
