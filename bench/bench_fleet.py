@@ -12,10 +12,10 @@ host is one recorded run, relabelled, aligned on its start (see
 :mod:`reveal.fleet.simulate`). The manifest keeps the load average around each recording:
 the machine is shared, and what else ran shows in every host.
 
-Scoring: the settings (channel set, window features, floors, cut, persistence, whether
-clock offsets are reported) are chosen on the tune fleet by F1, then the fewest hosts
-flagged among the tune fleet's clean hosts compared alone, then the margin (the weakest
-fault's peak score over the cut against the highest clean host's), then median time to
+Scoring: the settings (channel set, window features, floors, cut, persistence, whether a
+channel counts once in a subsystem's score) are chosen on the tune fleet by F1, then the
+fewest hosts flagged among the tune fleet's clean hosts compared alone, then the margin (the
+weakest fault's peak score over the cut against the highest clean host's), then median time to
 detect; the report fleet is then scored once with them through the fleet engine. A faulty host
 counts as found when it is flagged in a window overlapping its episode (time to detect: the
 first such window's end minus the episode start); a clean host flagged anywhere is a false
@@ -111,13 +111,12 @@ def load(fleet_dir: Path, set_name: str, **kwargs: Any) -> SimulatedFleet:
 FEATURE_GRID = [{"features": f, "relative_floor": r, "sampling_floor": e}
                 for f in (("mean", "std", "min", "max"), ("mean",)) for r in (0.002, 0.05, 0.2)
                 for e in (0.0, 1.0, 3.0)]
-#: settings of the comparison itself; ``clock_min_corr`` above 1 turns off the clock-offset
-#: finding, which looks for hosts whose activity is a shifted copy of their peers' (the
-#: simulated hosts are different stretches of one job, not in lock-step)
+#: settings of the comparison itself (the clock-offset finding keeps its defaults: it
+#: estimates offsets only for hosts in lock-step, which these sequential recordings are not)
 COMPARE_GRID = [{"min_score": m, "cut_mads": c, "persistence_s": p, "align_clocks": False,
-                 "clock_min_corr": k}
+                 "distinct_channels": d}
                 for m in (4.0, 8.0, 16.0, 30.0) for c in (3.0, 6.0) for p in (1.0, 3.0)
-                for k in (0.5, 1.01)]
+                for d in (False, True)]
 
 
 def features(fleet: SimulatedFleet, config: Any) -> list[Any]:
