@@ -177,3 +177,43 @@ def test_threshold_factor_lowers_the_threshold_and_refuses_nonsense():
     assert sum(x.flagged for x in lower) > sum(x.flagged for x in plain)
     with pytest.raises(InputError):
         LiveScorer(model, threshold_factor=0)
+
+
+def test_rehearsal_starts_a_third_into_a_span_long_enough_to_hold_one():
+    from reveal.live.service import RECOMMENDED_LEARN_S, rehearsal_start_s
+
+    assert rehearsal_start_s(600.0) == 200.0
+    assert rehearsal_start_s(130.0) == RECOMMENDED_LEARN_S  # at least one model's worth
+    assert rehearsal_start_s(120.0) is None  # too little left to learn the scoring in
+    assert rehearsal_start_s(20.0) is None
+
+
+def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
+    """With a 130 s learn, a provisional model scores from 63 s on with its verdicts
+    dropped (no alert fires while learning), then the model is fitted on the whole span."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    alerts, log = tmp_path / "alerts.jsonl", tmp_path / "watch.log"
+    with open(log, "wb") as handle:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "reveal.cli", "watch", "--state", str(tmp_path / "state"),
+             "--learn", "130s", "--listen", "none", "--alerts-file", str(alerts)],
+            stdout=subprocess.DEVNULL, stderr=handle)
+    try:
+        deadline = time.monotonic() + 240
+        while "model learned in" not in log.read_text() and time.monotonic() < deadline:
+            assert watch.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        watch.send_signal(signal.SIGTERM)
+        assert watch.wait(60) == 0
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    text = log.read_text()
+    assert "scoring with a provisional model from 63 s" in text, text[-2000:]
+    assert text.index("scoring with a provisional model") < text.index("model learned in")
+    assert not alerts.exists() or '"firing"' not in alerts.read_text()

@@ -20,6 +20,7 @@ The state directory holds::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -59,6 +60,14 @@ DEFAULT_LEARN_S = 600.0
 #: windows the baseline needs for the 99th-percentile threshold (AnalyzeConfig's
 #: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s
 RECOMMENDED_LEARN_S = 63.0
+
+
+def rehearsal_start_s(learn_s: float) -> float | None:
+    """Seconds into the learning span at which a provisional model starts scoring (its
+    verdicts discarded), or None for a span too short to hold a rehearsal: a third of
+    the span, at least :data:`RECOMMENDED_LEARN_S`, with at least that much left after."""
+    start = max(RECOMMENDED_LEARN_S, learn_s / 3.0)
+    return start if learn_s - start >= RECOMMENDED_LEARN_S else None
 #: the least learning span at all (``--allow-short-learn``): enough windows to fit the
 #: detectors (the ensemble's minimum of 10) with some margin
 ABSOLUTE_MIN_LEARN_S = 15.0
@@ -87,6 +96,7 @@ class WatchOptions:
     learn_s: float = DEFAULT_LEARN_S
     relearn: bool = False
     allow_short_learn: bool = False
+    rehearse: bool = True  # score with a provisional model while learning (see _rehearse)
     resolve_after_s: float = 30.0
     listen: tuple[str, int] | None = ("127.0.0.1", 9464)
     alerts_file: str | None = None
@@ -131,6 +141,7 @@ class Watch:
         self.learned_at: float | None = None
         self.learning = False
         self.learn_start_ns: int | None = None
+        self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
         self.sinks: list[Sink] = []
         self.collector: Collector | None = None
         self.buffer: SampleBuffer | None = None
@@ -365,6 +376,7 @@ class Watch:
             if self.scorer is None:
                 self.tracker.expire(time.monotonic_ns())
                 if self.learning:
+                    self._rehearse()
                     self._maybe_learn()
                 continue
             if buffer.layout_changes != self._layouts_seen:
@@ -385,6 +397,46 @@ class Watch:
             if now >= next_refresh:
                 next_refresh = now + AM_REFRESH_S
                 self._refresh_alertmanager()
+
+    def _rehearse(self) -> None:
+        """While learning, score as the watch will once it has learned, verdicts dropped.
+
+        The watch's own scoring is work on this host (CPU, allocations, the TLB
+        shootdowns its freed arrays cause): learned without it, the first windows scored
+        after learning differ from the learned span by exactly that, and raise alerts
+        about the watch itself. From :func:`rehearsal_start_s` into the span a
+        provisional model, fitted on what was recorded so far, scores every window, so
+        that the rest of the span holds the watch's steady cost."""
+        assert self.buffer is not None and self.collector is not None
+        buffer = self.buffer
+        if self.rehearsal is not None:
+            if self.rehearsal.pending(buffer.total) >= self.options.score_every:
+                self.rehearsal.score(buffer.read, buffer.total, buffer.oldest)
+            return
+        start_s = rehearsal_start_s(self.options.learn_s)
+        last = buffer.last_row()
+        if (not self.options.rehearse or start_s is None or last is None
+                or self.learn_start_ns is None):
+            return
+        if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
+            return
+        with warnings.catch_warnings():  # the journal being written may end mid-record
+            warnings.simplefilter("ignore", UserWarning)
+            tel = read_run(self.collector.run_dir, start_ns=self.learn_start_ns,
+                           end_ns=self.learn_start_ns + int(start_s * 1e9))
+        try:
+            provisional = Reveal().fit(tel)
+        except InputError as exc:  # too little data after all: learn without rehearsal
+            self.notify("info", f"no rehearsal while learning: {exc}")
+            self.rehearsal = None
+            self.options = dataclasses.replace(self.options, rehearse=False)
+            return
+        self.rehearsal = LiveScorer(provisional, interval_s=self.options.interval_s,
+                                    origin=max(buffer.total - 1, 0),
+                                    threshold_factor=self.options.threshold_factor)
+        self.notify("info", f"scoring with a provisional model from {start_s:g} s into the "
+                            f"learning span, verdicts dropped, so that the span holds the "
+                            f"watch's own scoring work")
 
     def _maybe_learn(self) -> None:
         assert self.buffer is not None and self.collector is not None
@@ -414,6 +466,7 @@ class Watch:
         # score from the first sample after the learning span
         origin = int(np.searchsorted(self.buffer.read(self.buffer.oldest, self.buffer.total)
                                      .timestamps_ns, learn_end)) + self.buffer.oldest
+        self.rehearsal = None
         self._use_model(model, origin=max(origin - 1, 0))
         for w in fitted.warnings:
             self.notify("info", f"model: {w}")
