@@ -252,3 +252,28 @@ def test_distinct_channels_count_each_channel_once_whatever_the_chunking(monkeyp
     monkeypatch.setattr(peers, "CHUNK_VALUES", 50)  # chunks end at a channel's boundary
     chunked = peers.compare_block(*args, relative_floor=0.0, channel_of=channel)
     np.testing.assert_array_equal(chunked.subsystem_scores, channels.subsystem_scores)
+
+
+def test_a_column_the_peers_disagree_on_counts_for_no_host():
+    """Half the hosts at one level and half at another (a state each reached by its own
+    history): with ``max_deviating_share`` that column sets no host apart, while a column
+    on which one host alone deviates still does."""
+    from reveal.fleet.peers import compare_block
+
+    rng = np.random.default_rng(0)
+    hosts, windows = 9, 6
+    parts = []
+    for i in range(hosts):
+        split = 0.0 if i < 4 else 1000.0  # 4 hosts low, 5 high: the peers disagree
+        alone = 500.0 if i == 7 else 0.0  # host 7 alone deviates
+        parts.append(np.column_stack([split + rng.normal(0, 1, windows),
+                                      100.0 + alone + rng.normal(0, 1, windows)])
+                     .astype(np.float32))
+    floors = np.ones(2, np.float32)
+    subsystem_of = np.array([0, 1])
+    kept = compare_block(parts, floors, subsystem_of, 2, max_deviating_share=1.0)
+    dropped = compare_block(parts, floors, subsystem_of, 2, max_deviating_share=0.34)
+    assert kept.subsystem_scores[0, :, 0].min() > 10  # the split column counts: host 0 apart
+    assert np.all(dropped.subsystem_scores[:, :, 0] == 0)  # ... and now for no host
+    assert np.all(dropped.subsystem_scores[7, :, 1] > 30)  # host 7 is still apart
+    assert np.all(np.delete(dropped.subsystem_scores[:, :, 1], 7, axis=0) < 3)

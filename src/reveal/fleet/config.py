@@ -34,6 +34,10 @@ class FleetConfig:
     # a channel counts once in that top-k (its largest |z| over its features): a score
     # then needs that many channels setting the host apart, not one channel's statistics
     distinct_channels: bool = False
+    # a column is left out at a moment when more than this share of the hosts with a value
+    # deviate on it (|z| > 3): the peers do not agree there (levels that depend on each
+    # host's history, such as page-cache or socket states); 1.0: never
+    max_deviating_share: float = 1.0
     # a window of a host is above the cut when its score exceeds both this many sigmas and
     # the peers' median score + ``cut_mads`` robust sigmas of the scores at that moment
     min_score: float = 8.0

@@ -226,7 +226,8 @@ def run_block(plan: FleetPlan, blocks: Sequence[np.ndarray], b: int,
                          relative_floor=config.relative_floor, z_cap=config.z_cap,
                          top_k=config.top_k, keep_columns=config.keep_columns,
                          min_hosts=config.min_hosts,
-                         channel_of=plan.channel_index if config.distinct_channels else None)
+                         channel_of=plan.channel_index if config.distinct_channels else None,
+                         max_deviating_share=config.max_deviating_share)
 
 
 def _own_grid(plan: FleetPlan, own: Sequence[OwnVerdicts | None]) -> np.ndarray | None:

@@ -20,6 +20,8 @@ import numpy as np
 
 #: robust sigma of a normal sample from its MAD
 MAD_SIGMA = 1.4826
+#: |z| from which a host counts as deviating on a column (for ``max_deviating_share``)
+DEVIATING_Z = 3.0
 
 
 @dataclass
@@ -65,7 +67,8 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
 def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of: np.ndarray,
                   n_subsystems: int, *, first: int = 0, relative_floor: float = 0.05,
                   z_cap: float = 50.0, top_k: int = 3, keep_columns: int = 8,
-                  min_hosts: int = 3, channel_of: np.ndarray | None = None) -> BlockResult:
+                  min_hosts: int = 3, channel_of: np.ndarray | None = None,
+                  max_deviating_share: float = 1.0) -> BlockResult:
     """Compare every host with its peers over one block.
 
     Parameters
@@ -80,6 +83,10 @@ def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of:
         Channel index of each column, a channel's columns adjacent: a channel then counts
         once in its subsystem's top-k (its largest |z| over its features), so a score
         needs ``top_k`` channels that set the host apart, not one channel's statistics.
+    max_deviating_share : float
+        At a moment when more than this share of the hosts with a value deviate on a
+        column (|z| > :data:`DEVIATING_Z`), the peers do not agree on it (a level each host
+        reached by its own history) and it counts for no host; 1.0 keeps every column.
 
     The columns are taken :data:`CHUNK_VALUES` at a time; per-subsystem top-k and the kept
     columns are merged across chunks, so the result does not depend on the chunking.
@@ -109,6 +116,10 @@ def compare_block(parts: Sequence[np.ndarray], floors: np.ndarray, subsystem_of:
                 if c1 <= channel_start[-1] else k
         x = np.stack([p[:, c0:c1] for p in parts], axis=-1).astype(np.float32, copy=False)
         med, lo, hi, z = _robust_z(x, floors[c0:c1], relative_floor, min_hosts)
+        if max_deviating_share < 1.0:
+            with np.errstate(invalid="ignore"):
+                deviating = (np.abs(z) > DEVIATING_Z).sum(axis=-1)
+            z[deviating > max_deviating_share * np.isfinite(x).sum(axis=-1)] = np.nan
         median[:, c0:c1], p10[:, c0:c1], p90[:, c0:c1] = med, lo, hi
         az = np.minimum(np.nan_to_num(np.abs(z), nan=0.0), z_cap)  # (B, kc, H)
         per, per_sub = az, subsystem_of[c0:c1]
