@@ -114,9 +114,9 @@ FEATURE_GRID = [{"features": f, "relative_floor": r, "sampling_floor": e}
 #: settings of the comparison itself (the clock-offset finding keeps its defaults: it
 #: estimates offsets only for hosts in lock-step, which these sequential recordings are not)
 COMPARE_GRID = [{"min_score": m, "cut_mads": c, "persistence_s": p, "align_clocks": False,
-                 "distinct_channels": d}
+                 "distinct_channels": d, "max_deviating_share": v}
                 for m in (4.0, 8.0, 16.0, 30.0) for c in (3.0, 6.0) for p in (1.0, 3.0)
-                for d in (False, True)]
+                for d in (False, True) for v in (1.0, 0.34)]
 
 
 def features(fleet: SimulatedFleet, config: Any) -> list[Any]:
