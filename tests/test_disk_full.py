@@ -20,24 +20,15 @@ import pytest
 from reveal.commands.collect import human_bytes
 from reveal.store.layout import META_RESERVE_FILE, data_bytes
 from reveal.store.run_reader import read_run
+from tmpfs import mounted_tmpfs
 
 pytestmark = pytest.mark.root
 
 
 @pytest.fixture
 def small_fs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "mnt", "2m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _fill(path: Path, handle) -> None:

@@ -134,12 +134,13 @@ def test_cumulative_vmstat_counters_and_smoothed_averages():
 def test_socket_memory_is_floored_at_the_kernels_per_cpu_reserve():
     """``sockstat.*.mem`` reaches the global count in per-CPU batches of up to 256 pages:
     a level that stays 157 pages off after a burst is bookkeeping, not load."""
-    udp, tcp, inuse = channel_floors(["sockstat.UDP.mem", "sockstat.TCP.mem",
-                                      "sockstat.TCP.inuse"], np.array([0.0, 10_000.0, 40.0]),
-                                     0.05, interval_s=0.1)
+    udp, tcp, inuse, many = channel_floors(
+        ["sockstat.UDP.mem", "sockstat.TCP.mem", "sockstat.TCP.inuse", "sockstat.TCP.alloc"],
+        np.array([0.0, 10_000.0, 40.0, 4000.0]), 0.05, interval_s=0.1)
     assert udp.level == pytest.approx(256.0)  # an idle baseline: the reserve
     assert tcp.level == pytest.approx(500.0)  # a busy one: its share of the level
-    assert inuse.level == pytest.approx(2.0)  # sockets are counted one by one
+    assert inuse.level == pytest.approx(8.0)  # a handful of connections is churn
+    assert many.level == pytest.approx(200.0)  # a busy server: its share of the level
 
 
 def test_page_counters_of_a_process_start_need_a_process_worth_of_pages():

@@ -183,6 +183,22 @@ def of(channels: list[str], metric: str, **labels: str) -> str:
     return hits[0]
 
 
+@contextlib.contextmanager
+def collecting(out_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """A real ``reveal collect`` into ``out_dir`` around the body; it must end well."""
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "reveal.cli", "collect", "--quiet", "--out", str(out_dir),
+         *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield collector
+        _, err = collector.communicate(timeout=60)
+        assert collector.returncode == 0, err
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+            collector.wait()
+
+
 @needs_root
 def test_a_rate_cap_shows_drops_and_overlimits(pair: Pair) -> None:
     add_tbf(pair)
@@ -214,31 +230,23 @@ def test_a_rate_cap_shows_drops_and_overlimits(pair: Pair) -> None:
 @needs_root
 def test_collect_run_sees_a_qdisc_and_its_namespace_come_and_go(tmp_path: Path) -> None:
     out_dir = tmp_path / "run"
-    collector = subprocess.Popen(
-        [sys.executable, "-m", "reveal.cli", "collect", "--duration", "16", "--refresh", "1",
-         "--probes", "qdisc,pressure", "--quiet", "--out", str(out_dir),
-         "--probe-option", "qdisc.poll_s=0.2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     made = None
     try:
-        time.sleep(3)
-        t_make = time.time()
-        made = make_pair("qrun")
-        add_tbf(made)
-        t_made = time.time()
-        time.sleep(2.5)
-        push(made, 2000)
-        time.sleep(3)
-        truth = tc_counts(made)
-        t_kill = time.time()
-        UNDO.pop(made.undo, run=True)
-        t_gone = time.time()
-        _, err = collector.communicate(timeout=60)
-        assert collector.returncode == 0, err
+        with collecting(out_dir, "--duration", "16", "--refresh", "1", "--probes",
+                        "qdisc,pressure", "--probe-option", "qdisc.poll_s=0.2"):
+            time.sleep(3)
+            t_make = time.time()
+            made = make_pair("qrun")
+            add_tbf(made)
+            t_made = time.time()
+            time.sleep(2.5)
+            push(made, 2000)
+            time.sleep(3)
+            truth = tc_counts(made)
+            t_kill = time.time()
+            UNDO.pop(made.undo, run=True)
+            t_gone = time.time()
     finally:
-        if collector.poll() is None:
-            collector.kill()
-            collector.wait()
         if made is not None:
             UNDO.pop(made.undo, run=True)
     frame = read_run(out_dir)
@@ -264,20 +272,11 @@ def test_a_qdisc_added_mid_run_joins_within_seconds_not_at_the_next_refresh(
     made = make_pair("qnew")
     out_dir = tmp_path / "run"
     try:
-        collector = subprocess.Popen(
-            [sys.executable, "-m", "reveal.cli", "collect", "--duration", "12", "--refresh",
-             "30", "--probes", "qdisc,pressure", "--quiet", "--out", str(out_dir)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
+        with collecting(out_dir, "--duration", "12", "--refresh", "30", "--probes",
+                        "qdisc,pressure"):
             time.sleep(4)
             add_tbf(made)
             t_added = time.time()
-            _, err = collector.communicate(timeout=60)
-            assert collector.returncode == 0, err
-        finally:
-            if collector.poll() is None:
-                collector.kill()
-                collector.wait()
     finally:
         UNDO.pop(made.undo, run=True)
     frame = read_run(out_dir)

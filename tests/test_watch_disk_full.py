@@ -16,24 +16,15 @@ import pytest
 
 from test_disk_full import _fill
 from test_watch_service import free_port, hog, wait_for
+from tmpfs import mounted_tmpfs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
 @pytest.fixture
 def state_fs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "mnt", "96m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def metric(port: int, name: str) -> float:

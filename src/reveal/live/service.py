@@ -463,9 +463,12 @@ class Watch:
             "learned_from": str(run), "learn_s": self.options.learn_s,
             "channels": len(model.fitted_.channels), "model": MODEL_FILE})
         fitted = model.fitted_
-        # score from the first sample after the learning span
-        origin = int(np.searchsorted(self.buffer.read(self.buffer.oldest, self.buffer.total)
-                                     .timestamps_ns, learn_end)) + self.buffer.oldest
+        # score from the first sample after the fit: the samples between the learning
+        # span's end and now hold the fit itself (a burst of CPU, allocations, huge-page
+        # faults), work of the watch that no window should be judged on
+        origin = max(self.buffer.total - 1, int(np.searchsorted(
+            self.buffer.read(self.buffer.oldest, self.buffer.total).timestamps_ns,
+            learn_end)) + self.buffer.oldest)
         self.rehearsal = None
         self._use_model(model, origin=max(origin - 1, 0))
         for w in fitted.warnings:
