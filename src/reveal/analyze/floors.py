@@ -48,12 +48,9 @@ USER_HZ = 100.0
 #: (256 pages, 1 MiB, by default): after a burst of traffic the count can stay that far
 #: from its earlier level on an idle host, for as long as no CPU's reserve fills again.
 #: Task counts move in whole tasks: from a level of zero, one task blocked for a moment is
-#: not thousands of sigmas. Socket counts move with every connection a process opens or
-#: closes (an HTTP client's pool, a scrape, an alert sent): a handful is churn.
+#: not thousands of sigmas.
 LEVEL_GRANULES = {"sockstat.*.mem": 256.0, "cpu.procs_running": 1.0,
-                  "cpu.procs_blocked": 1.0, "sockstat.*.inuse": 8.0,
-                  "sockstat.*.alloc": 8.0, "sockstat.*.orphan": 8.0, "sockstat.*.tw": 8.0,
-                  "sockstat.sockets.used": 8.0}
+                  "cpu.procs_blocked": 1.0}
 #: Page counters that a process's start or exit moves in bulk: copy-on-write pages reused
 #: after a fork, pages that start-up code mlocks and the exit releases. Their spike
 #: granule is one small process's worth, 1 MiB (256 pages) within one sample, not 3 pages:
