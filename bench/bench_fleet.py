@@ -119,6 +119,19 @@ COMPARE_GRID = [{"min_score": m, "cut_mads": c, "persistence_s": p, "align_clock
                 for d in (False, True) for v in (1.0, 0.34)]
 
 
+#: tried settings kept in the result (by F1 on the tune fleet, then recall): the whole grid
+#: is thousands of rows, re-made by running the bench
+KEEP_TRIED = 25
+
+
+def best_tried(tried: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``KEEP_TRIED`` tried settings with the best F1 on the tune fleet."""
+    def f1(row: dict[str, Any]) -> float:
+        p, r = row.get("precision") or 0.0, row.get("recall") or 0.0
+        return 2 * p * r / (p + r) if p + r else 0.0
+    return sorted(tried, key=lambda row: (-f1(row), -(row.get("recall") or 0.0)))[:KEEP_TRIED]
+
+
 def features(fleet: SimulatedFleet, config: Any) -> list[Any]:
     """Every host's window features. The window stride is put on whole milliseconds: the
     engine takes it as the median step of a host's windows, which on a real recording
@@ -309,7 +322,8 @@ def score(fleet_dir: Path) -> dict[str, Any]:
                                                  "false_hosts", "precision", "recall",
                                                  "median_ttd_s", "margin", "clock_offsets")},
                  "clean_hosts_flagged": tune_clean["flagged_hosts"]},
-        "tuning": tried, "targets": TARGETS, "met": met,
+        "settings_tried": len(tried), "tuning_best": best_tried(tried),
+        "targets": TARGETS, "met": met,
         "report": result, "clean": clean_result, "tied_on_tune": tied,
     }
 
