@@ -13,7 +13,13 @@ import pytest
 
 from reveal.cli import main
 from reveal.inject.groundtruth import Episode
-from reveal.inject.live_suite import Alert, LiveScenario, score_live
+from reveal.inject.live_suite import (
+    Alert,
+    CleanSpan,
+    LiveScenario,
+    render_live_markdown,
+    score_live,
+)
 
 S = 1_000_000_000
 
@@ -51,8 +57,34 @@ def test_alerts_are_matched_to_faults_timed_from_the_fault_start_and_the_rest_co
     assert rows[("cpu_contention", "high")]["episodes"] == 2
 
 
+def test_the_clean_span_counts_its_own_alert_episodes_and_the_watch_memory() -> None:
+    alerts = [Alert(int(70 * S), "firing", "c1", "cpu", "CPU busy rose to <b>90 %</b>"),
+              Alert(int(80 * S), "resolved", "c1", "cpu", ""),
+              Alert(int(90 * S), "update", "c1", "cpu", ""),
+              Alert(int(250 * S), "firing", "c2", "storage", "after the span")]
+    mib = 2**20
+    clean = CleanSpan(60 * S, 180 * S, [280 * mib, 290 * mib, 300 * mib, 285 * mib])
+    scenario = LiveScenario("single", "torch_train", [_episode(200, 210)], alerts, 60 * S,
+                            300 * S, clean=clean)
+    span = score_live([scenario], settle_s=10.0)["clean_span"]
+    assert span["seconds"] == pytest.approx(120.0)
+    assert span["alert_episodes"] == 1 and span["alerts"][0]["id"] == "c1"
+    assert span["alerts"][0]["since_start_s"] == pytest.approx(10.0)
+    assert span["rss_bytes"]["growth"] == 5 * mib and span["rss_bytes"]["max"] == 300 * mib
+    result = {"host": "h", "started": "t", "elapsed_s": 1.0, "skipped": [],
+              "settings": {"baseline_s": 600.0, "settle_s": 10.0},
+              "summary": score_live([scenario], settle_s=10.0),
+              "met": {k: None for k in ("recall", "median_alert_s", "p95_alert_s",
+                                        "attribution_accuracy")}}
+    text = render_live_markdown(result)
+    assert "2.0 min of the reference workload with no fault" in text
+    assert "**1 alert episode(s)**" in text and "growth +5.0 MiB" in text
+    assert "<b>" not in text  # a claim is escaped wherever shown
+
+
 @pytest.mark.parametrize("argv", [["--live", "--reanalyse", "."], ["--score-every", "5"],
-                                  ["--live", "--score-every", "0"]])
+                                  ["--live", "--score-every", "0"],
+                                  ["--clean-seconds", "60"]])
 def test_live_option_errors_are_one_line(argv: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["validate", *argv, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

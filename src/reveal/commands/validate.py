@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "false alerts per hour")
     parser.add_argument("--score-every", type=int, default=None, metavar="N",
                         help="with --live: the watch's --score-every (default 1)")
+    parser.add_argument("--clean-seconds", type=float, default=None, metavar="S",
+                        help="with --live: after the learn, run S seconds with no fault "
+                             "first; its alert episodes and the watch's memory (RSS every "
+                             "10 s) are reported on their own")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -81,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     changes = {"repetitions": args.repetitions, "faults": args.faults,
                "intensities": args.intensities, "baseline_s": args.baseline_seconds,
                "episode_s": args.episode_seconds, "workload": args.workload,
-               "score_every": args.score_every}
+               "score_every": args.score_every, "clean_s": args.clean_seconds}
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if options.repetitions < 1:
         raise RevealError("--repetitions must be at least 1")
@@ -91,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
-    if args.score_every is not None and not args.live:
-        raise RevealError("--score-every applies to --live only")
+    for given, flag in ((args.score_every, "--score-every"),
+                        (args.clean_seconds, "--clean-seconds")):
+        if given is not None and not args.live:
+            raise RevealError(f"{flag} applies to --live only")
+    if options.clean_s < 0:
+        raise RevealError("--clean-seconds cannot be negative")
     if options.score_every < 1:
         raise RevealError("--score-every must be at least 1")
     if args.live and args.reanalyse is not None:

@@ -15,6 +15,10 @@ Scoring is what an operator sees, not windows: an episode is **detected** when a
 such event's arrival (collection, windowing, scoring, persistence and delivery included);
 it is **attributed** when that event's subsystem is the fault's. A ``firing`` event that
 arrives outside every such span is a **false alert**, counted per hour of clean time.
+
+With ``clean_s`` the first scenario first runs that long with no fault after the learn,
+the run an operator's pager sees most: its alert episodes (``firing`` events) are counted
+on their own, and the watch's resident memory is read every :data:`RSS_EVERY_S`.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ LEARN_SLACK_S = 300.0
 #: Longest wait for open alerts to resolve before the next fault: a fault injected while
 #: an alert is open would only extend it.
 QUIET_WAIT_S = 120.0
+#: How often the watch's resident memory is read during a clean span, seconds.
+RSS_EVERY_S = 10.0
 TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
            "attribution_accuracy": 0.90}
 
@@ -121,6 +127,30 @@ class LiveScenario:
     scored_from_ns: int
     scored_to_ns: int
     skipped: list[str] = field(default_factory=list)
+    clean: CleanSpan | None = None
+
+
+@dataclass
+class CleanSpan:
+    """A span with no fault after the learn: its bounds (monotonic ns) and the watch's
+    resident memory (bytes) read every :data:`RSS_EVERY_S`."""
+
+    from_ns: int
+    to_ns: int
+    rss_bytes: list[int]
+
+    def summary(self, alerts: list[Alert]) -> dict[str, Any]:
+        """Alert episodes that fired within the span, and the watch's memory over it."""
+        fired = [a for a in alerts if a.event == "firing"
+                 and self.from_ns <= a.received_ns <= self.to_ns]
+        rss = self.rss_bytes or [0]
+        return {"seconds": round((self.to_ns - self.from_ns) / 1e9, 1),
+                "alert_episodes": len(fired),
+                "alerts": [{**a.to_dict(), "since_start_s": (a.received_ns - self.from_ns) / 1e9}
+                           for a in fired],
+                "rss_bytes": {"start": rss[0], "end": rss[-1], "max": max(rss),
+                              "growth": rss[-1] - rss[0], "every_s": RSS_EVERY_S,
+                              "samples": len(self.rss_bytes)}}
 
 
 def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str,
@@ -144,10 +174,42 @@ def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) ->
                           f"(see {log})")
 
 
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` (bytes); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _clean_span(watch: subprocess.Popen[bytes], seconds: float, say: Say) -> CleanSpan:
+    """``seconds`` with no fault, reading the watch's memory every :data:`RSS_EVERY_S`."""
+    span = CleanSpan(time.monotonic_ns(), 0, [_rss_bytes(watch.pid)])
+    end = time.monotonic() + seconds
+    next_say = time.monotonic() + 300.0
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(RSS_EVERY_S, left))
+        if watch.poll() is not None:
+            raise RevealError(f"reveal watch exited with code {watch.returncode} during the "
+                              f"clean span")
+        span.rss_bytes.append(_rss_bytes(watch.pid))
+        if time.monotonic() >= next_say:
+            next_say += 300.0
+            say(f"  clean span: {max(0.0, left) / 60:.0f} min left, watch RSS "
+                f"{span.rss_bytes[-1] / 2**20:.0f} MiB")
+    span.to_ns = time.monotonic_ns()
+    return span
+
+
 def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                       settle_s: float, workload: str | None = None,
-                      score_every: int = 1) -> LiveScenario:
-    """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``."""
+                      score_every: int = 1, clean_s: float = 0.0) -> LiveScenario:
+    """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``,
+    after ``clean_s`` with no fault (0: none)."""
     name = workload or default_workload(scenario.distributed)
     reason = unavailable_reason(name)
     if reason:
@@ -155,7 +217,8 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
     plans = [p for run in scenario.plans for p in run]
     gap = max(gap_s, MIN_GAP_S)
     faults_s = sum(p.duration_s * 3 + gap for p in plans)
-    total = WARMUP_S + scenario.baseline_s + LEARN_SLACK_S + faults_s + settle_s + 60.0
+    total = (WARMUP_S + scenario.baseline_s + LEARN_SLACK_S + clean_s + faults_s + settle_s
+             + 60.0)
     here = out_dir / scenario.name
     here.mkdir(parents=True, exist_ok=True)
     workdir = make_temp_dir(f"live-{scenario.name}")
@@ -166,6 +229,7 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
     watch: subprocess.Popen[bytes] | None = None
     episodes: list[Episode] = []
     skipped: list[str] = []
+    clean: CleanSpan | None = None
     try:
         say(f"live scenario {scenario.name}: starting workload {name}")
         job.start()
@@ -178,6 +242,9 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
             f"{scenario.baseline_s:g} s")
         _wait_scoring(log, watch, scenario.baseline_s + LEARN_SLACK_S)
         scored_from = time.monotonic_ns()
+        if clean_s > 0:
+            say(f"live scenario {scenario.name}: {clean_s:g} s with no fault")
+            clean = _clean_span(watch, clean_s, say)
         time.sleep(gap)
         events = EventLog(here)
         context = FaultContext(workdir, netns)
@@ -203,7 +270,7 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         time.sleep(max(0.0, settle_s - gap))
         scored_to = time.monotonic_ns()
         return LiveScenario(scenario.name, name, episodes, list(receiver.alerts),
-                            scored_from, scored_to, skipped)
+                            scored_from, scored_to, skipped, clean)
     finally:
         if watch is not None and watch.poll() is None:
             watch.send_signal(signal.SIGTERM)
@@ -268,7 +335,10 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
     total["clean_s"] = round(clean_s, 1)
     total["false_alerts_per_hour"] = (len(false_alerts) * 3600.0 / clean_s
                                       if clean_s > 0 else None)
-    return {"total": total, "rows": rows, "episodes": verdicts, "false_alerts": false_alerts}
+    spans = [sc.clean.summary(sc.alerts) | {"scenario": sc.name} for sc in scenarios
+             if sc.clean is not None]
+    return {"total": total, "rows": rows, "episodes": verdicts, "false_alerts": false_alerts,
+            "clean_span": spans[0] if spans else None}
 
 
 def met(total: dict[str, Any]) -> dict[str, bool | None]:
@@ -326,6 +396,14 @@ def render_live_markdown(result: dict[str, Any]) -> str:
               f"| False alerts (outside every fault and its {result['settings']['settle_s']:g} s "
               f"settle) | {total['false_alerts']} in {total['clean_s'] / 60:.1f} min of clean "
               f"time ({'–' if rate is None else f'{rate:.1f}'} per hour) | | |"]
+    if s.get("clean_span"):
+        c = s["clean_span"]
+        mib = {k: c["rss_bytes"][k] / 2**20 for k in ("start", "end", "max", "growth")}
+        lines += ["", "## Clean span", "",
+                  f"{c['seconds'] / 60:.1f} min of the reference workload with no fault, after "
+                  f"the learn: **{c['alert_episodes']} alert episode(s)**. The watch's resident "
+                  f"memory: {mib['start']:.0f} MiB at the start, {mib['end']:.0f} MiB at the "
+                  f"end (growth {mib['growth']:+.1f} MiB), at most {mib['max']:.0f} MiB."]
     misses = [v for v in s["episodes"] if not (v["detected"] and v["attribution_ok"])]
     if misses:
         lines += ["", "## Misses and misattributions", "",

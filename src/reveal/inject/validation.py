@@ -57,6 +57,7 @@ class SuiteOptions:
     quick: bool = False
     workload: str | None = None
     score_every: int = 1  # with --live: the watch scores this many windows per call
+    clean_s: float = 0.0  # with --live: a span with no fault after the learn, seconds
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -228,12 +229,13 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     done, skipped = [], []
-    for scenario in build_scenarios(options):
+    for n, scenario in enumerate(build_scenarios(options)):
         try:
             live = run_live_scenario(scenario, out_dir / "live", say, options.gap_s,
                                      options.settle_s, options.workload
                                      if not scenario.distributed else None,
-                                     options.score_every)
+                                     options.score_every,
+                                     options.clean_s if n == 0 else 0.0)
         except RevealError as exc:
             if not scenario.distributed:
                 raise
