@@ -258,6 +258,62 @@ def test_a_plan_that_stops_fitting_is_nan_then_rediscovered_and_the_new_channel_
     assert len(new) >= 5 and new.tolist() == [[3.0, 5.0, 4.0]] * len(new)
 
 
+class FastAndSlowProbe(FileProbe):
+    """Two files the test rewrites: ``fast`` read every tick, ``slow`` every 4 ticks."""
+
+    name = "test_fast_slow"
+
+    def __init__(self, fast: Path, slow: Path) -> None:
+        super().__init__()
+        self.fast, self.slow = fast, slow
+
+    def plan(self) -> dict[str, Any]:
+        return {"fast": GroupSpec((Source(str(self.fast), lambda d: key_value_layout(d, "f.")),)),
+                "slow": GroupSpec((Source(str(self.slow), lambda d: key_value_layout(d, "s.")),),
+                                  period_s=4 * INTERVAL_S)}
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_group_with_a_period_is_read_every_few_ticks_and_repeated_between(
+        tmp_path: Path, in_c: bool) -> None:
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    for path in (fast, slow):
+        path.write_bytes(b"a 0\n")
+    stop = threading.Event()
+
+    def count() -> None:  # both files move every 5 ms, far faster than the ticks
+        i = 0
+        while not stop.wait(0.005):
+            i += 1
+            for path in (fast, slow):
+                with open(path, "r+b") as handle:  # the probe's descriptors stay valid
+                    handle.write(f"a {i:08d}\n".encode())
+
+    writer = threading.Thread(target=count)
+    writer.start()
+    probe = _opened(FastAndSlowProbe(fast, slow))
+    try:
+        sampler = Sampler([probe], INTERVAL_S, refresh_s=10.0)
+        sampler.native_ticks = in_c
+        sink = MemorySink(sampler.channels)
+        sampler.run(sink, duration_s=2.0)
+    finally:
+        stop.set()
+        writer.join()
+        probe.close()
+    assert sampler.mode == ("native" if in_c else "python")
+    channels, ts, rows = _rows(sink)
+    assert channels == ["f.a", "s.a"] and np.isfinite(rows).all()
+    n = len(ts)
+    fast_changes = int((np.diff(rows[:, 0]) != 0).sum())
+    slow_changes = int((np.diff(rows[:, 1]) != 0).sum())
+    assert fast_changes >= n - 3  # read every tick
+    assert n / 4 - 3 <= slow_changes <= n / 4 + 2  # one read in four ticks
+    # between its reads the slow channel repeats its last value: it never runs ahead of
+    # the fast one read at the same tick
+    assert np.all(rows[:, 1] <= rows[:, 0])
+
+
 def test_a_probe_that_needs_python_keeps_the_python_loop(tmp_path: Path) -> None:
     path = tmp_path / "kv"
     path.write_bytes(b"a 1\n")

@@ -234,3 +234,31 @@ def test_basic_detail_reads_fewer_files(make_cgroup) -> None:
         CgroupProbe(detail="everything")
     full.close()
     basic.close()
+
+
+def test_cpu_and_memory_in_use_every_tick_the_detail_every_second(make_cgroup) -> None:
+    root = _needs(_mounted("memory") or _mounted("v2"))
+    name = f"reveal-t-{uuid.uuid4().hex[:8]}"
+    make_cgroup(root, name)
+    if (cpu := _mounted("cpu")) is not None and cpu != root:
+        make_cgroup(cpu, name)
+
+    def files(plan: dict, key: str) -> set[str]:
+        return {Path(src.path).name for src in plan[key].sources} if key in plan else set()
+
+    plan = CgroupProbe(patterns=(name,)).plan()
+    assert plan["counts"].period_s == 0 and plan["detail"].period_s == 1.0
+    assert files(plan, "counts") <= {"cpu.stat", "cpu.pressure", "memory.current",
+                                     "cpuacct.usage", "memory.usage_in_bytes"}
+    assert "memory.stat" in files(plan, "detail")
+    assert files(plan, "counts") & {"memory.current", "memory.usage_in_bytes"}
+    every_tick = CgroupProbe(patterns=(name,), detail_period_s=0).plan()
+    assert every_tick["detail"].period_s == 0
+    probe = CgroupProbe(patterns=(name,))
+    probe.open()
+    parts = probe.native_parts()
+    if parts is not None:  # the C thread is told to read the detail once a second
+        assert sorted(p.period_s for p in parts) == [0.0, 1.0]
+    probe.close()
+    with pytest.raises(InputError, match="detail_period_s"):
+        CgroupProbe(detail_period_s=-1)

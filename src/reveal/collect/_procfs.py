@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import operator
+import time
 import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -543,10 +544,13 @@ class FileGroup:
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """What a :class:`FileGroup` reads: its sources and parse mode (compared on refresh)."""
+    """What a :class:`FileGroup` reads: its sources and parse mode (compared on refresh),
+    and ``period_s``: read every ``period_s`` seconds, its last values repeated on the
+    ticks between (0: every tick)."""
 
     sources: tuple[Source, ...]
     mode: str = "uint"
+    period_s: float = 0.0
 
 
 PartFactory = Callable[[], Part]
@@ -577,6 +581,9 @@ class FileProbe(Probe):
         self._parts: dict[str, Part] = {}
         self._specs: dict[str, PlanItem] = {}
         self._slices: list[tuple[Part, slice]] = []
+        #: parts read less often than every tick: their period (s), next read (monotonic
+        #: s) and last values, for the Python path (the C thread keeps its own)
+        self._slow: dict[int, tuple[float, float, np.ndarray]] = {}
         self.skipped: dict[str, str] = {}
 
     @abstractmethod
@@ -610,18 +617,39 @@ class FileProbe(Probe):
         self.skipped.pop(key, None)
         return part
 
+    def _period(self, key: str) -> float:
+        """Seconds between reads of part ``key`` (0: every tick): its spec's ``period_s``,
+        or the part's own ``period_s`` attribute."""
+        spec = self._specs.get(key)
+        if isinstance(spec, GroupSpec):
+            return spec.period_s
+        return float(getattr(self._parts.get(key), "period_s", 0.0))
+
     def _relayout(self) -> None:
         channels: list[str] = []
         self._slices = []
-        for part in self._parts.values():
+        self._slow = {}
+        for key, part in self._parts.items():
             start = len(channels)
             channels.extend(part.channels)
             self._slices.append((part, slice(start, len(channels))))
+            if self._period(key) > 0:
+                self._slow[id(part)] = (self._period(key), 0.0,
+                                        np.full(len(part.channels), np.nan))
         self.channels = channels
 
     def read(self, out: np.ndarray) -> None:
         for part, where in self._slices:
-            part.read(out[where])
+            slow = self._slow.get(id(part))
+            if slow is None:
+                part.read(out[where])
+                continue
+            period, due, held = slow
+            now = time.monotonic()
+            if now >= due:
+                part.read(held)
+                self._slow[id(part)] = (period, now + period, held)
+            out[where] = held
 
     def native_parts(self) -> list[NativePart] | None:
         parts = []
@@ -630,7 +658,9 @@ class FileProbe(Probe):
             reader = reader() if reader is not None else None
             if reader is None:
                 return None
-            parts.append(NativePart(reader, where.start, where.stop, part.read))
+            slow = self._slow.get(id(part))
+            parts.append(NativePart(reader, where.start, where.stop, part.read,
+                                    slow[0] if slow else 0.0))
         return parts
 
     def refresh(self) -> bool:

@@ -243,11 +243,12 @@ class NsState:
 
 
 class _Links:
-    """The ``net/dev`` part of one namespace (read every tick)."""
+    """The ``net/dev`` part of one namespace (read every ``period_s``, 0: every tick)."""
 
-    def __init__(self, group: NsGroup) -> None:
+    def __init__(self, group: NsGroup, period_s: float) -> None:
         self.group = group
         self.channels = group.channels
+        self.period_s = period_s
 
     def read(self, out: np.ndarray) -> None:
         self.group.read(out)
@@ -331,6 +332,8 @@ class NetnsProbe(FileProbe):
         "dev_fields": "net/dev fields per interface: default (8) or all (16) "
                       "(default: default)",
         "protocol_interval_s": "seconds between reads of the protocol counters (default: 1)",
+        "link_interval_s": "seconds between reads of net/dev, the last values repeated "
+                           "between; 0: every tick (default: 0)",
         "max_namespaces": "most namespaces read at once (default: 64)",
         "netns_dir": "where named namespaces are bind-mounted (default: /run/netns)",
         "skip_ifaces": "interfaces left out, shell patterns (default: none)",
@@ -341,6 +344,9 @@ class NetnsProbe(FileProbe):
         self.protocols = str(options.get("protocols", "default"))
         self.dev_fields = str(options.get("dev_fields", "default"))
         self.protocol_interval_s = float(options.get("protocol_interval_s", 1.0))
+        self.link_interval_s = float(options.get("link_interval_s", 0.0))
+        if not self.link_interval_s >= 0:
+            raise InputError("netns: link_interval_s must be 0 or more seconds")
         self.max_namespaces = int(options.get("max_namespaces", 64))
         self.netns_dir = str(options.get("netns_dir", _netns.NETNS_DIR))
         self.skip_ifaces = tuple(as_list(options.get("skip_ifaces", ())))
@@ -436,9 +442,8 @@ class NetnsProbe(FileProbe):
                 plan["protocols"] = self._protocols_part
             return plan
 
-    @staticmethod
-    def _links_factory(state: NsState) -> Callable[[], _Links]:
-        return lambda: _Links(state.groups["links"])
+    def _links_factory(self, state: NsState) -> Callable[[], _Links]:
+        return lambda: _Links(state.groups["links"], self.link_interval_s)
 
     def _protocols_part(self) -> _Protocols:
         self._protocols = _Protocols(self)

@@ -38,12 +38,15 @@ class NativePart:
     ``reader`` is a :class:`_procread.Plan`, a :class:`_procread.PerfGroups` or a float64
     array of values that change only at ``refresh()``; ``recover(out)`` is the Python read
     of the same slice, called when a Plan stopped fitting (it re-discovers the layout).
+    ``period_s`` > 0: read only every ``period_s`` seconds (rounded to whole ticks), the
+    last values repeated on the ticks between.
     """
 
     reader: Any
     start: int
     stop: int
     recover: Callable[[np.ndarray], None]
+    period_s: float = 0.0
 
 
 class Probe(ABC):

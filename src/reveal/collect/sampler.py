@@ -347,7 +347,8 @@ class Sampler:
             if parts is None:
                 return None
             for part in parts:
-                items.readers.append((part.reader, a + part.start))
+                every = max(1, round(part.period_s * 1e9 / self.interval_ns))
+                items.readers.append((part.reader, a + part.start, every))
                 items.recover.append((probe, part.recover, a + part.start, a + part.stop))
         return items
 
@@ -448,9 +449,10 @@ class Sampler:
 
 @dataclass
 class _NativeItems:
-    """The Ticker's items, ``(reader, offset in the row)``, and how to recover each."""
+    """The Ticker's items, ``(reader, offset in the row, read every N ticks)``, and how to
+    recover each."""
 
-    readers: list[tuple[object, int]] = field(default_factory=list)
+    readers: list[tuple[object, int, int]] = field(default_factory=list)
     recover: list[tuple[Probe, Callable[[np.ndarray], None], int, int]] = field(
         default_factory=list)
 

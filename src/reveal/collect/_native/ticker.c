@@ -194,6 +194,10 @@ typedef struct {
     Py_buffer view;     /* ITEM_CONST only */
     Py_ssize_t offset;  /* into the row */
     Py_ssize_t n;       /* values it fills */
+    int64_t every;      /* read on ticks k with k % every == phase; the others repeat them */
+    int64_t phase;
+    int64_t last_k;     /* the tick of its last read, -1 before the first */
+    double *held;       /* every > 1: the values of its last read */
 } Item;
 
 typedef struct {
@@ -228,22 +232,36 @@ static void free_items(Item *items, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (items[i].kind == ITEM_CONST && items[i].obj != NULL) PyBuffer_Release(&items[i].view);
         Py_XDECREF(items[i].obj);
+        PyMem_RawFree(items[i].held);
     }
     PyMem_RawFree(items);
 }
 
-/* Items from a Python list of (reader, offset); NULL + exception on error. */
+/* Items from a Python list of (reader, offset[, every]); NULL + exception on error. An item
+ * with every = N > 1 is read on one tick in N (items spread over the N phases in turn) and
+ * repeats its last values on the others. */
 static Item *parse_items(PyObject *seq, Py_ssize_t width, Py_ssize_t *nitems) {
-    PyObject *fast = PySequence_Fast(seq, "items: a sequence of (reader, offset)");
+    PyObject *fast = PySequence_Fast(seq, "items: a sequence of (reader, offset[, every])");
     if (fast == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     Item *items = PyMem_RawCalloc(n ? (size_t)n : 1, sizeof(Item));
     if (items == NULL) { Py_DECREF(fast); PyErr_NoMemory(); return NULL; }
+    int64_t spread = 0; /* phases handed out so far, over the items read one tick in N */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *reader;
         Py_ssize_t offset;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "On", &reader, &offset)) goto fail;
+        long long every = 1;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "On|L", &reader, &offset,
+                              &every))
+            goto fail;
+        if (every < 1) {
+            PyErr_Format(PyExc_ValueError, "item %zd: every must be >= 1", i);
+            goto fail;
+        }
         Item *it = &items[i];
+        it->every = every;
+        it->phase = every > 1 ? spread++ % every : 0;
+        it->last_k = -1;
         if (PyObject_TypeCheck(reader, procread_plan_type())) {
             it->kind = ITEM_PLAN;
             it->n = procread_plan_nout(reader);
@@ -266,6 +284,10 @@ static Item *parse_items(PyObject *seq, Py_ssize_t width, Py_ssize_t *nitems) {
         Py_INCREF(reader);
         it->obj = reader;
         it->offset = offset;
+        if (every > 1) {
+            it->held = PyMem_RawMalloc((it->n ? (size_t)it->n : 1) * sizeof(double));
+            if (it->held == NULL) { PyErr_NoMemory(); goto fail; }
+        }
         if (offset < 0 || offset + it->n > width) {
             PyErr_Format(PyExc_ValueError, "item %zd (%zd values at %zd) is outside the row "
                                            "of %zd", i, it->n, offset, width);
@@ -281,13 +303,19 @@ fail:
     return NULL;
 }
 
-/* One tick into ring row `slot` (lock held, GIL not needed). */
-static void take_tick(Ticker *t, Py_ssize_t slot, int64_t deadline, int64_t t0) {
+/* One tick (grid slot k) into ring row `slot` (lock held, GIL not needed). */
+static void take_tick(Ticker *t, Py_ssize_t slot, int64_t k, int64_t deadline, int64_t t0) {
     double *row = t->rows + slot * t->width;
     for (Py_ssize_t i = 0; i < t->width; i++) row[i] = NAN;
     for (Py_ssize_t i = 0; i < t->nitems; i++) {
         Item *it = &t->items[i];
         double *out = row + it->offset;
+        if (it->held != NULL && it->last_k >= 0 && k % it->every != it->phase &&
+            k - it->last_k < it->every) {
+            memcpy(out, it->held, (size_t)it->n * sizeof(double)); /* not its tick */
+            continue;
+        }
+        it->last_k = k;
         if (it->kind == ITEM_PLAN) {
             if (procread_plan_fill(it->obj, out) != 0) {
                 for (Py_ssize_t j = 0; j < it->n; j++) out[j] = NAN;
@@ -298,6 +326,7 @@ static void take_tick(Ticker *t, Py_ssize_t slot, int64_t deadline, int64_t t0) 
         } else {
             memcpy(out, it->view.buf, (size_t)it->n * sizeof(double));
         }
+        if (it->held != NULL) memcpy(it->held, out, (size_t)it->n * sizeof(double));
     }
     int64_t t1 = now_ns();
     t->ts[slot] = t0;
@@ -338,7 +367,7 @@ static void *ticker_main(void *arg) {
         if (slot_k > t->next_k) t->missed += slot_k - t->next_k;
         if (t->count < t->cap) {
             Py_ssize_t slot = (t->head + t->count) % t->cap;
-            take_tick(t, slot, deadline, t0);
+            take_tick(t, slot, slot_k, deadline, t0);
             t->missed_at[slot] = t->missed;
             t->count++;
         } else {
