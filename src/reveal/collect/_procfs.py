@@ -31,8 +31,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import operator
-import time
 import os
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
