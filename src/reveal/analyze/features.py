@@ -48,6 +48,9 @@ STATIC_KINDS = ("static",)
 
 # Values per block (windows × channels); keeps the block's temporaries in cache.
 BLOCK_VALUES = 16384
+#: Free memory goes back to the kernel after a computation over at least this many
+#: values (windows × samples × channels); smaller ones keep it for the next call.
+TRIM_AFTER_VALUES = 4_000_000
 
 
 @dataclass
@@ -247,6 +250,7 @@ def compute_features(
 
     workers = _n_workers(n_jobs)
     reuse_freed_memory()
+    large = n_win * n * len(channels) >= TRIM_AFTER_VALUES
     try:
         if workers <= 1 or len(tasks) <= 1 or n_win * n * len(channels) < 4 * BLOCK_VALUES:
             # little work (a few windows, scored live): threads would cost more than it
@@ -257,7 +261,8 @@ def compute_features(
                 for _ in pool.map(run, tasks):
                     pass
     finally:
-        release_freed_memory()
+        if large:  # a few windows scored live: their few MB are reused by the next call
+            release_freed_memory()
     return FeatureMatrix(values=out, channels=col_channels, features=col_features, windows=windows)
 
 
@@ -278,7 +283,9 @@ def _plan(
     for chans, cols, is_dyn in ((dyn, dyn_col0, True), (ev, ev_col, False)):
         if chans.size == 0 or n_win == 0:
             continue
-        cb = int(min(chans.size, 64))
+        # 64 channels at a time over many windows; with few windows (scored live) more
+        # channels per block, so that a call makes fewer, larger NumPy calls
+        cb = int(min(chans.size, max(64, BLOCK_VALUES // n_win)))
         wc = max(1, BLOCK_VALUES // cb)
         for c0 in range(0, chans.size, cb):
             for w0 in range(0, n_win, wc):
