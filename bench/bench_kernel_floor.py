@@ -35,8 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def collector_files() -> tuple[list[str], int]:
-    """Paths the default probes read every tick, and their channel count."""
+def collector_files(interval_s: float = 0.1) -> tuple[list[str], int]:
+    """The files the default probes read (``"PATH"`` every tick, ``"PATH\tN"`` one tick in
+    N, as the collector reads a part with a period), and their channel count."""
     from reveal.collect.runner import CollectOptions, Collector
 
     work = Path(tempfile.mkdtemp(prefix="reveal-floor-"))
@@ -46,15 +47,17 @@ def collector_files() -> tuple[list[str], int]:
         assert collector.sampler is not None
         paths: list[str] = []
         for probe in collector.sampler.probes:
-            for part in getattr(probe, "_parts", {}).values():
+            for key, part in getattr(probe, "_parts", {}).items():
+                every = max(1, round(probe._period(key) / interval_s))
+                suffix = f"\t{every}" if every > 1 else ""
                 part = getattr(part, "group", part)  # a part may wrap its file group
                 for handle, _ in getattr(part, "_live", []):
-                    paths.append(handle.path)
+                    paths.append(handle.path + suffix)
                 single = getattr(part, "_file", None)
                 reader = getattr(part, "native_reader", lambda: None)()
                 # a file read each tick by a C plan (a values array is copied, not read)
                 if single is not None and reader is not None and not hasattr(reader, "dtype"):
-                    paths.append(single.path)
+                    paths.append(single.path + suffix)
         return paths, len(collector.sampler.channels)
     finally:
         collector.close()
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if compiler is None:
         print("bench_kernel_floor: no C compiler (cc or gcc) found", file=sys.stderr)
         return 2
-    paths, channels = collector_files()
+    paths, channels = collector_files(args.interval)
     with tempfile.TemporaryDirectory(prefix="reveal-floor-") as tmp:
         binary = Path(tmp) / "kernel_floor"
         subprocess.run([compiler, "-O2", "-o", str(binary), str(ROOT / "bench/kernel_floor.c")],
@@ -201,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "kernel_floor", "started_unix": time.time(), "host": socket.gethostname(),
         "n_cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
         "interval_s": args.interval, "collector_channels": channels, **loop,
-        "per_tick_us": round(sum(v[0] for v in per_file.values()), 1),
-        "per_file": {k: {"us_per_read": v[0], "bytes": v[1]}
+        "per_tick_us": round(sum(v[0] / v[2] for v in per_file.values()), 1),
+        "per_file": {k: {"us_per_read": v[0], "bytes": v[1], "read_every_ticks": v[2]}
                      for k, v in sorted(per_file.items(), key=lambda kv: -kv[1][0])},
         "note": "pct_core is user+system of a loop that only preads the files every "
                 "interval: the floor under any collector of these sources on this host",

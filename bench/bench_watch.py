@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     receiver = Receiver()
     port = _free_port()
-    paths, channels = collector_files()
+    paths, channels = collector_files(args.interval)
     with tempfile.TemporaryDirectory(prefix="reveal-watch-bench-") as tmp:
         binary = Path(tmp) / "kernel_floor"
         subprocess.run([compiler, "-O2", "-o", str(binary), str(ROOT / "bench/kernel_floor.c")],

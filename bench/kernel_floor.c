@@ -6,7 +6,8 @@
  * each pread) and the loop's CPU as % of one core. Built and run by bench_kernel_floor.py.
  * A line "fd:N" names an inherited descriptor read with read() instead: a perf_event group
  * leader the caller opened (a group read returns every member's count, as the collector's
- * reads do).
+ * reads do). "PATH<TAB>N" reads PATH on one tick in N only, as the collector reads a part
+ * with a period (the files with a period take the N phases in turn).
  *
  *     kernel_floor SECONDS INTERVAL_MS < files.txt
  */
@@ -49,14 +50,24 @@ int main(int argc, char **argv) {
     static int fds[MAX_FILES];
     static long long spent[MAX_FILES];
     static long long bytes[MAX_FILES];
+    static long long every[MAX_FILES], phase[MAX_FILES], reads[MAX_FILES];
+    long long spread = 0;
     int n = 0;
     char line[512];
     while (n < MAX_FILES && fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\n")] = 0;
         if (!line[0]) continue;
+        char *tab = strchr(line, '\t');
+        long long k_every = 1;
+        if (tab) {
+            *tab = 0;
+            k_every = atoll(tab + 1) > 1 ? atoll(tab + 1) : 1;
+        }
         int fd = strncmp(line, "fd:", 3) == 0 ? atoi(line + 3) : open(line, O_RDONLY | O_CLOEXEC);
         if (fd < 0) continue;
         snprintf(names[n], sizeof names[n], "%s", line);
+        every[n] = k_every;
+        phase[n] = k_every > 1 ? spread++ % k_every : 0;
         fds[n++] = fd;
     }
     long long start = ns(CLOCK_MONOTONIC) + interval;
@@ -66,6 +77,8 @@ int main(int argc, char **argv) {
         struct timespec ts = {(time_t)(d / 1000000000LL), (long)(d % 1000000000LL)};
         clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
         for (int i = 0; i < n; i++) {
+            if (k % every[i] != phase[i]) continue;
+            reads[i]++;
             long long t0 = ns(CLOCK_THREAD_CPUTIME_ID);
             /* to end of file, as the collector reads: seq_file gives a page per read */
             ssize_t got = 0, n;
@@ -86,7 +99,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         printf("%s", i ? ", " : "");
         json_string(names[i]);
-        printf(": [%.1f, %lld]", ticks ? spent[i] / 1e3 / ticks : 0.0, bytes[i]);
+        printf(": [%.1f, %lld, %lld]", reads[i] ? spent[i] / 1e3 / reads[i] : 0.0, bytes[i],
+               every[i]);
     }
     printf("}}\n");
     return 0;
