@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest a fault runs without an alert")
     parser.add_argument("--resolve-after", default="5s")
     parser.add_argument("--interval", type=float, default=0.1)
-    parser.add_argument("--score-every", type=int, default=1, help="the watch's --score-every")
+    parser.add_argument("--score-every", type=int, default=5, help="the watch's --score-every")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/watch.json")
     args = parser.parse_args(argv)
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")

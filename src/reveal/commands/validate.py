@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "receives: detection, fault start → alert time, subsystem, "
                              "false alerts per hour")
     parser.add_argument("--score-every", type=int, default=None, metavar="N",
-                        help="with --live: the watch's --score-every (default 1)")
+                        help="with --live: the watch's --score-every (default 5)")
     parser.add_argument("--clean-seconds", type=float, default=None, metavar="S",
                         help="with --live: after the learn, run S seconds with no fault "
                              "first; its alert episodes and the watch's memory (RSS every "

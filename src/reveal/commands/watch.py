@@ -83,10 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep the data within 5 min of every alert this long (the "
                              "segments are copied to STATE/kept/ when their recording is "
                              "removed; default 30d)")
-    parser.add_argument("--score-every", type=int, default=1, metavar="N",
-                        help="score windows N at a time (every N strides): a scoring call "
-                             "costs about the same for one window as for ten, so N divides "
-                             "the CPU, and adds up to N-1 strides to the time to an alert")
+    parser.add_argument("--score-every", type=int, default=5, metavar="N",
+                        help="score windows N at a time (every N strides; default 5): a "
+                             "scoring call costs much the same for one window as for five, "
+                             "so N divides the CPU, and adds up to N-1 strides to the time "
+                             "to an alert (1: each window as it closes)")
     parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
                         help="multiply the model's threshold (tests and tuning: below 1 "
                              "flags more than `reveal analyze` would)")

@@ -207,7 +207,7 @@ def _clean_span(watch: subprocess.Popen[bytes], seconds: float, say: Say) -> Cle
 
 def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                       settle_s: float, workload: str | None = None,
-                      score_every: int = 1, clean_s: float = 0.0) -> LiveScenario:
+                      score_every: int = 5, clean_s: float = 0.0) -> LiveScenario:
     """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``,
     after ``clean_s`` with no fault (0: none)."""
     name = workload or default_workload(scenario.distributed)

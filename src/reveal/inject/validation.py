@@ -56,7 +56,7 @@ class SuiteOptions:
     seed: int = 0
     quick: bool = False
     workload: str | None = None
-    score_every: int = 1  # with --live: the watch scores this many windows per call
+    score_every: int = 5  # with --live: the watch scores this many windows per call
     clean_s: float = 0.0  # with --live: a span with no fault after the learn, seconds
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -103,7 +103,7 @@ class WatchOptions:
     webhook: str | None = None
     alertmanager: str | None = None
     threshold_factor: float = 1.0
-    score_every: int = 1
+    score_every: int = 5
     interval_s: float = 0.1
     include: list[str] | None = None
     exclude: list[str] | None = None
