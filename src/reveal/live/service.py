@@ -41,6 +41,7 @@ from reveal.collect.hostinfo import boot_id, wall_offset_ns
 from reveal.collect.runner import CollectOptions, Collector, Notify, stop_on_signals
 from reveal.errors import InputError
 from reveal.live.alerts import EpisodeTracker, Event
+from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import AlertmanagerSink, JsonLinesSink, Sink, WebhookSink
@@ -471,6 +472,8 @@ class Watch:
             learn_end)) + self.buffer.oldest)
         self.rehearsal = None
         self._use_model(model, origin=max(origin - 1, 0))
+        del tel
+        trim_heap()  # the fit's rows and features are freed: give their pages back
         for w in fitted.warnings:
             self.notify("info", f"model: {w}")
         self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
