@@ -328,3 +328,43 @@ def test_without_root_the_own_namespace_is_read_and_the_rest_said_once(
     assert report["channels"]  # the own namespace's qdiscs, read without privileges
     assert all("netns" not in parse_channel(c)[1] for c in report["channels"])
     assert report["finite"] == len(report["channels"])
+
+
+def _wakeups(tid: int) -> int:
+    """Voluntary context switches of thread ``tid`` of this process (one per wake-up)."""
+    status = Path(f"/proc/self/task/{tid}/status").read_text()
+    return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+
+
+def test_a_driven_probe_dumps_at_the_samplers_calls_and_its_thread_sleeps() -> None:
+    alone, driven = QdiscProbe(namespaces=False, poll_s=0.5), QdiscProbe(namespaces=False,
+                                                                         poll_s=0.5)
+    alone.open()
+    driven.open()
+    dumps: list[float] = []
+    real = driven._poll
+
+    def counted(recorded_only: bool = False) -> None:  # the real dump, counted
+        dumps.append(time.monotonic())
+        real(recorded_only)
+
+    driven._poll = counted  # type: ignore[method-assign]
+    try:
+        assert driven.drive()
+        time.sleep(0.3)  # out of the timed wait it was in
+        threads = {p: p._thread.native_id for p in (alone, driven)}  # type: ignore[union-attr]
+        before = {p: _wakeups(t) for p, t in threads.items()}
+        calls = 0
+        end = time.monotonic() + 2.6
+        while time.monotonic() < end:  # the sampler's wake-ups, every 0.25 s here
+            driven.poll()
+            calls += 1
+            time.sleep(0.25)
+        woke = {p: _wakeups(t) - before[p] for p, t in threads.items()}
+    finally:
+        alone.close()
+        driven.close()
+    assert woke[alone] >= 4  # its own timer: a wake-up every 0.5 s
+    assert woke[driven] <= 1  # asleep until an exit, an announcement or close
+    assert calls >= 9 and 4 <= len(dumps) <= 6  # a dump when due, not at every call
+    assert min(np.diff(dumps)) >= 0.4

@@ -43,7 +43,6 @@ import contextlib
 import fnmatch
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -367,6 +366,7 @@ class NetnsProbe(FileProbe):
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._exits: _netns.Exits | None = None
+        self._cadence = _netns.Cadence(self.protocol_interval_s)
         self.released_early = 0
 
     # -- discovery -----------------------------------------------------------------------
@@ -484,16 +484,39 @@ class NetnsProbe(FileProbe):
         _netns.forget_scan()  # a scan made before this probe existed may be a second old
         super().open()
         self._exits = _netns.Exits()
+        self._cadence = _netns.Cadence(self.protocol_interval_s)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-netns", daemon=True)
         self._thread.start()
 
+    def drive(self) -> bool:
+        """The sampler calls :meth:`poll` from now on; the thread only waits for exits."""
+        self._cadence.drive()
+        if self._exits is not None:
+            self._exits.wake()  # out of a timed wait
+        return True
+
+    def poll(self) -> None:
+        """The protocol read, when due (the sampler calls this about once a second)."""
+        if self._cadence.driven and self._cadence.due():
+            self._periodic()
+
+    def _periodic(self) -> None:
+        """Look at namespaces kept only by a bind mount; read every namespace's protocols."""
+        with self.lock:
+            unheld = {ino for ino, s in self.states.items() if not s.released and not s.holder}
+        if unheld:
+            self._settle(unheld)
+        with self.lock:
+            if self._protocols is not None:
+                self._protocols.poll()
+
     def _run(self) -> None:
-        """Every ``protocol_interval_s`` read the protocols; between, wait for a watched
-        process to exit and let go at once of a namespace that ended with it."""
+        """Wait for a watched process to exit and let go at once of a namespace that ended
+        with it; every ``protocol_interval_s`` read the protocols, unless the sampler drives
+        that (:meth:`poll`)."""
         _netns.name_thread("reveal-netns")
-        period = max(0.05, self.protocol_interval_s)
-        next_at = time.monotonic()
+        cadence = self._cadence
         exits = self._exits
         assert exits is not None
         while not self._stop.is_set():
@@ -504,26 +527,16 @@ class NetnsProbe(FileProbe):
                     exits.forget(key)
                 for ino, holder in live.items():
                     exits.watch(ino, holder)
-                fired = exits.wait(next_at - time.monotonic(), self._stop)
+                fired = exits.wait(cadence.timeout(), self._stop)
                 if self._stop.is_set():
                     break
-                due = time.monotonic() >= next_at
-                check = set(fired)
-                if due:  # namespaces kept only by a bind mount: looked at each period
-                    check |= {ino for ino, holder in live.items() if not holder}
-                if check:
-                    self._settle(check)
-                if due:
-                    with self.lock:
-                        if self._protocols is not None:
-                            self._protocols.poll()
-                    next_at += period
-                    now = time.monotonic()
-                    if next_at < now:
-                        next_at = now + period
+                if fired:
+                    self._settle(set(fired))
+                if not cadence.driven and cadence.due():
+                    self._periodic()
             except Exception as exc:  # keep going; say it once
                 self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
-                self._stop.wait(period)
+                self._stop.wait(cadence.period_s)
 
     def _settle(self, inodes: set[int]) -> None:
         """Check namespaces whose process exited; release those that ended."""

@@ -85,6 +85,15 @@ class Probe(ABC):
         its next drain instead of waiting for ``refresh_s``); asked about once a second."""
         return False
 
+    def drive(self) -> bool:
+        """Offer the probe's periodic work (reads slower than the tick, done on a thread of
+        its own) to the sampler, which then calls :meth:`poll` about once a second from its
+        own wake-ups; True when the probe takes the offer."""
+        return False
+
+    def poll(self) -> None:  # noqa: B027 (optional hook)
+        """Periodic work, when due (after :meth:`drive` returned True)."""
+
     def schedule(self, start_ns: int, interval_ns: int) -> None:  # noqa: B027 (optional hook)
         """The sampler's tick grid, ``start_ns + k * interval_ns`` (CLOCK_MONOTONIC ns),
         given before the first tick: a probe may prepare each tick's values on it."""

@@ -37,7 +37,6 @@ import contextlib
 import fnmatch
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -109,6 +108,7 @@ class QdiscProbe(Probe):
         self._stop = threading.Event()
         self._nsfs_dev: int | None = None
         self._exits: _netns.Exits | None = None
+        self._cadence = _netns.Cadence(self.poll_s)
         self.released_early = 0
         self._announced = False
 
@@ -222,8 +222,7 @@ class QdiscProbe(Probe):
         last process exited, and ask for a refresh as soon as the kernel announces a qdisc
         added, changed or deleted anywhere (:meth:`wants_refresh`)."""
         _netns.name_thread("reveal-qdisc")
-        period = max(0.05, self.poll_s)
-        next_at = time.monotonic() + period
+        cadence = self._cadence
         exits = self._exits
         assert exits is not None
         while not self._stop.is_set():
@@ -239,28 +238,20 @@ class QdiscProbe(Probe):
                     listening = {s.events.fileno(): _Announced(ino)
                                  for ino, s in self.spaces.items()
                                  if s.events is not None and not s.gone}
-                fired = exits.wait(next_at - time.monotonic(), self._stop, listening)
+                fired = exits.wait(cadence.timeout(), self._stop, listening)
                 if self._stop.is_set():
                     break
                 announced = [k.ino for k in fired if isinstance(k, _Announced)]
                 if announced:
                     self._heard(announced)
-                fired = [k for k in fired if not isinstance(k, _Announced)]
-                due = time.monotonic() >= next_at
-                check = set(fired)
-                if due:
-                    check |= {ino for ino, holder in live.items() if not holder}
-                if check:
-                    self._settle(check)
-                if due:
-                    self._poll(recorded_only=True)
-                    next_at += period
-                    now = time.monotonic()
-                    if next_at < now:
-                        next_at = now + period
+                exited = {k for k in fired if not isinstance(k, _Announced)}
+                if exited:
+                    self._settle(exited)
+                if not cadence.driven and cadence.due():
+                    self._periodic()
             except Exception as exc:  # keep polling; say it once
                 self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
-                self._stop.wait(period)
+                self._stop.wait(cadence.period_s)
 
     def _heard(self, inodes: list[int]) -> None:
         """Drain the announcements of namespaces ``inodes``; a qdisc that came, changed or
@@ -322,9 +313,34 @@ class QdiscProbe(Probe):
         self._poll()
         self._adopt()
         self._exits = _netns.Exits()
+        self._cadence = _netns.Cadence(self.poll_s)
+        self._cadence.due()  # just dumped
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-qdisc", daemon=True)
         self._thread.start()
+
+    def drive(self) -> bool:
+        """The sampler calls :meth:`poll` from now on; the thread only waits for exits
+        and the kernel's announcements."""
+        self._cadence.drive()
+        if self._exits is not None:
+            self._exits.wake()  # out of a timed wait
+        return True
+
+    def poll(self) -> None:
+        """The dump, when due (the sampler calls this about once a second)."""
+        if self._cadence.driven and self._cadence.due():
+            self._periodic()
+
+    def _periodic(self) -> None:
+        """Look at namespaces kept only by a bind mount; dump those holding recorded
+        qdiscs."""
+        with self.lock:
+            unheld = {ino for ino, s in self.spaces.items()
+                      if ino and not s.gone and not s.holder}
+        if unheld:
+            self._settle(unheld)
+        self._poll(recorded_only=True)
 
     def read(self, out: np.ndarray) -> None:
         out[:] = self.values

@@ -183,6 +183,7 @@ class Sampler:
         self.mode = "python"  # "native" while a C thread takes the ticks
         self.realtime = realtime
         self.realtime_granted: bool | None = None  # whether the C thread got SCHED_FIFO
+        self._driven: list[Probe] = []  # probes whose periodic work the sampler does
         self._build_layout()
 
     # -- layout ----------------------------------------------------------------------------
@@ -236,7 +237,14 @@ class Sampler:
             record["count"] = int(record["count"]) + 1  # type: ignore[call-overload]
 
     def _wanted(self) -> bool:
-        """Whether a probe asks for a refresh now (see :meth:`Probe.wants_refresh`)."""
+        """Let the driven probes do their periodic work (:meth:`Probe.poll`); then whether
+        a probe asks for a refresh now (see :meth:`Probe.wants_refresh`). About once a
+        second."""
+        for probe in self._driven:
+            try:
+                probe.poll()
+            except Exception as exc:
+                self._read_failed(probe, exc)
         wanted = False
         for probe in self.probes:
             try:
@@ -244,6 +252,16 @@ class Sampler:
             except Exception as exc:
                 self._read_failed(probe, exc)
         return wanted
+
+    def _drive(self) -> None:
+        """Take over the periodic work of the probes that offer it (:meth:`Probe.drive`)."""
+        self._driven = []
+        for probe in self.probes:
+            try:
+                if probe.drive():
+                    self._driven.append(probe)
+            except Exception as exc:
+                self._read_failed(probe, exc)
 
     def refresh(self, sink: RowSink) -> bool:
         """Ask every probe for new channels; rebuild the row and tell the sink on change."""
@@ -269,6 +287,7 @@ class Sampler:
             duration_s: float | None = None,
             after_tick: Callable[[int], None] | None = None) -> None:
         """Sample until ``should_stop()`` is true or ``duration_s`` of ticks were taken."""
+        self._drive()
         start = time.monotonic_ns()
         self.start_ns = start
         end = start + int(duration_s * 1e9) if duration_s is not None else None
