@@ -61,24 +61,28 @@ def test_the_clean_span_counts_its_own_alert_episodes_and_the_watch_memory() -> 
     alerts = [Alert(int(70 * S), "firing", "c1", "cpu", "CPU busy rose to <b>90 %</b>"),
               Alert(int(80 * S), "resolved", "c1", "cpu", ""),
               Alert(int(90 * S), "update", "c1", "cpu", ""),
-              Alert(int(250 * S), "firing", "c2", "storage", "after the span")]
+              Alert(int(450 * S), "firing", "c2", "storage", "after the span")]
     mib = 2**20
-    clean = CleanSpan(60 * S, 180 * S, [280 * mib, 290 * mib, 300 * mib, 285 * mib])
-    scenario = LiveScenario("single", "torch_train", [_episode(200, 210)], alerts, 60 * S,
-                            300 * S, clean=clean)
+    rss = [400 * mib] + [280 * mib] * 30 + [300 * mib, 285 * mib]  # the fit's memory first
+    clean = CleanSpan(60 * S, 380 * S, rss)
+    scenario = LiveScenario("single", "torch_train", [_episode(400, 410)], alerts, 60 * S,
+                            500 * S, clean=clean)
     span = score_live([scenario], settle_s=10.0)["clean_span"]
-    assert span["seconds"] == pytest.approx(120.0)
+    assert span["seconds"] == pytest.approx(320.0)
     assert span["alert_episodes"] == 1 and span["alerts"][0]["id"] == "c1"
     assert span["alerts"][0]["since_start_s"] == pytest.approx(10.0)
-    assert span["rss_bytes"]["growth"] == 5 * mib and span["rss_bytes"]["max"] == 300 * mib
+    r = span["rss_bytes"]
+    assert r["growth"] == -115 * mib and r["max"] == 400 * mib
+    assert r["settled_start"] == 280 * mib and r["settled_growth"] == 5 * mib
+    assert r["settled_max"] == 300 * mib
     result = {"host": "h", "started": "t", "elapsed_s": 1.0, "skipped": [],
               "settings": {"baseline_s": 600.0, "settle_s": 10.0},
               "summary": score_live([scenario], settle_s=10.0),
               "met": {k: None for k in ("recall", "median_alert_s", "p95_alert_s",
                                         "attribution_accuracy")}}
     text = render_live_markdown(result)
-    assert "2.0 min of the reference workload with no fault" in text
-    assert "**1 alert episode(s)**" in text and "growth +5.0 MiB" in text
+    assert "5.3 min of the reference workload with no fault" in text
+    assert "**1 alert episode(s)**" in text and "growth since 5 min: +5.0 MiB" in text
     assert "<b>" not in text  # a claim is escaped wherever shown
 
 

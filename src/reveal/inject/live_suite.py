@@ -57,6 +57,9 @@ LEARN_SLACK_S = 300.0
 QUIET_WAIT_S = 120.0
 #: How often the watch's resident memory is read during a clean span, seconds.
 RSS_EVERY_S = 10.0
+#: Memory growth over a clean span is judged from this long after its start (seconds):
+#: the first minutes still hold what the fit allocated.
+SETTLE_RSS_S = 300.0
 TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
            "attribution_accuracy": 0.90}
 
@@ -144,13 +147,18 @@ class CleanSpan:
         fired = [a for a in alerts if a.event == "firing"
                  and self.from_ns <= a.received_ns <= self.to_ns]
         rss = self.rss_bytes or [0]
+        # the first minutes still hold the fit's memory: flatness is judged after them
+        settled = rss[min(len(rss) - 1, int(SETTLE_RSS_S / RSS_EVERY_S)):]
         return {"seconds": round((self.to_ns - self.from_ns) / 1e9, 1),
                 "alert_episodes": len(fired),
                 "alerts": [{**a.to_dict(), "since_start_s": (a.received_ns - self.from_ns) / 1e9}
                            for a in fired],
                 "rss_bytes": {"start": rss[0], "end": rss[-1], "max": max(rss),
                               "growth": rss[-1] - rss[0], "every_s": RSS_EVERY_S,
-                              "samples": len(self.rss_bytes)}}
+                              "samples": len(self.rss_bytes),
+                              "settled_after_s": SETTLE_RSS_S, "settled_start": settled[0],
+                              "settled_max": max(settled),
+                              "settled_growth": settled[-1] - settled[0]}}
 
 
 def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str,
@@ -398,12 +406,17 @@ def render_live_markdown(result: dict[str, Any]) -> str:
               f"time ({'–' if rate is None else f'{rate:.1f}'} per hour) | | |"]
     if s.get("clean_span"):
         c = s["clean_span"]
-        mib = {k: c["rss_bytes"][k] / 2**20 for k in ("start", "end", "max", "growth")}
+        r = c["rss_bytes"]
+        mib = {k: r[k] / 2**20 for k in ("start", "end", "max", "settled_start",
+                                          "settled_max", "settled_growth")}
         lines += ["", "## Clean span", "",
                   f"{c['seconds'] / 60:.1f} min of the reference workload with no fault, after "
                   f"the learn: **{c['alert_episodes']} alert episode(s)**. The watch's resident "
-                  f"memory: {mib['start']:.0f} MiB at the start, {mib['end']:.0f} MiB at the "
-                  f"end (growth {mib['growth']:+.1f} MiB), at most {mib['max']:.0f} MiB."]
+                  f"memory: {mib['start']:.0f} MiB at the start (the fit just ended), "
+                  f"{mib['settled_start']:.0f} MiB {r['settled_after_s'] / 60:g} min in, "
+                  f"{mib['end']:.0f} MiB at the end (growth since {r['settled_after_s'] / 60:g} "
+                  f"min: {mib['settled_growth']:+.1f} MiB; at most {mib['settled_max']:.0f} MiB "
+                  f"after it, {mib['max']:.0f} MiB in all)."]
     misses = [v for v in s["episodes"] if not (v["detected"] and v["attribution_ok"])]
     if misses:
         lines += ["", "## Misses and misattributions", "",
