@@ -216,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "containers.json"))
-    parser.add_argument("--conditions", default=",".join(CONDITIONS),
-                        help="which conditions, comma-separated (default: all; 'bare' and "
-                             "'containers' are always run)")
+    parser.add_argument("--conditions", default=";".join(CONDITIONS),
+                        help="which conditions, separated by ';' (their names hold commas; "
+                             "default: all; 'bare' and 'containers' are always run)")
     args = parser.parse_args(argv)
-    chosen = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    chosen = [c.strip() for c in args.conditions.split(";") if c.strip()]
     unknown = [c for c in chosen if c not in CONDITIONS]
     if unknown:
         parser.error(f"unknown conditions {unknown}; known: {list(CONDITIONS)}")
