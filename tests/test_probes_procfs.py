@@ -7,6 +7,8 @@ plain reads taken just before and just after it) or an independent system interf
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import shutil
 import socket
@@ -182,10 +184,15 @@ def test_memory_probe_meminfo_and_vmstat() -> None:
     assert sum(c.startswith("mem.") for c in probe.channels) == len(meminfo_fields)
     vmstat_fields = Path("/proc/vmstat").read_text().split()[::2]
     assert sum(c.startswith("vmstat.") for c in probe.channels) == len(vmstat_fields)
-    block = bytearray(64 * 2**20)
-    block[:: page] = b"x" * len(block[:: page])  # fault in 64 MiB
+    # fault in 64 MiB of fresh pages (a new mapping: malloc could hand back memory this
+    # process already faulted in)
+    block = mmap.mmap(-1, 64 * 2**20)
+    with contextlib.suppress(AttributeError, OSError):
+        block.madvise(mmap.MADV_NOHUGEPAGE)  # one fault per page, whatever the THP setting
+    for at in range(0, len(block), page):
+        block[at] = 1
     second = read(probe)
-    del block
+    block.close()
     assert second["vmstat.pgfault"] - first["vmstat.pgfault"] >= 64 * 2**20 // page // 2
     assert_counters_monotonic(probe, first, second)
     assert all(np.isfinite(v) for v in second.values())
