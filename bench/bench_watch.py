@@ -47,6 +47,7 @@ from bench_kernel_floor import (  # noqa: E402 (beside this file)
     process_cpu_ns,
 )
 from reveal.inject.faults import FaultContext, make_fault  # noqa: E402
+from reveal.inject.live_suite import rss_bytes  # noqa: E402
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -65,17 +66,6 @@ def tree_pids(pid: int) -> list[int]:
 
 def tree_cpu_ns(pid: int) -> int:
     return sum(process_cpu_ns(p) for p in tree_pids(pid))
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 class Receiver:

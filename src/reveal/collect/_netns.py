@@ -326,6 +326,29 @@ class Cadence:
         return True
 
 
+class DrivenPeriodic:
+    """``drive`` and ``poll`` of a probe whose periodic work (``_periodic``) runs on its own
+    thread (waiting on ``_exits``) until the sampler drives it (see :class:`Cadence`)."""
+
+    _cadence: Cadence
+    _exits: Exits | None
+
+    def drive(self) -> bool:
+        """The sampler calls :meth:`poll` from now on; the thread only waits for events."""
+        self._cadence.drive()
+        if self._exits is not None:
+            self._exits.wake()  # out of a timed wait
+        return True
+
+    def poll(self) -> None:
+        """The periodic work, when due (the sampler calls this about once a second)."""
+        if self._cadence.driven and self._cadence.due():
+            self._periodic()
+
+    def _periodic(self) -> None:
+        raise NotImplementedError
+
+
 class Exits:
     """Wait for processes to exit: a pidfd per watched process (Linux 5.3+), polled
     together with a timeout, so a namespace's last process leaving is noticed at once and

@@ -319,7 +319,7 @@ class _Protocols:
 
 
 @register
-class NetnsProbe(FileProbe):
+class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
     """Interface and protocol counters of every other network namespace."""
 
     name = "netns"
@@ -488,18 +488,6 @@ class NetnsProbe(FileProbe):
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-netns", daemon=True)
         self._thread.start()
-
-    def drive(self) -> bool:
-        """The sampler calls :meth:`poll` from now on; the thread only waits for exits."""
-        self._cadence.drive()
-        if self._exits is not None:
-            self._exits.wake()  # out of a timed wait
-        return True
-
-    def poll(self) -> None:
-        """The protocol read, when due (the sampler calls this about once a second)."""
-        if self._cadence.driven and self._cadence.due():
-            self._periodic()
 
     def _periodic(self) -> None:
         """Look at namespaces kept only by a bind mount; read every namespace's protocols."""

@@ -74,7 +74,7 @@ class _Space:
 
 
 @register
-class QdiscProbe(Probe):
+class QdiscProbe(_netns.DrivenPeriodic, Probe):
     """Bytes, packets, drops, overlimits, requeues and backlog of every qdisc."""
 
     name = "qdisc"
@@ -318,19 +318,6 @@ class QdiscProbe(Probe):
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-qdisc", daemon=True)
         self._thread.start()
-
-    def drive(self) -> bool:
-        """The sampler calls :meth:`poll` from now on; the thread only waits for exits
-        and the kernel's announcements."""
-        self._cadence.drive()
-        if self._exits is not None:
-            self._exits.wake()  # out of a timed wait
-        return True
-
-    def poll(self) -> None:
-        """The dump, when due (the sampler calls this about once a second)."""
-        if self._cadence.driven and self._cadence.due():
-            self._periodic()
 
     def _periodic(self) -> None:
         """Look at namespaces kept only by a bind mount; dump those holding recorded

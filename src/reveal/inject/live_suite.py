@@ -182,7 +182,7 @@ def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) ->
                           f"(see {log})")
 
 
-def _rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int) -> int:
     """Resident memory of process ``pid`` (bytes); 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as handle:
@@ -196,7 +196,7 @@ def _rss_bytes(pid: int) -> int:
 
 def _clean_span(watch: subprocess.Popen[bytes], seconds: float, say: Say) -> CleanSpan:
     """``seconds`` with no fault, reading the watch's memory every :data:`RSS_EVERY_S`."""
-    span = CleanSpan(time.monotonic_ns(), 0, [_rss_bytes(watch.pid)])
+    span = CleanSpan(time.monotonic_ns(), 0, [rss_bytes(watch.pid)])
     end = time.monotonic() + seconds
     next_say = time.monotonic() + 300.0
     while (left := end - time.monotonic()) > 0:
@@ -204,7 +204,7 @@ def _clean_span(watch: subprocess.Popen[bytes], seconds: float, say: Say) -> Cle
         if watch.poll() is not None:
             raise RevealError(f"reveal watch exited with code {watch.returncode} during the "
                               f"clean span")
-        span.rss_bytes.append(_rss_bytes(watch.pid))
+        span.rss_bytes.append(rss_bytes(watch.pid))
         if time.monotonic() >= next_say:
             next_say += 300.0
             say(f"  clean span: {max(0.0, left) / 60:.0f} min left, watch RSS "
