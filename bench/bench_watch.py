@@ -45,6 +45,7 @@ from bench_kernel_floor import (  # noqa: E402 (beside this file)
     collector_files,
     perf_group_fds,
     process_cpu_ns,
+    thread_cpu_ns,
 )
 from reveal.inject.faults import FaultContext, make_fault  # noqa: E402
 from reveal.inject.live_suite import rss_bytes  # noqa: E402
@@ -189,12 +190,14 @@ def main(argv: list[str] | None = None) -> int:
             loop.stdin.close()
             time.sleep(2)
             rss = [rss_bytes(watch.pid)]
+            threads_before = thread_cpu_ns(watch.pid)
             before = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
             deadline = time.monotonic() + args.seconds
             while time.monotonic() < deadline:
                 time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
                 rss.append(rss_bytes(watch.pid))
             after = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
+            threads_after = thread_cpu_ns(watch.pid)
             loop.wait()
             wall = after[2] - before[2]
             watch_pct = 100 * (after[0] - before[0]) / 1e9 / wall
@@ -244,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                 watch.kill()
             if perf is not None:
                 perf.close()
+    by_thread: dict[str, float] = {}
+    for key, ns in threads_after.items():  # by thread name (Python threads share one)
+        name = key.split(":")[0]
+        spent = 100 * (ns - threads_before.get(key, 0)) / 1e9 / wall
+        by_thread[name] = round(by_thread.get(name, 0.0) + spent, 4)
     ordered = sorted(latencies)
     result = {
         "bench": "watch", "started_unix": time.time(), "host": socket.gethostname(),
@@ -251,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "collector_channels": channels, "learn": args.learn, "score_every": args.score_every,
         "window_s": round(wall, 1),
         "watch_pct_core": round(watch_pct, 3), "floor_pct_core": round(floor_pct, 3),
+        "watch_pct_core_by_thread": by_thread,
         "ratio_to_floor": round(watch_pct / floor_pct, 2) if floor_pct > 0 else None,
         "last_scoring_call_s": round(scoring_s, 4),
         "rss_bytes": {"start": rss[0], "end": rss[-1], "max": max(rss),
