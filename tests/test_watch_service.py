@@ -177,6 +177,8 @@ def test_watch_learns_exports_alerts_survives_sigkill_and_resolves(servers):
     try:
         wait_for("the model to be learned", lambda: "scoring" in watch.text(), 120)
         assert "learning a model" in watch.text()
+        maps = Path(f"/proc/{watch.proc.pid}/maps").read_text()
+        assert "/pandas/" not in maps and "/sklearn/" in maps  # left out; the rest loaded
         model = state / "model.reveal"
         learned = model.stat().st_mtime_ns
 

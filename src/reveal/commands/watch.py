@@ -109,9 +109,10 @@ def _notify(quiet: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.live.allocators import lean_allocators
+    from reveal.live.allocators import lean_allocators, leave_out_unused
 
     lean_allocators()  # a long-lived process: before the heavy imports and any thread
+    leave_out_unused()
     from reveal.collect.options import options_from_args as probe_options
     from reveal.live.exporter import parse_listen
     from reveal.live.service import Watch, WatchOptions, default_state_dir

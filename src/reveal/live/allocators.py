@@ -1,4 +1,5 @@
-"""Allocator settings for a process that runs for months: few malloc arenas, no jemalloc.
+"""Memory settings for a process that runs for months: few malloc arenas, no jemalloc,
+no library it never calls.
 
 glibc gives each thread that allocates its own arena (up to 8 per CPU), and memory freed
 in one arena is not reused by another: a ``watch`` with a tick thread, a drain thread,
@@ -10,6 +11,13 @@ default pool (jemalloc) keeps freed pages too. Measured with ``bench/bench_watch
 
 A fit allocates far more than scoring does (a 10-minute learn: the whole span's rows and
 their features); :func:`trim_heap` hands what it freed back to the kernel afterwards.
+
+scikit-learn imports pandas whenever it is installed (``sklearn.utils.fixes``), only to
+recognise DataFrames it is given; a watch gives it arrays. :func:`leave_out_unused` makes
+such optional imports fail in the watch's process (the importer then goes on without them,
+as it does where they are not installed): about 31 MB of Python objects and 33 MB of
+mapped libraries less, measured by importing everything the watch imports with and
+without it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import importlib.abc
 import os
 import sys
 
@@ -44,6 +53,33 @@ def lean_allocators(arenas: int = ARENAS) -> dict[str, bool]:
             pa.set_memory_pool(pa.system_memory_pool())
             done["arrow_system_pool"] = True
     return done
+
+
+#: Libraries that a watch's imports load only because they are installed, never calling
+#: them: each is imported by its users inside ``try/except ImportError``.
+UNUSED_BY_WATCH = ("pandas",)
+
+
+class _LeftOut(importlib.abc.MetaPathFinder):
+    """A finder that answers "not installed" for the names it holds."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (left out of this "
+                                      f"process)", name=fullname)
+
+
+def leave_out_unused(names: tuple[str, ...] = UNUSED_BY_WATCH) -> list[str]:
+    """Make ``import NAME`` raise ModuleNotFoundError in this process, as if it were not
+    installed, for each of ``names`` not yet imported; call before the heavy imports.
+    Returns the names left out."""
+    left_out = [name for name in names if name not in sys.modules]
+    if left_out:
+        sys.meta_path.insert(0, _LeftOut(set(left_out)))
+    return left_out
 
 
 def trim_heap() -> bool:

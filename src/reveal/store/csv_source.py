@@ -9,17 +9,22 @@ ISO 8601. Gzip-compressed files (``.csv.gz``) are read as they are.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from reveal.errors import InputError
 from reveal.frame import Telemetry
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _TIME_NAMES = ("ts_ns", "timestamp", "time", "ts")
 
 
 def _time_ns(column: pd.Series, name: str, path: Path) -> np.ndarray:
+    import pandas as pd  # only where CSV is read (a watch never imports it)
+
     if name == "ts_ns":
         return column.to_numpy(dtype=np.int64)
     if pd.api.types.is_numeric_dtype(column):
@@ -39,6 +44,8 @@ def _time_ns(column: pd.Series, name: str, path: Path) -> np.ndarray:
 
 def read_csv(path: str | Path, host: str | None = None) -> Telemetry:
     """Read a wide CSV into Telemetry (channels = the other column names)."""
+    import pandas as pd
+
     path = Path(path)
     try:
         frame = pd.read_csv(path)
