@@ -316,6 +316,36 @@ def test_collect_run_sees_a_namespace_and_a_cgroup_come_and_go(tmp_path: Path) -
     assert "netns" in json.dumps(meta)
 
 
+def test_a_namespace_made_mid_run_joins_within_seconds_with_a_long_refresh_period(
+        tmp_path: Path) -> None:
+    """``--refresh 120``: the namespace pair is found because its bind mounts and links are
+    heard (inotify on /run/netns, link announcements), not by the periodic refresh."""
+    run = tmp_path / "run"
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "reveal.cli", "collect", "--duration", "12", "--refresh",
+         "120", "--probes", "netns,qdisc,pressure", "--quiet", "--out", str(run)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    made: Pair | None = None
+    try:
+        time.sleep(4)
+        made = make_pair("join")
+        made_at = time.time()
+        _, err = collector.communicate(timeout=60)
+        assert collector.returncode == 0, err
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+            collector.wait()
+        if made is not None:
+            UNDO.pop(made.undo, run=True)  # type: ignore[attr-defined]
+    frame = read_run(run)
+    uid = made.ifa[3:7]
+    rx = frame.column(of(frame.channels, "net.rx_bytes", iface=f"rvn{uid}a"))
+    first = frame.wall_time_s()[np.isfinite(rx)]
+    assert len(first), "the namespace never joined (only the 120 s refresh would find it)"
+    assert first[0] - made_at < 3.0
+
+
 def made_uid(channels: list[str]) -> str:
     """The uid part of the veth name the collect test made (``rvn<uid>a``)."""
     for channel in channels:

@@ -32,6 +32,8 @@ from reveal.collect._procfs import pread_all
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
+#: Where Docker bind-mounts its containers' namespaces (watched for arrivals when present).
+DOCKER_NETNS_DIR = "/run/docker/netns"
 #: How long a scan is reused, seconds.
 SCAN_TTL_S = 1.0
 

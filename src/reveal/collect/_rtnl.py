@@ -8,11 +8,13 @@ packets, ``TCA_STATS_PKT64`` when packets passed 2^32; ``gnet_stats_queue``: bac
 packets and bytes, drops, requeues, overlimits), else from the older ``TCA_STATS``
 (``struct tc_stats``, no requeues).
 
-A socket made with ``groups=RTMGRP_TC`` also hears the kernel announce every qdisc added,
-changed or deleted in its namespace (``RTM_NEWQDISC``/``RTM_DELQDISC`` to the
-``RTNLGRP_TC`` listeners): :meth:`Rtnl.changed` drains those without blocking, so a new
-shaper is noticed within a poll instead of at the next full re-discovery, at no cost while
-nothing changes.
+A socket made with ``groups=RTMGRP_TC | RTMGRP_LINK`` also hears the kernel announce every
+qdisc added, changed or deleted in its namespace (``RTM_NEWQDISC``/``RTM_DELQDISC`` to the
+``RTNLGRP_TC`` listeners) and every interface added, removed or changed
+(``RTM_NEWLINK``/``RTM_DELLINK``, ``RTNLGRP_LINK``: registration, flags, carrier, MTU —
+not statistics): :meth:`Rtnl.changed` drains those without blocking, so a new shaper or a
+new container's veth is noticed within a poll instead of at the next full re-discovery, at
+no cost while nothing changes.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ import struct
 from dataclasses import dataclass
 
 NETLINK_ROUTE = 0
-RTM_NEWLINK, RTM_GETLINK = 16, 18
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
+RTMGRP_LINK = 0x1  # multicast group of interfaces added, removed or changed
 RTMGRP_TC = 0x8  # multicast group of qdisc and class changes
+#: announcements that change what there is to record
+_CHANGES = (RTM_NEWQDISC, RTM_DELQDISC, RTM_NEWLINK, RTM_DELLINK)
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 IFLA_IFNAME = 3
@@ -169,8 +174,9 @@ class Rtnl:
         return names
 
     def changed(self) -> bool:
-        """Drain announcements without blocking; True when a qdisc was added, changed or
-        deleted since the last call (or announcements were lost: the buffer overflowed)."""
+        """Drain announcements without blocking; True when a qdisc or an interface was
+        added, changed or deleted since the last call (or announcements were lost: the
+        buffer overflowed)."""
         changed = False
         while True:
             try:
@@ -187,7 +193,7 @@ class Rtnl:
                 length, kind, _, _, _ = _NLMSG.unpack_from(self._buf, offset)
                 if length < _NLMSG.size:
                     break
-                changed |= kind in (RTM_NEWQDISC, RTM_DELQDISC)
+                changed |= kind in _CHANGES
                 offset += (length + 3) & ~3
 
     def fileno(self) -> int:

@@ -48,6 +48,7 @@ import os
 from collections.abc import Callable
 from typing import ClassVar
 
+from reveal.collect._dirwatch import DirWatch
 from reveal.collect._procfs import (
     FileProbe,
     GroupSpec,
@@ -243,6 +244,9 @@ class CgroupProbe(FileProbe):
                            "and I/O pressure every this many seconds, their last values "
                            "repeated between; 0: every tick (default: 1; CPU usage, "
                            "throttling, CPU pressure and memory in use are read every tick)",
+        "watch_dirs": "hear cgroups made or removed at once (inotify on the directories "
+                      "listed), a refresh within a second instead of at the next periodic "
+                      "one (default: true)",
     }
     description = "per-cgroup CPU, throttling, memory, I/O, pressure (cgroup v2 and v1)"
 
@@ -264,6 +268,10 @@ class CgroupProbe(FileProbe):
         self.detail_period_s = float(options.get("detail_period_s", 1.0))
         if not self.detail_period_s >= 0:
             raise InputError("cgroup: detail_period_s must be 0 or more seconds")
+        #: the directories listed at discovery, watched for cgroups made or removed
+        self._listed: set[str] = set()
+        self.watch_dirs = bool(options.get("watch_dirs", True))
+        self._dirwatch: DirWatch | None = None  # made at the first discovery
 
     def hierarchies(self) -> list[tuple[str, str]]:
         """``[(kind, root directory)]`` of the cgroup hierarchies to read."""
@@ -280,8 +288,13 @@ class CgroupProbe(FileProbe):
     def discover(self, hierarchies: list[tuple[str, str]]) -> list[str]:
         """Relative cgroup paths to follow, in pattern priority order, capped."""
         seen: set[str] = set()
+        self._listed = set()
         for root in dict.fromkeys(r for _, r in hierarchies):
             self._walk(root, "", 1, seen)
+        if self.watch_dirs:
+            if self._dirwatch is None:
+                self._dirwatch = DirWatch()
+            self._dirwatch.watch(self._listed)
         chosen: list[str] = []
         taken: set[str] = set()
         for pattern in self.patterns:
@@ -295,10 +308,12 @@ class CgroupProbe(FileProbe):
     def _walk(self, root: str, rel: str, depth: int, seen: set[str]) -> None:
         if depth > self.max_depth:
             return
+        directory = f"{root}/{rel}" if rel else root
         try:
-            entries = list(os.scandir(f"{root}/{rel}" if rel else root))
+            entries = list(os.scandir(directory))
         except OSError:
             return
+        self._listed.add(directory)
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 path = f"{rel}/{entry.name}" if rel else entry.name
@@ -429,6 +444,18 @@ class CgroupProbe(FileProbe):
             raise ProbeUnavailable(self.reason)
         self.empty_ok = True  # containers may start later: refresh() picks them up
         super().open()
+        if self._dirwatch is not None and self._dirwatch.reason:
+            self.info["dirwatch"] = self._dirwatch.reason
         if not self.channels:
             self.reason = (f"no cgroup matches {list(self.patterns)[:4]} yet "
                            f"(hierarchies: {', '.join(k for k, _ in hierarchies)})")
+
+    def wants_refresh(self) -> bool:
+        """A cgroup was made or removed in a directory listed at the last discovery."""
+        return self._dirwatch is not None and self._dirwatch.changed()
+
+    def close(self) -> None:
+        super().close()
+        if self._dirwatch is not None:
+            self._dirwatch.close()
+            self._dirwatch = None

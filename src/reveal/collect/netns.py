@@ -50,7 +50,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from reveal.collect import _netns
-from reveal.collect._netns import Namespace, NsFile
+from reveal.collect._dirwatch import DirWatch
+from reveal.collect._netns import DOCKER_NETNS_DIR, Namespace, NsFile
 from reveal.collect._procfs import (
     FileProbe,
     Layout,
@@ -335,6 +336,9 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
                            "between; 0: every tick (default: 0)",
         "max_namespaces": "most namespaces read at once (default: 64)",
         "netns_dir": "where named namespaces are bind-mounted (default: /run/netns)",
+        "watch_dirs": "hear namespaces bind-mounted or removed in netns_dir (and Docker's "
+                      "/run/docker/netns) at once, a refresh within a second instead of at "
+                      "the next periodic one (default: true)",
         "skip_ifaces": "interfaces left out, shell patterns (default: none)",
     }
 
@@ -348,6 +352,8 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
             raise InputError("netns: link_interval_s must be 0 or more seconds")
         self.max_namespaces = int(options.get("max_namespaces", 64))
         self.netns_dir = str(options.get("netns_dir", _netns.NETNS_DIR))
+        self.watch_dirs = bool(options.get("watch_dirs", True))
+        self._dirwatch: DirWatch | None = None
         self.skip_ifaces = tuple(as_list(options.get("skip_ifaces", ())))
         if self.protocols not in ("default", "all", "none"):
             raise InputError(f"netns: protocols must be default, all or none, not "
@@ -488,6 +494,18 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-netns", daemon=True)
         self._thread.start()
+        if self.watch_dirs:
+            self._dirwatch = DirWatch()
+            self._dirwatch.watch([d for d in (self.netns_dir, DOCKER_NETNS_DIR)
+                                  if os.path.isdir(d)])
+
+    def wants_refresh(self) -> bool:
+        """A namespace was bind-mounted or removed in a watched directory (``ip netns add``,
+        a container runtime); the next scan looks afresh."""
+        if self._dirwatch is None or not self._dirwatch.changed():
+            return False
+        _netns.forget_scan()
+        return True
 
     def _periodic(self) -> None:
         """Look at namespaces kept only by a bind mount; read every namespace's protocols."""
@@ -552,6 +570,9 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         if self._exits is not None:
             self._exits.close()
             self._exits = None
+        if self._dirwatch is not None:
+            self._dirwatch.close()
+            self._dirwatch = None
         super().close()
         with self.lock:
             for state in self.states.values():

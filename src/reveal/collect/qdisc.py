@@ -24,9 +24,10 @@ array the C tick thread copies each tick, so between two reads a value repeats. 
 costs about 60 µs of CPU for two qdiscs; between refreshes only the namespaces holding
 recorded qdiscs are dumped, since new qdiscs join at the next ``refresh()`` anyway (which
 dumps every namespace); one that went away reads NaN until then. A refresh comes early when
-the kernel announces a qdisc added, changed or deleted (an ``RTNLGRP_TC`` listener per
-namespace, :meth:`QdiscProbe.wants_refresh`): a shaper or netem put on a link joins within a
-second, not at the next 10 s re-discovery. A namespace that
+the kernel announces a qdisc or an interface added, changed or deleted (an ``RTNLGRP_TC``
+and ``RTNLGRP_LINK`` listener per namespace, :meth:`QdiscProbe.wants_refresh`): a shaper or
+netem put on a link, or a new interface (a container's veth), joins within a second, not
+at the next periodic re-discovery (every probe is refreshed then). A namespace that
 ends is let go within a second (its socket would keep it alive). Without CAP_SYS_ADMIN only
 the collector's own namespace is read, and the reason says so once.
 """
@@ -43,7 +44,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from reveal.collect import _netns
-from reveal.collect._rtnl import RTMGRP_TC, STATS, Rtnl, open_rtnl, tc_handle, tc_parent
+from reveal.collect._rtnl import (
+    RTMGRP_LINK,
+    RTMGRP_TC,
+    STATS,
+    Rtnl,
+    open_rtnl,
+    tc_handle,
+    tc_parent,
+)
 from reveal.collect.netns import namespace_labels
 from reveal.collect.options import as_list
 from reveal.collect.probe import NativePart, Probe, register
@@ -269,8 +278,11 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
                     space.events = None
 
     def wants_refresh(self) -> bool:
-        """True once after the kernel announced a qdisc added, changed or deleted."""
+        """True once after the kernel announced a qdisc or an interface added, changed or
+        deleted (the next namespace scan then looks afresh)."""
         announced, self._announced = self._announced, False
+        if announced:
+            _netns.forget_scan()
         return announced
 
     def _channels_of(self, key: Key) -> list[str]:
@@ -370,7 +382,7 @@ def _sockets() -> tuple[Rtnl, Rtnl | None]:
     second None where multicast groups are refused: new qdiscs then join at a refresh)."""
     rtnl = open_rtnl()
     try:
-        return rtnl, open_rtnl(RTMGRP_TC)
+        return rtnl, open_rtnl(RTMGRP_TC | RTMGRP_LINK)
     except OSError:
         return rtnl, None
 

@@ -7,6 +7,9 @@ stands for the grid slot nearest its start: slots that passed unread (a late wak
 slow read) are skipped and counted, never replayed in a burst, and no two reads share a
 slot. Every ``refresh_s`` the probes re-discover their channels; when the set
 changes the row is rebuilt and the sink starts a new segment with the new schema. A probe
+that hears its sources change (a cgroup made, a namespace mounted, an interface or qdisc
+announced: :meth:`Probe.wants_refresh`, asked about once a second) brings the refresh
+forward, and a second one follows :data:`SETTLE_S` later. A probe
 whose ``read`` raises is reported once, its slice is NaN for that tick, and the others go
 on (node_exporter's manner).
 
@@ -49,6 +52,11 @@ REALTIME_PRIORITY = 1
 DRAIN_S = 1.0
 #: The Python tick loop asks the probes whether they want a refresh every this many ticks.
 WANTED_EVERY = 10
+#: After a refresh a probe asked for (a cgroup, namespace, interface or qdisc came or
+#: went), one more this many seconds later: a container is set up in several steps (its
+#: cgroup, its namespace, its links, its process moved in), and the last steps may come
+#: after the first refresh without an announcement of their own.
+SETTLE_S = 2.0
 
 
 def _quiet(level: str, message: str) -> None:
@@ -318,6 +326,7 @@ class Sampler:
         start = self.start_ns
         last_k = None if end is None else -(-(end - start) // interval) - 1
         next_refresh = clock() + self.refresh_ns
+        settle, settle_ns = False, round(SETTLE_S * 1e9)
         while True:
             deadline = start + k * interval
             if end is not None and deadline >= end:
@@ -350,8 +359,10 @@ class Sampler:
             lag.add((t0 - deadline) / 1e9)
             if slot % WANTED_EVERY == 0 and self._wanted():
                 next_refresh = t1
+                settle = True
             if t1 >= next_refresh:
-                next_refresh = t1 + self.refresh_ns
+                next_refresh = t1 + (settle_ns if settle else self.refresh_ns)
+                settle = False
                 self.refresh(sink)
             if after_tick is not None:
                 after_tick(t0)
@@ -384,6 +395,7 @@ class Sampler:
         self.mode = "native"
         buffers = _DrainBuffers(capacity, len(self._channels))
         next_refresh = start + self.refresh_ns
+        settle, settle_ns = False, round(SETTLE_S * 1e9)
         j = 1
         to_python = False
         try:
@@ -403,6 +415,7 @@ class Sampler:
                 now = time.monotonic_ns()
                 if self._wanted():
                     next_refresh = now
+                    settle = True
                 if not failed and now < next_refresh:
                     continue
                 ticker.hold()
@@ -411,7 +424,8 @@ class Sampler:
                     for i in failed:
                         self._recover(items, i)
                     if now >= next_refresh:
-                        next_refresh = now + self.refresh_ns
+                        next_refresh = now + (settle_ns if settle else self.refresh_ns)
+                        settle = False
                         self.refresh(sink)
                     fresh = self._native_items()
                     if fresh is None:  # a probe now needs Python each tick
