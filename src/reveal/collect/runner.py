@@ -119,7 +119,7 @@ class CollectOptions:
     exclude: list[str] | None = None
     segment_seconds: float = 300.0
     flush_seconds: float = 1.0
-    refresh_s: float = 10.0  # re-discovery of files and directories (new cgroups, sensors)
+    refresh_s: float = 30.0  # periodic re-discovery (new disks, sensors, unnamed namespaces)
     meta_every_s: float = 60.0
     progress_s: float = 5.0
     self_channels: bool = False

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 NAME = "collect"
-REFRESH_S = 10.0  # the collector's default (CollectOptions.refresh_s)
+REFRESH_S = 30.0  # the collector's default (CollectOptions.refresh_s)
 HELP = "Record this host's telemetry (every probe that works here) into a run directory."
 
 
@@ -33,8 +33,10 @@ def add_collect_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segment-seconds", type=float, default=300.0, metavar="SECONDS",
                         help="length of one Parquet segment")
     parser.add_argument("--refresh", type=float, default=REFRESH_S, metavar="SECONDS",
-                        help="how often probes look for new devices, cgroups and files; "
-                             "a channel that appears joins the run then")
+                        help="how often probes look again for new devices, sensors and "
+                             "namespaces; cgroups made, namespaces mounted in /run/netns and "
+                             "interfaces or qdiscs added are heard at once and join within a "
+                             "second or two; a channel that appears joins the run then")
     parser.add_argument("--self-channels", action="store_true",
                         help="also record the collector's own read latency, tick lag and "
                              "missed ticks as channels (reveal.*)")
