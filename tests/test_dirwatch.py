@@ -67,6 +67,24 @@ def test_a_removed_watched_directory_is_forgotten_without_error(tmp_path):
     watch.close()
 
 
+def test_a_directory_made_again_at_a_watched_path_is_watched_again(tmp_path):
+    """A container restarted under the same cgroup name: the new directory is another
+    directory, and what is made inside it must still be heard."""
+    parent, box = tmp_path, tmp_path / "box"
+    box.mkdir()
+    watch = DirWatch()
+    if not watch.supported:
+        pytest.skip(watch.reason)
+    watch.watch([str(parent), str(box)])
+    box.rmdir()
+    box.mkdir()
+    assert _changed_soon(watch)  # heard in the parent; the old watch's end is read too
+    watch.watch([str(parent), str(box)])  # the next discovery lists it again
+    (box / "inner").mkdir()
+    assert _changed_soon(watch)
+    watch.close()
+
+
 def _v1_cpu_root() -> Path:
     if os.geteuid() != 0:
         pytest.skip("needs root to create cgroups")

@@ -361,6 +361,9 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
                                 f"127.0.0.1:{port}", "--learn", "2m"), "cannot listen"))
     cases.append((run_watch("--state", str(tmp_path / "s4"), "--alertmanager", "ftp://x",
                             "--listen", "none"), "http://"))
+    cases.append((run_watch("--state", str(tmp_path / "s6"), "--learn", "10m",
+                            "--refit-every", "5m", "--listen", "none"),
+                  "shorter than --learn"))
     for proc, needle in cases:
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
@@ -380,6 +383,53 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
     assert first.returncode == 0
+
+
+def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
+    """``--refit-every``: a cgroup made after the learn is reported as unknown, recorded,
+    and part of the model once the watch learns again on a span with no flagged window."""
+    from reveal.collect.cgroup import cgroup_label, cgroup_mounts
+    from reveal.inject.naming import owned_name
+    from reveal.model import Reveal
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a cgroup")
+    mounts = dict(cgroup_mounts(Path("/proc/self/mountinfo").read_bytes()))
+    kind = next((k for k in ("cpu", "v2") if k in mounts and Path(mounts[k]).is_dir()), None)
+    if kind is None:
+        pytest.skip("no cpu or v2 cgroup hierarchy here")
+    root = Path(mounts[kind])
+    name = owned_name(f"refit-{os.urandom(3).hex()}")
+    state = tmp_path / "state"
+    args = ["--learn", "20s", "--allow-short-learn", "--refit-every", "20s", "--listen", "none",
+            "--probe-option", f"cgroup.patterns={name}"]
+    if kind != "cpu":
+        args += ["--probe-option", f"cgroup.cgroup_root={root}"]
+    watch = WatchProcess(state, args, tmp_path / "watch.log")
+    made = root / name
+    try:
+        wait_for("the model to be learned", lambda: "; scoring" in watch.text(), 120)
+        made.mkdir()
+        wait_for("the new cgroup reported as unknown to the model",
+                 lambda: "appeared that the model does not know" in watch.text(), 60)
+        wait_for("a refit", lambda: "model refitted" in watch.text(), 180)
+    finally:
+        watch.proc.send_signal(signal.SIGTERM)
+        watch.proc.wait(60)
+        for _ in range(50):
+            try:
+                made.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+    assert watch.proc.returncode == 0, watch.text()
+    info = json.loads((state / "watch.json").read_text())
+    assert info["generation"] >= 2
+    fitted = Reveal.load(state / "model.reveal").fitted_
+    label = cgroup_label(name)
+    assert any(f"cgroup={label}" in c for c in fitted.baseline_channels), watch.text()
 
 
 def test_systemd_unit_and_dashboard_are_printed(tmp_path):

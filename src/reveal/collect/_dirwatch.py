@@ -25,6 +25,7 @@ IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
 IN_DELETE = 0x00000200
 IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000  # the watch was removed (its directory went)
 IN_ONLYDIR = 0x01000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
@@ -123,11 +124,19 @@ class DirWatch:
                 return seen
             at = 0
             while at + 16 <= len(data):
+                wd = int.from_bytes(data[at:at + 4], sys.byteorder, signed=True)
                 mask = int.from_bytes(data[at + 4:at + 8], sys.byteorder)
                 length = int.from_bytes(data[at + 12:at + 16], sys.byteorder)
                 if mask & (self.mask | IN_Q_OVERFLOW) & ~IN_ONLYDIR:
                     seen = True
+                if mask & IN_IGNORED:  # a directory made again at that path needs a new one
+                    self._forget_wd(wd)
                 at += 16 + length
+
+    def _forget_wd(self, wd: int) -> None:
+        for path, known in list(self._wd.items()):
+            if known == wd:
+                del self._wd[path]
 
     def close(self) -> None:
         if self._fd >= 0:

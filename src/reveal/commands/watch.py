@@ -45,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "threshold; default 10m)")
     parser.add_argument("--relearn", action="store_true",
                         help="learn a new model even when the state directory holds one")
+    parser.add_argument("--refit-every", type=duration, default=0.0, metavar="DURATION",
+                        help="learn the model again this often from the latest --learn of "
+                             "data, once that span holds no flagged window and no alert is "
+                             "open (postponed until it does); channels that appeared since "
+                             "(a new container, NIC, disk) join then; 0: never (default 0: "
+                             "only --relearn does)")
     parser.add_argument("--allow-short-learn", action="store_true",
                         help="accept --learn down to 15s (tests; verdicts of such a model "
                              "flag ordinary variation)")
@@ -128,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     listen = None if args.listen.lower() == "none" else parse_listen(args.listen)
     options = WatchOptions(
-        state=state, learn_s=args.learn, relearn=args.relearn,
+        state=state, learn_s=args.learn, relearn=args.relearn, refit_every_s=args.refit_every,
         allow_short_learn=args.allow_short_learn, resolve_after_s=args.resolve_after,
         listen=listen, alerts_file=args.alerts_file, webhook=args.alert_webhook,
         alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,

@@ -96,6 +96,7 @@ class WatchOptions:
     state: Path
     learn_s: float = DEFAULT_LEARN_S
     relearn: bool = False
+    refit_every_s: float = 0.0  # learn again on the latest quiet learn_s (0: never)
     allow_short_learn: bool = False
     rehearse: bool = True  # score with a provisional model while learning (see _rehearse)
     resolve_after_s: float = 30.0
@@ -150,6 +151,11 @@ class Watch:
         self.tracker: EpisodeTracker | None = None
         self.last_window: LiveWindow | None = None
         self.counts = {"scored": 0, "flagged": 0}
+        #: monotonic ns: the end of the last window above the threshold, and when the
+        #: current model began to score (a refit learns only from a quiet span after both)
+        self.last_above_ns = 0
+        self.model_since_ns = 0
+        self.next_refit_s: float | None = None
         self.scoring_lag_s = 0.0
         self.scoring_s = 0.0
         self.unmodelled: list[str] = []
@@ -168,6 +174,11 @@ class Watch:
             raise InputError(f"--score-every must be at least 1, got {opts.score_every}")
         if not opts.resolve_after_s > 0:
             raise InputError(f"--resolve-after must be positive, got {opts.resolve_after_s}")
+        if not opts.refit_every_s >= 0:
+            raise InputError(f"--refit-every must be 0 or more, got {opts.refit_every_s:g}")
+        if 0 < opts.refit_every_s < opts.learn_s:
+            raise InputError(f"--refit-every {opts.refit_every_s:g}s is shorter than --learn "
+                             f"{opts.learn_s:g}s: a refit learns from the latest --learn")
         self._open_state()
         self._load_model()
         if self.model is None:
@@ -309,6 +320,9 @@ class Watch:
         self.scorer = LiveScorer(model, interval_s=self.options.interval_s, origin=origin,
                                  threshold_factor=self.options.threshold_factor)
         self.learning = False
+        self.model_since_ns = time.monotonic_ns()
+        if self.options.refit_every_s > 0:
+            self.next_refit_s = time.monotonic() + self.options.refit_every_s
 
     # -- run ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -392,12 +406,16 @@ class Watch:
             for w in windows:
                 self.counts["scored"] += 1
                 self.counts["flagged"] += int(w.flagged)
+                if w.above:
+                    self.last_above_ns = w.end_ns
                 self.tracker.observe(w)
             self.last_window = windows[-1]
             self.scoring_lag_s = max(0.0, time.monotonic_ns() - windows[-1].end_ns) / 1e9
             if now >= next_refresh:
                 next_refresh = now + AM_REFRESH_S
                 self._refresh_alertmanager()
+            if self.next_refit_s is not None and now >= self.next_refit_s:
+                self._maybe_refit(windows[-1].end_ns)
 
     def _rehearse(self) -> None:
         """While learning, score as the watch will once it has learned, verdicts dropped.
@@ -449,37 +467,77 @@ class Watch:
         learn_end = self.learn_start_ns + int(self.options.learn_s * 1e9)
         if first[0] < learn_end + int(2e9):  # wait for the journal to hold the span
             return
-        run = self.collector.run_dir
-        self.notify("info", f"fitting the model on {self.options.learn_s:g} s of {run}")
         t0 = time.monotonic()
-        with warnings.catch_warnings():  # the journal being written may end mid-record
-            warnings.simplefilter("ignore", UserWarning)
-            tel = read_run(run, start_ns=self.learn_start_ns, end_ns=learn_end)
-        model = Reveal().fit(tel)
-        path = model.save(self.state / MODEL_FILE)
-        self.generation += 1
-        self.learned_at = time.time()
-        write_json_atomic(self.state / WATCH_FILE, {
-            "generation": self.generation, "learned_at": self.learned_at,
-            "learned_from": str(run), "learn_s": self.options.learn_s,
-            "channels": len(model.fitted_.channels), "model": MODEL_FILE})
-        fitted = model.fitted_
-        # score from the first sample after the fit: the samples between the learning
-        # span's end and now hold the fit itself (a burst of CPU, allocations, huge-page
-        # faults), work of the watch that no window should be judged on
-        origin = max(self.buffer.total - 1, int(np.searchsorted(
-            self.buffer.read(self.buffer.oldest, self.buffer.total).timestamps_ns,
-            learn_end)) + self.buffer.oldest)
+        model, path = self._fit_span(self.learn_start_ns, learn_end)
         self.rehearsal = None
-        self._use_model(model, origin=max(origin - 1, 0))
-        del tel
-        trim_heap()  # the fit's rows and features are freed: give their pages back
+        self._adopt(model, learn_end)
+        fitted = model.fitted_
         for w in fitted.warnings:
             self.notify("info", f"model: {w}")
         self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
                             f"{path} (generation {self.generation}, {len(fitted.channels)} "
                             f"channels, {fitted.baseline_windows} windows, threshold "
                             f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
+
+    def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:
+        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns), save it as
+        the next generation; returns it and its path."""
+        assert self.collector is not None
+        run = self.collector.run_dir
+        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
+        with warnings.catch_warnings():  # the journal being written may end mid-record
+            warnings.simplefilter("ignore", UserWarning)
+            tel = read_run(run, start_ns=start_ns, end_ns=end_ns)
+        model = Reveal().fit(tel)
+        del tel
+        path = model.save(self.state / MODEL_FILE)
+        self.generation += 1
+        self.learned_at = time.time()
+        write_json_atomic(self.state / WATCH_FILE, {
+            "generation": self.generation, "learned_at": self.learned_at,
+            "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
+            "channels": len(model.fitted_.channels), "model": MODEL_FILE})
+        return model, path
+
+    def _adopt(self, model: Reveal, span_end_ns: int) -> None:
+        """Score with ``model`` from the first sample after the fit: the samples between
+        the fitted span's end and now hold the fit itself (a burst of CPU, allocations,
+        huge-page faults), work of the watch that no window should be judged on."""
+        assert self.buffer is not None
+        origin = max(self.buffer.total - 1, int(np.searchsorted(
+            self.buffer.read(self.buffer.oldest, self.buffer.total).timestamps_ns,
+            span_end_ns)) + self.buffer.oldest)
+        self._use_model(model, origin=max(origin - 1, 0))
+        self._layouts_seen = -1  # which channels are unmodelled now is asked again
+        self._reported = set()
+        trim_heap()  # the fit's rows and features are freed: give their pages back
+
+    def _maybe_refit(self, now_ns: int) -> None:
+        """Learn again from the latest ``learn_s`` once it holds no window above the
+        threshold, none of an earlier model's span, and no alert is open; else try
+        again a stride of ``resolve_after_s`` later."""
+        assert self.tracker is not None and self.collector is not None
+        opts = self.options
+        start_ns = now_ns - int(opts.learn_s * 1e9)
+        recorded_from = self.collector.sampler.start_ns if self.collector.sampler else 0
+        if (self.tracker.open() or start_ns <= max(self.last_above_ns, self.model_since_ns,
+                                                   recorded_from)):
+            self.next_refit_s = time.monotonic() + opts.resolve_after_s
+            return
+        before = len(self.model.fitted_.channels) if self.model is not None else 0
+        t0 = time.monotonic()
+        try:
+            model, path = self._fit_span(start_ns, now_ns)
+        except InputError as exc:  # e.g. the span's data is unreadable: keep the model
+            self.notify("warning", f"refit skipped ({exc}); the model in use is kept")
+            self.next_refit_s = time.monotonic() + opts.refit_every_s
+            return
+        self._adopt(model, now_ns)
+        fitted = model.fitted_
+        self.notify("info", f"model refitted in {time.monotonic() - t0:.1f} s on the latest "
+                            f"{opts.learn_s:g} s with no window flagged, saved to {path} "
+                            f"(generation {self.generation}, {len(fitted.channels)} channels, "
+                            f"{len(fitted.channels) - before:+d}); scoring")
 
     def _check_channels(self) -> None:
         assert self.buffer is not None and self.scorer is not None
