@@ -43,13 +43,15 @@ from reveal.errors import InputError
 from reveal.live.alerts import EpisodeTracker, Event
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
+from reveal.live.fitproc import fit_in_child
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import AlertmanagerSink, JsonLinesSink, Sink, WebhookSink
 from reveal.model import Reveal
 from reveal.store.layout import META_FILE, write_json_atomic
-from reveal.store.run_reader import read_run
 
 MODEL_FILE = "model.reveal"
+#: where the provisional model of the rehearsal is written by its fit, and removed
+PROVISIONAL_FILE = ".provisional.reveal"
 WATCH_FILE = "watch.json"
 ALERTS_FILE = "alerts.json"
 RUNS_DIR = "runs"
@@ -439,17 +441,21 @@ class Watch:
             return
         if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
             return
-        with warnings.catch_warnings():  # the journal being written may end mid-record
-            warnings.simplefilter("ignore", UserWarning)
-            tel = read_run(self.collector.run_dir, start_ns=self.learn_start_ns,
-                           end_ns=self.learn_start_ns + int(start_s * 1e9))
+        scratch = self.state / PROVISIONAL_FILE
         try:
-            provisional = Reveal().fit(tel)
+            fit_in_child(self.collector.run_dir, self.learn_start_ns,
+                         self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set)
+            provisional = Reveal.load(scratch)
+        except InterruptedError:
+            return
         except InputError as exc:  # too little data after all: learn without rehearsal
             self.notify("info", f"no rehearsal while learning: {exc}")
             self.rehearsal = None
             self.options = dataclasses.replace(self.options, rehearse=False)
             return
+        finally:
+            with contextlib.suppress(OSError):
+                scratch.unlink()
         self.rehearsal = LiveScorer(provisional, interval_s=self.options.interval_s,
                                     origin=max(buffer.total - 1, 0),
                                     threshold_factor=self.options.threshold_factor)
@@ -468,7 +474,10 @@ class Watch:
         if first[0] < learn_end + int(2e9):  # wait for the journal to hold the span
             return
         t0 = time.monotonic()
-        model, path = self._fit_span(self.learn_start_ns, learn_end)
+        try:
+            model, path = self._fit_span(self.learn_start_ns, learn_end)
+        except InterruptedError:  # stopping while it fitted: nothing learned
+            return
         self.rehearsal = None
         self._adopt(model, learn_end)
         fitted = model.fitted_
@@ -480,17 +489,14 @@ class Watch:
                             f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
 
     def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:
-        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns), save it as
-        the next generation; returns it and its path."""
+        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns) in a child
+        process (:mod:`reveal.live.fitproc`: the fit's memory never enters this one), saved
+        as the next generation; returns it and its path."""
         assert self.collector is not None
         run = self.collector.run_dir
         self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
-        with warnings.catch_warnings():  # the journal being written may end mid-record
-            warnings.simplefilter("ignore", UserWarning)
-            tel = read_run(run, start_ns=start_ns, end_ns=end_ns)
-        model = Reveal().fit(tel)
-        del tel
-        path = model.save(self.state / MODEL_FILE)
+        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set)
+        model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
         write_json_atomic(self.state / WATCH_FILE, {
@@ -528,6 +534,8 @@ class Watch:
         t0 = time.monotonic()
         try:
             model, path = self._fit_span(start_ns, now_ns)
+        except InterruptedError:
+            return
         except InputError as exc:  # e.g. the span's data is unreadable: keep the model
             self.notify("warning", f"refit skipped ({exc}); the model in use is kept")
             self.next_refit_s = time.monotonic() + opts.refit_every_s
