@@ -158,6 +158,7 @@ def test_buffer_joins_channel_layouts_and_tee_feeds_both():
     tee = TeeSink(writer, buffer)
     tee.append_block(np.array([1, 2], dtype=np.int64), np.array([[1.0, 2.0], [3.0, 4.0]]))
     tee.set_channels(["a", "c"])
+    assert buffer.layout_changes == 1 and buffer.layout_since == 2  # before its first row
     tee.append(3, np.array([5.0, 6.0]))
     tee.flush()
     assert writer.rows == 3 and writer.channels == ["a", "c"] and tee.stats == "writer stats"

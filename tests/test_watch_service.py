@@ -402,6 +402,7 @@ def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
     name = owned_name(f"refit-{os.urandom(3).hex()}")
     state = tmp_path / "state"
     args = ["--learn", "20s", "--allow-short-learn", "--refit-every", "20s", "--listen", "none",
+            "--threshold-factor", "1e6",  # nothing flagged: every span is quiet
             "--probe-option", f"cgroup.patterns={name}"]
     if kind != "cpu":
         args += ["--probe-option", f"cgroup.cgroup_root={root}"]

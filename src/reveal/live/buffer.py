@@ -65,6 +65,8 @@ class SampleBuffer:
         self._next = 0  # number of the next row put into a block
         self._held = 0  # rows in blocks
         self.layout_changes = 0
+        #: number of the first row received in the current layout
+        self.layout_since = 0
         self._cond = threading.Condition()
 
     # -- the row sink ------------------------------------------------------------------
@@ -93,6 +95,7 @@ class SampleBuffer:
             if list(channels) != self._channels:
                 self._channels = list(channels)
                 self.layout_changes += 1
+                self.layout_since = self._total
 
     def flush(self) -> None:
         """Make single rows received so far readable (the sampler flushes every drain)."""

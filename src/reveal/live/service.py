@@ -158,6 +158,7 @@ class Watch:
         self.last_above_ns = 0
         self.model_since_ns = 0
         self.next_refit_s: float | None = None
+        self._refit_waiting = False
         self.scoring_lag_s = 0.0
         self.scoring_s = 0.0
         self.unmodelled: list[str] = []
@@ -526,10 +527,23 @@ class Watch:
         opts = self.options
         start_ns = now_ns - int(opts.learn_s * 1e9)
         recorded_from = self.collector.sampler.start_ns if self.collector.sampler else 0
-        if (self.tracker.open() or start_ns <= max(self.last_above_ns, self.model_since_ns,
-                                                   recorded_from)):
+        if self.tracker.open():
+            why = "an alert is open"
+        elif start_ns <= self.last_above_ns:
+            why = (f"a window was above the threshold "
+                   f"{(now_ns - self.last_above_ns) / 1e9:.0f} s ago")
+        elif start_ns <= max(self.model_since_ns, recorded_from):
+            why = "the model in use has scored for less than --learn"
+        else:
+            why = ""
+        if why:
+            if not self._refit_waiting:
+                self.notify("info", f"refit postponed until the latest {opts.learn_s:g} s "
+                                    f"are quiet ({why})")
+            self._refit_waiting = True
             self.next_refit_s = time.monotonic() + opts.resolve_after_s
             return
+        self._refit_waiting = False
         before = len(self.model.fitted_.channels) if self.model is not None else 0
         t0 = time.monotonic()
         try:
@@ -550,11 +564,13 @@ class Watch:
     def _check_channels(self) -> None:
         assert self.buffer is not None and self.scorer is not None
         self._layouts_seen = self.buffer.layout_changes
-        total, oldest = self.buffer.total, self.buffer.oldest
-        if total - oldest < 2:
-            self._layouts_seen = -1
+        total = self.buffer.total
+        # only rows of the current layout: the layout changes before its first rows come
+        first = max(self.buffer.oldest, self.buffer.layout_since, total - 20)
+        if total - first < 2:
+            self._layouts_seen = -1  # asked again when rows have come
             return
-        tail = self.buffer.read(max(oldest, total - 20), total)
+        tail = self.buffer.read(first, total)
         self.unmodelled = self.scorer.unmodelled(tail)
         new = [c for c in self.unmodelled if c not in self._reported]
         if new:
