@@ -16,6 +16,7 @@ from reveal.collect._dirwatch import DirWatch
 from reveal.collect.cgroup import CgroupProbe, cgroup_label, cgroup_mounts
 from reveal.collect.sampler import MemorySink, Sampler
 from reveal.frame import parse_channel
+from runs import rmdir_patiently
 
 
 def _changed_soon(watch: DirWatch, seconds: float = 2.0) -> bool:
@@ -115,14 +116,7 @@ def test_a_cgroup_made_mid_run_joins_within_seconds_with_a_long_refresh_period()
         stop.set()
         runner.join(10)
         probe.close()
-        for _ in range(50):
-            try:
-                made.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.02)
+        rmdir_patiently(made)
     label = cgroup_label(name)
     joined = [ts[0] for channels, ts, _ in sink.parts if ts and any(
         parse_channel(c)[1].get("cgroup") == label for c in channels)]

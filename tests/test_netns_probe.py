@@ -37,6 +37,7 @@ from reveal.frame import parse_channel
 from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
 from reveal.store.run_reader import read_run
+from runs import collecting
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("setpriv") is None,
@@ -321,21 +322,14 @@ def test_a_namespace_made_mid_run_joins_within_seconds_with_a_long_refresh_perio
     """``--refresh 120``: the namespace pair is found because its bind mounts and links are
     heard (inotify on /run/netns, link announcements), not by the periodic refresh."""
     run = tmp_path / "run"
-    collector = subprocess.Popen(
-        [sys.executable, "-m", "reveal.cli", "collect", "--duration", "12", "--refresh",
-         "120", "--probes", "netns,qdisc,pressure", "--quiet", "--out", str(run)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     made: Pair | None = None
     try:
-        time.sleep(4)
-        made = make_pair("join")
-        made_at = time.time()
-        _, err = collector.communicate(timeout=60)
-        assert collector.returncode == 0, err
+        with collecting(run, "--duration", "12", "--refresh", "120", "--probes",
+                        "netns,qdisc,pressure"):
+            time.sleep(4)
+            made = make_pair("join")
+            made_at = time.time()
     finally:
-        if collector.poll() is None:
-            collector.kill()
-            collector.wait()
         if made is not None:
             UNDO.pop(made.undo, run=True)  # type: ignore[attr-defined]
     frame = read_run(run)

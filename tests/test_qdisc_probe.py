@@ -46,6 +46,7 @@ from reveal.frame import parse_channel
 from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
 from reveal.store.run_reader import read_run
+from runs import collecting
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
@@ -181,22 +182,6 @@ def of(channels: list[str], metric: str, **labels: str) -> str:
             and all(parse_channel(c)[1].get(k) == v for k, v in labels.items())]
     assert len(hits) == 1, (metric, labels, hits)
     return hits[0]
-
-
-@contextlib.contextmanager
-def collecting(out_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
-    """A real ``reveal collect`` into ``out_dir`` around the body; it must end well."""
-    collector = subprocess.Popen(
-        [sys.executable, "-m", "reveal.cli", "collect", "--quiet", "--out", str(out_dir),
-         *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        yield collector
-        _, err = collector.communicate(timeout=60)
-        assert collector.returncode == 0, err
-    finally:
-        if collector.poll() is None:
-            collector.kill()
-            collector.wait()
 
 
 @needs_root

@@ -391,6 +391,7 @@ def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
     from reveal.collect.cgroup import cgroup_label, cgroup_mounts
     from reveal.inject.naming import owned_name
     from reveal.model import Reveal
+    from runs import rmdir_patiently
 
     if os.geteuid() != 0:
         pytest.skip("needs root to create a cgroup")
@@ -417,14 +418,7 @@ def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
     finally:
         watch.proc.send_signal(signal.SIGTERM)
         watch.proc.wait(60)
-        for _ in range(50):
-            try:
-                made.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.05)
+        rmdir_patiently(made)
     assert watch.proc.returncode == 0, watch.text()
     info = json.loads((state / "watch.json").read_text())
     assert info["generation"] >= 2
