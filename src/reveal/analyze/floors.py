@@ -167,6 +167,8 @@ def feature_floors(column_channels: Sequence[str], column_features: Sequence[str
 
 
 SHAPE_FEATURES = ("skewness", "kurtosis", "autocorr_lag1", "adf_stat")
+#: relative margin above a std floor before a window counts as moving (rounding only)
+FLAT_RTOL = 1e-9
 
 
 def flat_shape_mask_plan(column_channels: Sequence[str], column_features: Sequence[str],
@@ -199,7 +201,10 @@ def blank_flat_shapes(values: np.ndarray,
     shape_cols, std_cols, thresholds = plan
     if shape_cols.size == 0 or values.shape[0] == 0:
         return 0
-    flat = ~(values[:, std_cols] > thresholds)  # NaN std counts as flat
+    # NaN std counts as flat; a std equal to its floor but for rounding (one event of a
+    # counter: the floor is that quantum's spread) is flat however the window's features
+    # were summed (one window scored live or many in a batch)
+    flat = ~(values[:, std_cols] > thresholds * (1.0 + FLAT_RTOL))
     block = values[:, shape_cols]
     block[flat] = np.nan
     values[:, shape_cols] = block

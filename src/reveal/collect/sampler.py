@@ -326,7 +326,7 @@ class Sampler:
         start = self.start_ns
         last_k = None if end is None else -(-(end - start) // interval) - 1
         next_refresh = clock() + self.refresh_ns
-        settle, settle_ns = False, round(SETTLE_S * 1e9)
+        settle, settle_ns = False, min(round(SETTLE_S * 1e9), self.refresh_ns)
         while True:
             deadline = start + k * interval
             if end is not None and deadline >= end:
@@ -395,7 +395,7 @@ class Sampler:
         self.mode = "native"
         buffers = _DrainBuffers(capacity, len(self._channels))
         next_refresh = start + self.refresh_ns
-        settle, settle_ns = False, round(SETTLE_S * 1e9)
+        settle, settle_ns = False, min(round(SETTLE_S * 1e9), self.refresh_ns)
         j = 1
         to_python = False
         try:
