@@ -38,6 +38,7 @@ from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
 from reveal.store.run_reader import read_run
 from runs import collecting
+from runs import rmdir_patiently as _rmdir
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("setpriv") is None,
@@ -225,17 +226,6 @@ def _cpu_root() -> tuple[Path, str]:
     pytest.skip("no cpu cgroup hierarchy")
 
 
-def _rmdir(path: Path) -> None:
-    for _ in range(100):
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.02)
-
-
 def test_collect_run_sees_a_namespace_and_a_cgroup_come_and_go(tmp_path: Path) -> None:
     """A real ``reveal collect``: a namespace pair and a Docker-shaped cgroup appear 3 s in,
     carry traffic, and are destroyed 9 s in; the run shows their channels with values
@@ -245,42 +235,35 @@ def test_collect_run_sees_a_namespace_and_a_cgroup_come_and_go(tmp_path: Path) -
     scope = parent / f"docker-{DOCKER_ID}.scope"
     run = tmp_path / "run"
     options = [] if kind == "cpu" else ["--probe-option", f"cgroup.cgroup_root={root}"]
-    collector = subprocess.Popen(
-        [sys.executable, "-m", "reveal.cli", "collect", "--duration", "18", "--refresh", "1",
-         "--probes", "netns,cgroup,pressure", "--quiet", "--out", str(run),
-         "--probe-option", f"cgroup.patterns={parent.name}/*",
-         "--probe-option", "netns.protocol_interval_s=0.5", *options],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     made: Pair | None = None
     holder = None
     sent = 400 * 1200
     try:
-        time.sleep(3)
-        t_make = time.time()
-        parent.mkdir()
-        scope.mkdir()
-        made = make_pair("run")
-        holder = inside(made.a, "sleep", "60")
-        wait_in_namespace(holder, made.a)
-        (scope / "cgroup.procs").write_text(str(holder.pid))
-        t_made = time.time()
-        time.sleep(2.5)  # found at a refresh (every second here)
-        send_udp(made.a, 400, 1200)
-        time.sleep(3.5)
-        t_kill = time.time()
-        holder.kill()
-        holder.wait()
-        UNDO.pop(made.undo, run=True)  # type: ignore[attr-defined]
-        made = None
-        _rmdir(scope)
-        _rmdir(parent)
-        t_gone = time.time()
-        _, err = collector.communicate(timeout=60)
-        assert collector.returncode == 0, err
+        with collecting(run, "--duration", "18", "--refresh", "1", "--probes",
+                        "netns,cgroup,pressure", "--probe-option",
+                        f"cgroup.patterns={parent.name}/*", "--probe-option",
+                        "netns.protocol_interval_s=0.5", *options):
+            time.sleep(3)
+            t_make = time.time()
+            parent.mkdir()
+            scope.mkdir()
+            made = make_pair("run")
+            holder = inside(made.a, "sleep", "60")
+            wait_in_namespace(holder, made.a)
+            (scope / "cgroup.procs").write_text(str(holder.pid))
+            t_made = time.time()
+            time.sleep(2.5)  # found at a refresh (every second here)
+            send_udp(made.a, 400, 1200)
+            time.sleep(3.5)
+            t_kill = time.time()
+            holder.kill()
+            holder.wait()
+            UNDO.pop(made.undo, run=True)  # type: ignore[attr-defined]
+            made = None
+            _rmdir(scope)
+            _rmdir(parent)
+            t_gone = time.time()
     finally:
-        if collector.poll() is None:
-            collector.kill()
-            collector.wait()
         if holder is not None:
             holder.kill()
             holder.wait()
