@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reveal.store._mapped import mapped_zeros
 from reveal.store.journal import MAGIC, frame, journal_arrays, read_journal
 from reveal.store.layout import JOURNAL_DIR, SEGMENTS_DIR, TIME_COLUMN, journal_path, segment_path
 
@@ -439,8 +440,8 @@ class SegmentWriter:
                                             np.zeros((n, len(channels))))
         self._channels = channels
         capacity = int(self.segment_ns // self.interval_ns) + 16
-        self._ts = np.zeros(capacity, dtype=np.int64)
-        self._block = np.empty((capacity, len(channels)), dtype=np.float64)
+        self._ts = mapped_zeros((capacity,), np.int64)
+        self._block = mapped_zeros((capacity, len(channels)), np.float64)
         self._count = 0
         self._flushed = 0
         self._journal_size = 0
@@ -472,8 +473,11 @@ class SegmentWriter:
 
     def _grow(self) -> None:
         """More rows than planned (a clock jump, a tiny interval): double the buffers."""
-        self._ts = np.concatenate([self._ts, np.zeros_like(self._ts)])
-        self._block = np.concatenate([self._block, np.empty_like(self._block)])
+        ts = mapped_zeros((2 * len(self._ts),), np.int64)
+        block = mapped_zeros((2 * len(self._block), self._block.shape[1]), np.float64)
+        ts[:len(self._ts)] = self._ts
+        block[:len(self._block)] = self._block
+        self._ts, self._block = ts, block
 
     def _write_schema(self) -> bool:
         """(Re)create the open journal with just its schema; False on a storage error."""
