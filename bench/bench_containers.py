@@ -6,9 +6,10 @@ inside (as a container has), traffic to every namespace (a host process sending 
 datagram of 1 KB to each, 50 times a second), and 50 cgroups (``rvinj-<pid>-bench-<i>`` in
 every v1 controller hierarchy and the v2 root), 20 of them holding a namespace's process.
 Condition ``bare``: none of that. Both run ``reveal collect`` with the default probes at
-100 ms (refresh 10 s); more conditions with the containers present tell the parts
+100 ms (the default refresh period); more conditions with the containers present tell the parts
 apart: the collector without the ``netns`` and ``qdisc`` probes, without the ``cgroup``
-probe, and with the namespaces' links read every 0.5 s (``--conditions`` picks). The
+probe, and with the namespaces' links or the cgroups' every-tick counters read every 0.5 s
+(``--conditions`` picks). The
 conditions take turns (the order rotated each repetition), each
 with a fresh collector, so all see the same host in the same minutes. CPU is utime+stime
 of the collector process (every thread, ended ones included) per wall second over
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from reveal.collect.cgroup import cgroup_mounts
+from reveal.collect.runner import CollectOptions
 from reveal.inject.cleanup import UNDO, install_signal_handlers
 from reveal.inject.naming import owned_name
 
@@ -161,6 +163,11 @@ CONDITIONS: dict[str, tuple[bool, list[str]]] = {
     "containers, without cgroup": (True, ["--exclude", "cgroup"]),
     "containers, namespace links every 0.5 s": (
         True, ["--probe-option", "netns.link_interval_s=0.5"]),
+    "containers, cgroup counters every 0.5 s": (
+        True, ["--probe-option", "cgroup.tick_period_s=0.5"]),
+    "containers, cgroup counters and namespace links every 0.5 s": (
+        True, ["--probe-option", "cgroup.tick_period_s=0.5",
+               "--probe-option", "netns.link_interval_s=0.5"]),
 }
 
 
@@ -270,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "bench_containers",
         "host": os.uname().nodename, "cpus": os.cpu_count(),
         "setup": {"namespaces": N_NAMESPACES, "cgroups": N_CGROUPS, "interval_s": 0.1,
-                  "refresh_s": 10, "traffic": "1 KB UDP datagram to each namespace 50 times a "
-                  "second", "warmup_s": args.warmup, "window_s": args.seconds,
+                  "refresh_s": CollectOptions.refresh_s,
+                  "traffic": "1 KB UDP datagram to each namespace 50 times a second",
+                  "warmup_s": args.warmup, "window_s": args.seconds,
                   "reps": args.reps, "order": "alternating, a fresh collector per window"},
         "summary": summary,
         "windows": results,

@@ -262,3 +262,19 @@ def test_cpu_and_memory_in_use_every_tick_the_detail_every_second(make_cgroup) -
     probe.close()
     with pytest.raises(InputError, match="detail_period_s"):
         CgroupProbe(detail_period_s=-1)
+
+
+def test_the_every_tick_counters_at_a_period_of_their_own(make_cgroup) -> None:
+    root = _needs(_mounted("memory") or _mounted("v2"))
+    name = f"reveal-t-{uuid.uuid4().hex[:8]}"
+    make_cgroup(root, name)
+    probe = CgroupProbe(patterns=(name,), tick_period_s=0.5)
+    plan = probe.plan()
+    assert plan["counts"].period_s == 0.5 and plan["detail"].period_s == 1.0
+    probe.open()
+    parts = probe.native_parts()
+    if parts is not None:  # the C thread is told to read them twice a second
+        assert sorted(p.period_s for p in parts) == [0.5, 1.0]
+    probe.close()
+    with pytest.raises(InputError, match="tick_period_s"):
+        CgroupProbe(tick_period_s=-0.1)

@@ -244,6 +244,9 @@ class CgroupProbe(FileProbe):
                            "and I/O pressure every this many seconds, their last values "
                            "repeated between; 0: every tick (default: 1; CPU usage, "
                            "throttling, CPU pressure and memory in use are read every tick)",
+        "tick_period_s": "read CPU usage, throttling, CPU pressure and memory in use every "
+                         "this many seconds, their last values repeated between; 0: every "
+                         "tick (default: 0)",
         "watch_dirs": "hear cgroups made or removed at once (inotify on the directories "
                       "listed), a refresh within a second instead of at the next periodic "
                       "one (default: true)",
@@ -268,6 +271,9 @@ class CgroupProbe(FileProbe):
         self.detail_period_s = float(options.get("detail_period_s", 1.0))
         if not self.detail_period_s >= 0:
             raise InputError("cgroup: detail_period_s must be 0 or more seconds")
+        self.tick_period_s = float(options.get("tick_period_s", 0.0))
+        if not self.tick_period_s >= 0:
+            raise InputError("cgroup: tick_period_s must be 0 or more seconds")
         #: the directories listed at discovery, watched for cgroups made or removed
         self._listed: set[str] = set()
         self.watch_dirs = bool(options.get("watch_dirs", True))
@@ -367,7 +373,7 @@ class CgroupProbe(FileProbe):
         slow = tuple(src for src in counts if src.path.rsplit("/", 1)[-1] not in EVERY_TICK)
         plan: dict[str, PlanItem] = {}
         if fast:
-            plan["counts"] = GroupSpec(fast)
+            plan["counts"] = GroupSpec(fast, period_s=self.tick_period_s)
         if slow:
             plan["detail"] = GroupSpec(slow, period_s=self.detail_period_s)
         if decimals:
