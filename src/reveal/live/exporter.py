@@ -199,8 +199,8 @@ class WatchCollector:
         yield gen
         age = GaugeMetricFamily("reveal_model_age_seconds", "Time since the model in use "
                                 "was learned")
-        if s.get("learned_at") is not None:
-            age.add_metric([], max(0.0, s["now"] - s["learned_at"]))
+        if s.get("model_age_s") is not None:
+            age.add_metric([], max(0.0, s["model_age_s"]))
         yield age
         learning = GaugeMetricFamily("reveal_learning", "1 while learning a model")
         learning.add_metric([], float(bool(s.get("learning"))))

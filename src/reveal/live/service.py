@@ -142,7 +142,9 @@ class Watch:
         self.model: Reveal | None = None
         self.scorer: LiveScorer | None = None
         self.generation = 0
-        self.learned_at: float | None = None
+        self.learned_at: float | None = None  # unix seconds, as written in watch.json
+        #: monotonic seconds at the learn (the model's age does not follow wall-clock steps)
+        self.learned_mono: float | None = None
         self.learning = False
         self.learn_start_ns: int | None = None
         self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
@@ -251,6 +253,7 @@ class Watch:
         self.model = model
         if self.learned_at is None:
             self.learned_at = path.stat().st_mtime
+        self.learned_mono = time.monotonic() - max(0.0, time.time() - self.learned_at)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.learned_at))
         self.notify("info", f"model loaded from {path} (generation {self.generation}, "
                             f"{len(fitted.channels)} channels, learned {when}); scoring")
@@ -500,6 +503,7 @@ class Watch:
         model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
+        self.learned_mono = time.monotonic()
         write_json_atomic(self.state / WATCH_FILE, {
             "generation": self.generation, "learned_at": self.learned_at,
             "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
@@ -699,6 +703,9 @@ class Watch:
             "sinks": list(self.sinks),
             "generation": self.generation,
             "learned_at": self.learned_at if self.model is not None else None,
+            "model_age_s": (time.monotonic() - self.learned_mono
+                            if self.model is not None and self.learned_mono is not None
+                            else None),
             "learning": self.learning,
             "learn_remaining_s": remaining,
             "model_channels": len(self.model.fitted_.channels) if self.model else 0,
