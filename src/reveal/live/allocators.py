@@ -11,6 +11,9 @@ default pool (jemalloc) keeps freed pages too. Measured with ``bench/bench_watch
 
 A fit allocates far more than scoring does (a 10-minute learn: the whole span's rows and
 their features); :func:`trim_heap` hands what it freed back to the kernel afterwards.
+Scoring keeps the memory it frees for its next call (``reuse_freed_memory``: no trim at
+the heap's top, blocks up to 32 MB from the heap), so the heap's free holes would only
+grow over hours; the watch trims it once a minute as well (a few ms).
 
 scikit-learn imports pandas whenever it is installed (``sklearn.utils.fixes``), only to
 recognise DataFrames it is given; a watch gives it arrays. :func:`leave_out_unused` makes
@@ -82,13 +85,27 @@ def leave_out_unused(names: tuple[str, ...] = UNUSED_BY_WATCH) -> list[str]:
     return left_out
 
 
-def trim_heap() -> bool:
-    """Collect garbage, then return the free memory of every malloc arena to the kernel
-    (glibc ``malloc_trim``); True where something was returned."""
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    if not name:
+_libc: ctypes.CDLL | None = None
+
+
+def _glibc() -> ctypes.CDLL | None:
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        with contextlib.suppress(OSError):
+            _libc = ctypes.CDLL(name) if name else None
+    return _libc
+
+
+def trim_heap(collect: bool = True) -> bool:
+    """Return the free memory of every malloc arena to the kernel (glibc
+    ``malloc_trim``), after a garbage collection when ``collect``; True where something
+    was returned."""
+    if collect:
+        gc.collect()
+    libc = _glibc()
+    if libc is None:
         return False
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        return bool(ctypes.CDLL(name).malloc_trim(0))
+    with contextlib.suppress(AttributeError):  # not glibc
+        return bool(libc.malloc_trim(0))
     return False

@@ -77,6 +77,9 @@ ABSOLUTE_MIN_LEARN_S = 15.0
 #: seconds of samples the buffer keeps (scoring may fall behind by this much, e.g. while
 #: a model is fitted, before windows are skipped)
 BUFFER_S = 180.0
+#: how often the heap's free memory is handed back to the kernel (seconds; see
+#: :mod:`reveal.live.allocators`)
+TRIM_EVERY_S = 60.0
 #: how often an active alert is sent again to Alertmanager (seconds)
 AM_REFRESH_S = 60.0
 #: how often old recordings are pruned (seconds)
@@ -388,9 +391,13 @@ class Watch:
         seen = 0
         next_refresh = time.monotonic() + AM_REFRESH_S
         next_retention = time.monotonic()
+        next_trim = time.monotonic() + TRIM_EVERY_S
         while not self._stop.is_set():
             seen = buffer.wait(seen, 0.5)
             now = time.monotonic()
+            if now >= next_trim:
+                next_trim = now + TRIM_EVERY_S
+                trim_heap(collect=False)
             if now >= next_retention:
                 next_retention = now + RETENTION_EVERY_S
                 self._retention()
