@@ -236,7 +236,7 @@ def test_basic_detail_reads_fewer_files(make_cgroup) -> None:
     basic.close()
 
 
-def test_cpu_and_memory_in_use_every_tick_the_detail_every_second(make_cgroup) -> None:
+def test_cpu_and_memory_in_use_twice_a_second_the_detail_every_second(make_cgroup) -> None:
     root = _needs(_mounted("memory") or _mounted("v2"))
     name = f"reveal-t-{uuid.uuid4().hex[:8]}"
     make_cgroup(root, name)
@@ -247,18 +247,18 @@ def test_cpu_and_memory_in_use_every_tick_the_detail_every_second(make_cgroup) -
         return {Path(src.path).name for src in plan[key].sources} if key in plan else set()
 
     plan = CgroupProbe(patterns=(name,)).plan()
-    assert plan["counts"].period_s == 0 and plan["detail"].period_s == 1.0
+    assert plan["counts"].period_s == 0.5 and plan["detail"].period_s == 1.0
     assert files(plan, "counts") <= {"cpu.stat", "cpu.pressure", "memory.current",
                                      "cpuacct.usage", "memory.usage_in_bytes"}
     assert "memory.stat" in files(plan, "detail")
     assert files(plan, "counts") & {"memory.current", "memory.usage_in_bytes"}
-    every_tick = CgroupProbe(patterns=(name,), detail_period_s=0).plan()
-    assert every_tick["detail"].period_s == 0
+    every_tick = CgroupProbe(patterns=(name,), detail_period_s=0, tick_period_s=0).plan()
+    assert every_tick["detail"].period_s == 0 and every_tick["counts"].period_s == 0
     probe = CgroupProbe(patterns=(name,))
     probe.open()
     parts = probe.native_parts()
-    if parts is not None:  # the C thread is told to read the detail once a second
-        assert sorted(p.period_s for p in parts) == [0.0, 1.0]
+    if parts is not None:  # the C thread is told to read them twice and once a second
+        assert sorted(p.period_s for p in parts) == [0.5, 1.0]
     probe.close()
     with pytest.raises(InputError, match="detail_period_s"):
         CgroupProbe(detail_period_s=-1)
@@ -268,13 +268,13 @@ def test_the_every_tick_counters_at_a_period_of_their_own(make_cgroup) -> None:
     root = _needs(_mounted("memory") or _mounted("v2"))
     name = f"reveal-t-{uuid.uuid4().hex[:8]}"
     make_cgroup(root, name)
-    probe = CgroupProbe(patterns=(name,), tick_period_s=0.5)
+    probe = CgroupProbe(patterns=(name,), tick_period_s=0.2)
     plan = probe.plan()
-    assert plan["counts"].period_s == 0.5 and plan["detail"].period_s == 1.0
+    assert plan["counts"].period_s == 0.2 and plan["detail"].period_s == 1.0
     probe.open()
     parts = probe.native_parts()
-    if parts is not None:  # the C thread is told to read them twice a second
-        assert sorted(p.period_s for p in parts) == [0.5, 1.0]
+    if parts is not None:  # the C thread is told to read them five times a second
+        assert sorted(p.period_s for p in parts) == [0.2, 1.0]
     probe.close()
     with pytest.raises(InputError, match="tick_period_s"):
         CgroupProbe(tick_period_s=-0.1)
