@@ -30,19 +30,26 @@ TRIM_THRESHOLD_BYTES = 1024 * 2**20
 _lock = threading.Lock()
 _libc: ctypes.CDLL | None = None
 _configured = False
+_glibc: ctypes.CDLL | None = None
+_glibc_looked = False
 
 
-def _load() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        libc = ctypes.CDLL(name)
-        libc.mallopt  # noqa: B018 - only glibc has it
-        libc.malloc_trim  # noqa: B018
-    except (OSError, AttributeError):
-        return None
-    return libc
+def glibc() -> ctypes.CDLL | None:
+    """This process's glibc (with ``mallopt`` and ``malloc_trim``), loaded once; None
+    elsewhere."""
+    global _glibc, _glibc_looked
+    if not _glibc_looked:
+        _glibc_looked = True
+        name = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(name) if name else None
+            if libc is not None:
+                libc.mallopt  # noqa: B018 - only glibc has it
+                libc.malloc_trim  # noqa: B018
+            _glibc = libc
+        except (OSError, AttributeError):
+            _glibc = None
+    return _glibc
 
 
 def reuse_freed_memory() -> bool:
@@ -55,7 +62,7 @@ def reuse_freed_memory() -> bool:
         if _configured:
             return _libc is not None
         _configured = True
-        _libc = _load()
+        _libc = glibc()
         if _libc is None:
             return False
         ok = _libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1

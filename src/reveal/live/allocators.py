@@ -26,12 +26,12 @@ without it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import importlib.abc
 import os
 import sys
+
+from reveal.analyze._feat_alloc import glibc
 
 _M_ARENA_MAX = -8
 ARENAS = 2
@@ -42,10 +42,9 @@ def lean_allocators(arenas: int = ARENAS) -> dict[str, bool]:
     buffers; call first thing, before heavy imports and threads. Returns what took
     effect."""
     done = {"arenas": False, "arrow_system_pool": False}
-    name = ctypes.util.find_library("c")
-    if name:
-        with contextlib.suppress(OSError, AttributeError):  # not glibc
-            done["arenas"] = ctypes.CDLL(name).mallopt(_M_ARENA_MAX, arenas) == 1
+    libc = glibc()
+    if libc is not None:
+        done["arenas"] = libc.mallopt(_M_ARENA_MAX, arenas) == 1
     if "pyarrow" not in sys.modules:  # read when Arrow first allocates
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
         done["arrow_system_pool"] = os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
@@ -85,27 +84,11 @@ def leave_out_unused(names: tuple[str, ...] = UNUSED_BY_WATCH) -> list[str]:
     return left_out
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def _glibc() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        with contextlib.suppress(OSError):
-            _libc = ctypes.CDLL(name) if name else None
-    return _libc
-
-
 def trim_heap(collect: bool = True) -> bool:
     """Return the free memory of every malloc arena to the kernel (glibc
     ``malloc_trim``), after a garbage collection when ``collect``; True where something
     was returned."""
     if collect:
         gc.collect()
-    libc = _glibc()
-    if libc is None:
-        return False
-    with contextlib.suppress(AttributeError):  # not glibc
-        return bool(libc.malloc_trim(0))
-    return False
+    libc = glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
