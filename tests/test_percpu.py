@@ -56,6 +56,29 @@ def test_window_busy_is_the_mean_over_each_window():
     np.testing.assert_allclose(busy, [[15, 0], [15, 60], [0, 90]])  # NaN counts as 0
 
 
+
+def test_tied_cpus_rank_the_same_in_a_window_read_alone_as_in_the_whole_run():
+    """Two CPUs saturated together tie in every window of that span. Their order must not
+    depend on what precedes the window (a live scorer reads only the window's rows): a
+    difference of whole-run cumulative sums rounds differently per CPU and swapped some."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 100, (400, 2))
+    x[200:260] = 100.0  # both saturated
+    ts = np.arange(400, dtype=np.int64) * 100_000_000
+    names = ["derived.cpu_busy_pct{cpu=0}", "derived.cpu_busy_pct{cpu=1}"]
+    whole = Telemetry("h", ts, x, names, {"interval_s": 0.1})
+    starts = np.arange(200, 231)
+    busy = window_busy(whole, starts, 30)[1]
+    np.testing.assert_array_equal(busy[:, 0], busy[:, 1])  # an exact tie
+    assert (cpu_order(busy) == [0, 1]).all()  # kept in CPU order
+    for s in starts:  # and bit for bit what the window alone gives
+        alone = window_busy(whole.slice_rows(s, s + 30), np.array([0]), 30)[1]
+        np.testing.assert_array_equal(alone[0], busy[s - 200])
+    # the trailing means of the sample ranking are the same kind of sums
+    order = sample_order(x, 0.1)
+    for s in (205, 230):
+        np.testing.assert_array_equal(sample_order(x[s - 9:s + 30], 0.1)[9:], order[s:s + 30])
+
 def _two_cpus(seconds: float, seed: int, swap_at: float | None = None,
               both_busy: tuple[float, float] | None = None,
               hops: tuple[float, ...] = ()) -> Telemetry:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.windows import Windows, make_windows, sampling_interval_s
+from reveal.analyze.windows import Windows, make_windows, sampling_interval_s, span_sums
 from reveal.config import WindowConfig
 from reveal.errors import InputError
 
@@ -112,3 +112,14 @@ def test_bad_timestamps_and_sizes() -> None:
         make_windows(ts, WindowConfig(size_rows=0))
     with pytest.raises(InputError):
         make_windows(ts, WindowConfig(), interval_s=-1.0)
+
+
+def test_span_sums_count_rows_outside_as_zero_and_do_not_depend_on_what_precedes():
+    x = np.arange(12, dtype=np.float64).reshape(6, 2)
+    np.testing.assert_array_equal(span_sums(x, np.array([-1, 0, 4]), 3),
+                                  [[0 + 2, 1 + 3], [0 + 2 + 4, 1 + 3 + 5], [8 + 10, 9 + 11]])
+    rng = np.random.default_rng(1)
+    y = np.vstack([rng.normal(0, 1e6, (100, 3)), rng.normal(0, 1, (30, 3))])
+    whole = span_sums(y, np.arange(100, 110), 20)
+    alone = span_sums(y[100:], np.arange(0, 10), 20)
+    np.testing.assert_array_equal(whole, alone)  # bit for bit

@@ -24,6 +24,7 @@ import numpy as np
 
 from reveal.analyze.attribute import ROBUST_Z_CAP
 from reveal.analyze.evidence import Reason, WindowEvidence
+from reveal.analyze.windows import span_sums
 from reveal.frame import Telemetry, channel_metric
 
 #: Baseline robust z (window means) a sign must exceed besides its least value.
@@ -75,13 +76,11 @@ def window_means(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
     samples, not time, a window holds the same samples whatever follows it (live or not)."""
     x = tel.values[:, cols]
     finite = np.isfinite(x)
-    total = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(np.where(finite, x, 0.0), axis=0)])
-    count = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(finite, axis=0)])
     lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
-    hi = np.minimum(lo + int(size), tel.n_samples)
-    n = count[hi] - count[lo]
+    total = span_sums(np.where(finite, x, 0.0), lo, int(size))  # the same bits, live or not
+    n = span_sums(finite.astype(np.float64), lo, int(size))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, (total[hi] - total[lo]) / np.where(n > 0, n, 1.0), np.nan)
+        return np.where(n > 0, total / np.where(n > 0, n, 1.0), np.nan)
 
 
 def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,

@@ -30,6 +30,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from reveal.analyze.windows import span_sums
 from reveal.frame import Telemetry, format_channel, parse_channel
 
 RANK_PREFIX = "r"
@@ -47,14 +48,17 @@ def _cpu_of(channel: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], str]
 
 
 def window_busy(tel: Telemetry, starts: np.ndarray, size: int) -> tuple[list[str], np.ndarray]:
-    """CPU numbers and their mean busy % over each window (W, n_cpus); NaN counts as 0."""
+    """CPU numbers and their mean busy % over each window (W, n_cpus); NaN counts as 0.
+
+    A window's mean is the same to the last bit whatever precedes it
+    (:func:`~reveal.analyze.windows.span_sums`): a live scorer that reads only a window's
+    rows ranks tied CPUs (two saturated ones) as the whole run's analysis does.
+    """
     cpus, cols = _busy_columns(tel.channels)
     if len(cols) < 2 or len(starts) == 0:
         return cpus, np.zeros((len(starts), len(cols)))
     x = np.nan_to_num(tel.values[:, cols], nan=0.0)
-    c = np.vstack([np.zeros((1, len(cols))), np.cumsum(x, axis=0)])
-    starts = np.asarray(starts, dtype=np.int64)
-    return cpus, (c[starts + size] - c[starts]) / size
+    return cpus, span_sums(x, starts, size) / size
 
 
 def _busy_columns(channels: list[str]) -> tuple[list[str], list[int]]:
@@ -89,10 +93,9 @@ def sample_order(busy: np.ndarray, interval_s: float) -> np.ndarray:
     if x.shape[0] == 0:
         return np.zeros(x.shape, dtype=np.intp)
     k = max(1, round(TIE_BREAK_S / interval_s)) if interval_s > 0 else 1
-    c = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
     hi = np.arange(1, x.shape[0] + 1)
     lo = np.maximum(hi - k, 0)
-    trailing = (c[hi] - c[lo]) / (hi - lo)[:, None]
+    trailing = span_sums(x, hi - k, k) / (hi - lo)[:, None]
     # lexicographic (sample busy, trailing mean) via a composite key: the trailing mean
     # (0..100 %) is scaled below the smallest step of a sample's busy % that matters
     key = np.round(x, 6) + trailing * 1e-4

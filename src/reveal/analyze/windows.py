@@ -53,6 +53,25 @@ class Windows:
         return len(self.start)
 
 
+def span_sums(x: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray:
+    """``x[s:s + size].sum(axis=0)`` for every ``s`` of ``starts`` (W, columns); rows
+    outside ``x`` count as 0. The rows of a span are added one by one in order, so a sum
+    is bit for bit the same wherever its rows sit in ``x`` (a difference of cumulative sums
+    is not: it rounds by what precedes the rows). A live scorer that reads only a window's
+    rows therefore gets the whole run's sums, ties included. Vectorised over spans ×
+    columns; the loop runs over the ``size`` rows of a span."""
+    starts = np.asarray(starts, dtype=np.int64)
+    acc = np.zeros((len(starts), x.shape[1]))
+    for j in range(size):
+        rows = starts + j
+        ok = (rows >= 0) & (rows < x.shape[0])
+        if ok.all():
+            acc += x[rows]
+        elif ok.any():
+            acc[ok] += x[rows[ok]]
+    return acc
+
+
 def sampling_interval_s(timestamps_ns: np.ndarray) -> float:
     """Median step between consecutive timestamps, in seconds (robust to gaps)."""
     ts = np.asarray(timestamps_ns, dtype=np.int64)
