@@ -7,7 +7,8 @@ scores:
    process tree (every thread of it and of its children, schedstat) beside
    ``bench/kernel_floor.c`` — the loop that only reads the collector's sources every tick,
    the kernel's floor (see ``bench_kernel_floor.py``) — run at the same time, and their
-   ratio; the watch's RSS at the start and end of the window and its peak.
+   ratio; the watch's RSS every 5 s: start, end, peak, growth (also from 5 minutes in),
+   and each minute's peak.
 2. **Fault → alert latency.** ``--faults`` times: wait until no episode is open, begin the
    next of the validation suite's host faults (``--fault-kinds``, in turn: CPU contention,
    memory pressure, a writeback storm, a disk burst, at ``--intensity``; the same
@@ -17,6 +18,7 @@ scores:
 
     python bench/bench_watch.py                        # → bench/results/watch.json
     python bench/bench_watch.py --seconds 60 --faults 3 --learn 90s --out /tmp/watch.json
+    python bench/bench_watch.py --seconds 3600 --out bench/results/watch_hour.json  # an hour
 """
 
 from __future__ import annotations
@@ -123,6 +125,24 @@ class Scraper(threading.Thread):
         return metric_value(self.text, name)
 
 
+RSS_EVERY_S = 5.0  # the watch's RSS is read this often in the steady window
+RSS_SETTLE_S = 300.0  # growth is also given from this far into the window on
+
+
+def rss_summary(rss: list[int], every_s: float) -> dict[str, Any]:
+    """The watch's RSS (bytes) in the steady window: start, end, peak and growth; growth
+    and peak again from :data:`RSS_SETTLE_S` on (after the first segments are written and
+    the heap has taken its working size); and the peak of every minute, to show a trend."""
+    per_minute = max(1, round(60.0 / every_s))
+    settled = rss[min(len(rss) - 1, round(RSS_SETTLE_S / every_s)):]
+    return {"every_s": every_s, "start": rss[0], "end": rss[-1], "max": max(rss),
+            "growth": rss[-1] - rss[0],
+            "settled_after_s": RSS_SETTLE_S, "settled_start": settled[0],
+            "settled_max": max(settled), "settled_growth": settled[-1] - settled[0],
+            "max_per_minute": [max(rss[i:i + per_minute])
+                               for i in range(0, len(rss), per_minute)]}
+
+
 def wait(check, timeout: float, every: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -194,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             before = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
             deadline = time.monotonic() + args.seconds
             while time.monotonic() < deadline:
-                time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+                time.sleep(min(RSS_EVERY_S, max(0.0, deadline - time.monotonic())))
                 rss.append(rss_bytes(watch.pid))
             after = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
             threads_after = thread_cpu_ns(watch.pid)
@@ -262,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "watch_pct_core_by_thread": by_thread,
         "ratio_to_floor": round(watch_pct / floor_pct, 2) if floor_pct > 0 else None,
         "last_scoring_call_s": round(scoring_s, 4),
-        "rss_bytes": {"start": rss[0], "end": rss[-1], "max": max(rss),
-                      "growth": rss[-1] - rss[0]},
+        "rss_bytes": rss_summary(rss, RSS_EVERY_S),
         "fault_to_alert_s": {
             "faults": args.faults, "alerted": len(latencies), "missed": missed,
             "not_started_episode_open": not_quiet,
