@@ -71,9 +71,6 @@ def rehearsal_start_s(learn_s: float) -> float | None:
     the span, at least :data:`RECOMMENDED_LEARN_S`, with at least that much left after."""
     start = max(RECOMMENDED_LEARN_S, learn_s / 3.0)
     return start if learn_s - start >= RECOMMENDED_LEARN_S else None
-#: seconds after a provisional fit that are left out of the learn with it (its aftermath:
-#: freed memory handed back, the model loaded; about one window)
-OWN_FIT_AFTERMATH_S = 3.0
 #: the least learning span at all (``--allow-short-learn``): enough windows to fit the
 #: detectors (the ensemble's minimum of 10) with some margin
 ABSOLUTE_MIN_LEARN_S = 15.0
@@ -154,8 +151,6 @@ class Watch:
         self.learning = False
         self.learn_start_ns: int | None = None
         self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
-        #: [from, to) monotonic ns of the watch's own fits while learning (left out of it)
-        self.own_fits: list[tuple[int, int]] = []
         self.sinks: list[Sink] = []
         self.collector: Collector | None = None
         self.buffer: SampleBuffer | None = None
@@ -458,7 +453,6 @@ class Watch:
         if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
             return
         scratch = self.state / PROVISIONAL_FILE
-        fit_from = time.monotonic_ns()
         try:
             fit_in_child(self.collector.run_dir, self.learn_start_ns,
                          self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set)
@@ -471,9 +465,6 @@ class Watch:
             self.options = dataclasses.replace(self.options, rehearse=False)
             return
         finally:
-            # the fit (a core for a minute, ~1 GB) is the watch's, not the host's work
-            self.own_fits.append((fit_from,
-                                  time.monotonic_ns() + int(OWN_FIT_AFTERMATH_S * 1e9)))
             with contextlib.suppress(OSError):
                 scratch.unlink()
         self.rehearsal = LiveScorer(provisional, interval_s=self.options.interval_s,
@@ -495,8 +486,7 @@ class Watch:
             return
         t0 = time.monotonic()
         try:
-            model, path = self._fit_span(self.learn_start_ns, learn_end,
-                                         leave_out=self.own_fits)
+            model, path = self._fit_span(self.learn_start_ns, learn_end)
         except InterruptedError:  # stopping while it fitted: nothing learned
             return
         self.rehearsal = None
@@ -509,23 +499,14 @@ class Watch:
                             f"channels, {fitted.baseline_windows} windows, threshold "
                             f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
 
-    def _fit_span(self, start_ns: int, end_ns: int,
-                  leave_out: list[tuple[int, int]] | None = None) -> tuple[Reveal, Path]:
-        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns), less the
-        ``leave_out`` spans in it, in a child process (:mod:`reveal.live.fitproc`: the
-        fit's memory never enters this one), saved as the next generation; returns it and
-        its path."""
+    def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:
+        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns) in a child
+        process (:mod:`reveal.live.fitproc`: the fit's memory never enters this one), saved
+        as the next generation; returns it and its path."""
         assert self.collector is not None
         run = self.collector.run_dir
-        spans = [(max(a, start_ns), min(b, end_ns)) for a, b in leave_out or ()
-                 if a < end_ns and b > start_ns]
-        left_out_s = sum(b - a for a, b in spans) / 1e9
-        less = (f", less the {left_out_s:.0f} s the watch spent fitting a provisional model"
-                if spans else "")
-        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of "
-                            f"{run}{less}")
-        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set,
-                            leave_out=spans)
+        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
+        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set)
         model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
@@ -533,7 +514,6 @@ class Watch:
         write_json_atomic(self.state / WATCH_FILE, {
             "generation": self.generation, "learned_at": self.learned_at,
             "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
-            "left_out_s": left_out_s,
             "channels": len(model.fitted_.channels), "model": MODEL_FILE})
         return model, path
 
