@@ -56,7 +56,6 @@ def test_window_busy_is_the_mean_over_each_window():
     np.testing.assert_allclose(busy, [[15, 0], [15, 60], [0, 90]])  # NaN counts as 0
 
 
-
 def test_tied_cpus_rank_the_same_in_a_window_read_alone_as_in_the_whole_run():
     """Two CPUs saturated together tie in every window of that span. Their order must not
     depend on what precedes the window (a live scorer reads only the window's rows): a

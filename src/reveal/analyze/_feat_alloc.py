@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import threading
 
 _M_TRIM_THRESHOLD = -1
@@ -28,28 +29,23 @@ MMAP_THRESHOLD_BYTES = 32 * 2**20  # glibc's maximum for this setting on 64-bit
 TRIM_THRESHOLD_BYTES = 1024 * 2**20
 
 _lock = threading.Lock()
-_libc: ctypes.CDLL | None = None
+_libc: ctypes.CDLL | None = None  # glibc, once reuse_freed_memory has configured it
 _configured = False
-_glibc: ctypes.CDLL | None = None
-_glibc_looked = False
 
 
+@functools.cache
 def glibc() -> ctypes.CDLL | None:
     """This process's glibc (with ``mallopt`` and ``malloc_trim``), loaded once; None
     elsewhere."""
-    global _glibc, _glibc_looked
-    if not _glibc_looked:
-        _glibc_looked = True
-        name = ctypes.util.find_library("c")
-        try:
-            libc = ctypes.CDLL(name) if name else None
-            if libc is not None:
-                libc.mallopt  # noqa: B018 - only glibc has it
-                libc.malloc_trim  # noqa: B018
-            _glibc = libc
-        except (OSError, AttributeError):
-            _glibc = None
-    return _glibc
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None:
+            libc.mallopt  # noqa: B018 - only glibc has it
+            libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def reuse_freed_memory() -> bool:
