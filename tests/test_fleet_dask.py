@@ -100,7 +100,7 @@ def _same(a, b) -> None:
 
 def test_cluster_result_equals_in_process(cluster):
     tels = fleet(7, 90, seed=13, faults=(FAULT, Fault(5, hugepages=64)))
-    config = FleetConfig(block_values=40_000)  # several time blocks
+    config = FleetConfig(block_values=8_000)  # four time blocks
     local = compare_fleet([host_features(t, config) for t in tels], config=config)
     assert local.flagged_hosts() == ["host-2", "host-5"]
     with _client(cluster.address) as client:
@@ -135,6 +135,27 @@ def test_worker_killed_mid_run_job_finishes(cluster):
         assert cluster.workers[0].wait(timeout=10) == -signal.SIGKILL
         assert len(client.scheduler_info()["workers"]) == 1
     _same(local, out["result"])
+
+
+def test_worker_killed_between_blocks_job_finishes(cluster):
+    """A worker lost after the first time block: its hosts' features, the plan and the
+    slicing layouts it held are made again elsewhere (none was scattered without lineage)."""
+    tels = fleet(7, 90, seed=13, faults=(FAULT, Fault(5, hugepages=64)))
+    config = FleetConfig(block_values=8_000)  # four time blocks
+    local = compare_fleet([host_features(t, config) for t in tels], config=config)
+    killed: list[str] = []
+
+    def progress(message: str) -> None:
+        if message.startswith("compared block 1/") and not killed:
+            killed.append(message)
+            os.kill(cluster.workers[0].pid, signal.SIGKILL)
+            assert cluster.workers[0].wait(timeout=10) == -signal.SIGKILL
+
+    with _client(cluster.address) as client:
+        remote = compare_fleet_dask(tels, config, client=client, progress=progress)
+        assert killed and not killed[0].endswith("/1")  # more blocks came after the kill
+        assert len(client.scheduler_info()["workers"]) == 1
+    _same(local, remote)
 
 
 def test_unreachable_scheduler_is_one_line(tmp_path):

@@ -8,6 +8,7 @@ the run's own combined scores (``AnalyzeConfig.self_fit_threshold_mads``): the b
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ def test_three_clean_runs_without_a_baseline_flag_almost_nothing(tmp_path: Path)
     percentile alone flags about 1 % of any run, and used to flag far more)."""
     runs = [tmp_path / f"clean{i}" for i in range(3)]
     for run in runs:  # one after another: a collector compacting its run is real work
+        # and so is the kernel writing back what was written before (the previous run's
+        # segments, earlier tests' files) for up to 30 s: flushed before each run starts
+        os.sync()
         proc = subprocess.run([sys.executable, "-m", "reveal.cli", "collect", "--quiet",
                                "--duration", str(SECONDS), "--out", str(run)],
                               capture_output=True, text=True, timeout=SECONDS + 120)

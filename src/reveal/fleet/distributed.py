@@ -6,8 +6,9 @@
 Each host's features are one task (a run path or a loader callable travels, not the data:
 the worker reads or makes the telemetry itself). The plan needs only small summaries. Each
 time block is then one reduction task over all hosts × that block's windows × the shared
-columns, fed by small per-host slicing tasks that run where the host's features are, so a
-task's memory stays bounded by ``FleetConfig.block_values``. The result equals
+columns, fed by one slicing task per worker that cuts the block out of the features held
+there (one array travels per worker and block, not one per host), so a task's memory stays
+bounded by ``FleetConfig.block_values``. The result equals
 :func:`reveal.fleet.engine.compare_fleet` on the same hosts: the same functions run, only
 elsewhere. A worker lost mid-run costs its tasks, which Dask runs again on another worker.
 """
@@ -87,14 +88,36 @@ def features_task(source: HostSource, config: FleetConfig,
     return features
 
 
-def _slice(features: HostFeatures, layout: tuple[np.ndarray, np.ndarray], first: int,
-           stop: int, n_columns: int) -> np.ndarray:
-    column_map, slots = layout
-    return host_block(features, column_map, slots, first, stop, n_columns)
+def _slice(features: Sequence[HostFeatures], layouts: Sequence[tuple[np.ndarray, np.ndarray]],
+           first: int, stop: int, n_columns: int) -> np.ndarray:
+    """Grid windows ``first:stop`` of several hosts, (hosts, B, K) float32 (see
+    :func:`reveal.fleet.engine.host_block`)."""
+    out = np.empty((len(features), stop - first, n_columns), dtype=np.float32)
+    for i, (host, (column_map, slots)) in enumerate(zip(features, layouts, strict=True)):
+        out[i] = host_block(host, column_map, slots, first, stop, n_columns)
+    return out
 
 
-def _block(plan: FleetPlan, b: int, config: FleetConfig, *parts: np.ndarray) -> BlockResult:
+def _block(plan: FleetPlan, b: int, config: FleetConfig, positions: Sequence[Sequence[int]],
+           *stacks: np.ndarray) -> BlockResult:
+    """Block ``b`` compared from the slices of each group of hosts (``positions``: each
+    group's places in the plan's host order)."""
+    parts: list[np.ndarray] = [np.empty((0, 0), np.float32)] * len(plan.hosts)
+    for where, stack in zip(positions, stacks, strict=True):
+        for p, part in zip(where, stack, strict=True):
+            parts[p] = part
     return run_block(plan, parts, b, config)
+
+
+def _by_worker(client: Any, futures: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
+    """Positions of ``futures`` grouped by the worker holding each (a locality hint: a
+    group's slicing task may still run elsewhere, fetching what it needs)."""
+    who = client.who_has(list(futures))
+    groups: dict[str | None, list[int]] = {}
+    for p, fut in enumerate(futures):
+        holders = sorted(who.get(fut.key, ()))
+        groups.setdefault(holders[0] if holders else None, []).append(p)
+    return list(groups.items())
 
 
 @contextlib.contextmanager
@@ -124,10 +147,30 @@ def fleet_client(scheduler: str | None = None, workers: int = 2,
         return
     if workers < 1:
         raise RevealError(f"--workers must be at least 1, got {workers}")
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit=memory_limit) as cluster, \
-            Client(cluster) as client:
+    import dask
+
+    # no work stealing: a block's slicing task belongs where its hosts' features are; a
+    # stolen one fetches all of them (a worker's share of the fleet) to another worker
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, memory_limit=memory_limit)
+    with cluster, Client(cluster) as client:
         yield client
+
+
+def _steals(client: Any) -> bool:
+    """Whether the client's scheduler steals work (see :func:`fleet_client`)."""
+    try:
+        return bool(client.run_on_scheduler(
+            lambda dask_scheduler: "stealing" in dask_scheduler.extensions))
+    except Exception:  # a scheduler that refuses: assume the default, stealing on
+        return True
+
+
+def _held(value: Any) -> Any:
+    """``value`` itself, as a task: the scheduler keeps the task, so a copy lost with a
+    worker is made again (scattered data could not be)."""
+    return value
 
 
 def compare_fleet_dask(sources: Sequence[HostSource], config: FleetConfig | None = None, *,
@@ -157,16 +200,26 @@ def compare_fleet_dask(sources: Sequence[HostSource], config: FleetConfig | None
     plan = plan_fleet(hosts, config)
     say(f"comparing {len(plan.hosts)} hosts on {plan.n_slots} windows × "
         f"{len(plan.columns)} columns in {len(plan.blocks)} blocks")
-    plan_f = client.scatter(_light(plan), broadcast=True)
-    # on every worker: scattered data has no lineage, a lost copy could not be made again
-    layouts = client.scatter([(plan.column_maps[j], plan.slots[j])
-                              for j in range(len(plan.index))], broadcast=True)
+    plan_f = client.submit(_held, _light(plan), pure=False)
+    groups = _by_worker(client, [futures[i] for i in plan.index])
+    positions = [where for _worker, where in groups]
+    layouts = [client.submit(_held, [(plan.column_maps[j], plan.slots[j]) for j in where],
+                             workers=[worker] if worker else None, allow_other_workers=True,
+                             pure=False) for worker, where in groups]
+    if _steals(client):
+        plan.warnings.append("the Dask scheduler steals work: a block's slicing task may then "
+                             "run away from its hosts' features and copy them all (memory); "
+                             "start the scheduler with DASK_DISTRIBUTED__SCHEDULER__"
+                             "WORK_STEALING=False")
 
     def submit(b: int) -> Any:
         first, stop = plan.blocks[b]
-        parts = [client.submit(_slice, futures[i], layouts[j], first, stop, len(plan.columns),
-                               pure=False) for j, i in enumerate(plan.index)]
-        return client.submit(_block, plan_f, b, config, *parts, pure=False)
+        stacks = [client.submit(_slice, [futures[plan.index[j]] for j in where], layouts[g],
+                                first, stop, len(plan.columns),
+                                workers=[worker] if worker else None,
+                                allow_other_workers=True, pure=False)
+                  for g, (worker, where) in enumerate(groups)]
+        return client.submit(_block, plan_f, b, config, positions, *stacks, pure=False)
 
     # a few blocks in flight at a time: their slices are copies of the hosts' features
     waiting = list(range(len(plan.blocks)))
@@ -181,10 +234,12 @@ def compare_fleet_dask(sources: Sequence[HostSource], config: FleetConfig | None
         say(f"compared block {len(results)}/{len(plan.blocks)}")
     result = assemble(plan, results, hosts, config, baselines)
     requests = trace_requests(result)
-    traces = {host: client.submit(_columns, futures[plan.index[plan.hosts.index(host)]],
-                                  layouts[plan.hosts.index(host)], cols, plan.n_slots,
-                                  pure=False)
-              for host, cols in requests.items()}
+    traces = {}
+    for host, cols in requests.items():
+        j = plan.hosts.index(host)
+        traces[host] = client.submit(_columns, futures[plan.index[j]],
+                                     (plan.column_maps[j], plan.slots[j]), cols, plan.n_slots,
+                                     pure=False)
     result.traces = {host: fut.result() for host, fut in traces.items()}
     return result
 
