@@ -10,6 +10,13 @@ import pytest
 from reveal.store.labelled import default_data_root
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``quiet_host`` run first: they record this host at rest, and a thousand
+    tests before them leave it otherwise (a full page cache written back in bursts, servers
+    winding down), which is the suite's doing, not what those tests examine."""
+    items.sort(key=lambda item: item.get_closest_marker("quiet_host") is None)
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     root = default_data_root()
