@@ -3,6 +3,7 @@ the fleet's peer comparison; results in ``bench/results/fleet.json``.
 
     python bench/bench_fleet.py --record /work/fleet-sim      # ≈ 20 min, root
     python bench/bench_fleet.py --score /work/fleet-sim       # minutes
+    python bench/bench_fleet.py --defaults /work/fleet-sim-2  # seconds
 
 Recording: 28 runs of the distributed reference job, one after another (``--run-s`` seconds
 each); 16 make the *report* fleet (one host per fault kind, the rest clean), 12 the *tune*
@@ -21,6 +22,11 @@ counts as found when it is flagged in a window overlapping its episode (time to 
 first such window's end minus the episode start); a clean host flagged anywhere is a false
 positive. The clean hosts alone are scored as an all-clean fleet. The HugePages host is
 found with no per-host baseline (peer comparison only).
+
+Defaults: ``--defaults DIR`` scores a recorded fleet, both splits, with the defaults of
+``reveal fleet`` (``FleetConfig()``, chosen as above on the tune fleet of one recording) and
+nothing chosen: run it on another recording (``--record DIR --seed N``: other fault hosts and
+times) to see whether the choice carries over. Results in ``bench/results/fleet_defaults.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.fleet.channels import JOB_PREFIXES
 from reveal.fleet.simulate import (
     SimulatedFleet,
     load_fleet,
@@ -42,9 +49,9 @@ from reveal.fleet.simulate import (
     read_manifest,
     record_fleet,
 )
-from reveal.frame import channel_metric
 
 RESULT = Path(__file__).resolve().parent / "results" / "fleet.json"
+DEFAULTS_RESULT = RESULT.with_name("fleet_defaults.json")
 REPORT_KINDS = ["cpu_contention", "memory_pressure", "packet_loss", "hugepages_reserved",
                 "cgroup_throttle", "disk_burst"]
 TUNE_KINDS = ["cgroup_throttle", "hugepages_reserved", "cpu_contention", "packet_loss"]
@@ -72,39 +79,37 @@ def record(out: Path, run_s: float, episode_s: float, seed: int) -> None:
 
 
 SETTLE_S = 5.0  # a window ending this long after an episode still counts as finding it
-#: channel sets tried (metric prefixes; None: every channel recorded): everything; the
-#: node_exporter-like core a fleet read from Prometheus has; and the job's own view (host
-#: CPU, memory and pressure, the job's cgroup and its network namespaces), which leaves out
-#: the shared disk and loopback traffic other tenants of this machine make
-CHANNEL_SETS: dict[str, list[str] | None] = {
-    "all": None,
-    "core": ["cpu.", "loadavg.", "mem.MemAvailable", "mem.MemFree", "mem.HugePages_",
-             "hugepages.", "mem.Dirty", "mem.Writeback", "vmstat.pgmajfault", "vmstat.pgfault",
-             "vmstat.pgscan", "psi.", "net.", "snmp.Tcp.", "netstat.TcpExt.", "disk.",
-             "cgroup.cpu.", "cgroup.cpuacct.", "cgroup.psi."],
-    "job": ["cpu.", "loadavg.", "mem.MemAvailable", "mem.MemFree", "mem.HugePages_",
-            "hugepages.", "vmstat.pgmajfault", "vmstat.pgscan", "psi.", "net.", "snmp.Tcp.",
-            "netstat.TcpExt.", "cgroup.cpu.", "cgroup.cpuacct.", "cgroup.psi."],
-    "tenant": ["cpu.", "mem.MemAvailable", "mem.MemFree", "mem.HugePages_", "hugepages.",
-               "net.", "snmp.Tcp.", "netstat.TcpExt.", "cgroup."],
+#: channel sets tried (FleetConfig settings, see :mod:`reveal.fleet.channels`): everything;
+#: the node_exporter-like core a fleet read from Prometheus has; the job's own view (the
+#: default of ``reveal fleet``: host CPU, memory and pressure, the job's cgroup and its
+#: network namespaces), which leaves out the shared disk and loopback traffic other tenants
+#: of this machine make; and the tenant's (its cgroups, no load or pressure)
+CHANNEL_SETS: dict[str, dict[str, Any]] = {
+    "all": {"channels": None, "job_network_only": False},
+    "core": {"channels": ("cpu.", "loadavg.", "mem.MemAvailable", "mem.MemFree",
+                          "mem.HugePages_", "hugepages.", "mem.Dirty", "mem.Writeback",
+                          "vmstat.pgmajfault", "vmstat.pgfault", "vmstat.pgscan", "psi.",
+                          "net.", "snmp.Tcp.", "netstat.TcpExt.", "disk.", "cgroup.cpu.",
+                          "cgroup.cpuacct.", "cgroup.psi."),
+             "job_network_only": False},
+    "job": {"channels": JOB_PREFIXES, "job_network_only": True},
+    "tenant": {"channels": ("cpu.", "mem.MemAvailable", "mem.MemFree", "mem.HugePages_",
+                            "hugepages.", "net.", "snmp.Tcp.", "netstat.TcpExt.", "cgroup."),
+               "job_network_only": True},
 }
-#: in the "job" set, network channels of the job's namespaces only
-JOB_ONLY = ("net.", "snmp.", "netstat.")
-#: left out of the "job" set: a count of blocked tasks is 0 on most hosts at any moment,
-#: so the peers' spread is 0, and one blocked task (another tenant's I/O) reads as an
-#: unbounded z (the catalog floors gauges only relative to their level)
-JOB_EXCLUDED = ("cpu.procs_blocked",)
 
 
-def load(fleet_dir: Path, set_name: str, **kwargs: Any) -> SimulatedFleet:
-    """A split of the recorded fleet with one channel set."""
-    fleet = load_fleet(fleet_dir, channels=CHANNEL_SETS[set_name], **kwargs)
-    if set_name in ("job", "tenant"):
-        for i, tel in enumerate(fleet.hosts):
-            fleet.hosts[i] = tel.select([c for c in tel.channels
-                                         if (not c.startswith(JOB_ONLY) or "netns=" in c)
-                                         and channel_metric(c) not in JOB_EXCLUDED])
-    return fleet
+def load(fleet_dir: Path, **kwargs: Any) -> SimulatedFleet:
+    """A split of the recorded fleet, every channel (the channel set is a FleetConfig
+    setting, applied per host as ``reveal fleet`` does)."""
+    return load_fleet(fleet_dir, **kwargs)
+
+
+def with_set(base: Any, set_name: str, **settings: Any) -> Any:
+    """``base`` with a channel set and other FleetConfig settings."""
+    from dataclasses import replace
+
+    return replace(base, **CHANNEL_SETS[set_name], **settings)
 
 
 #: settings that change the per-host features (FleetConfig fields)
@@ -229,19 +234,17 @@ def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str
                   ) -> list[dict[str, Any]]:
     """The other settings the tune fleet ranked equal to the chosen ones, each scored on the
     report fleet and its clean hosts: how much the choice among equals matters."""
-    from dataclasses import replace
-
     from reveal.fleet.config import FleetConfig
 
     out = []
     for row in tried:
         if row is chosen or _rank(row) != _rank(chosen):
             continue
-        config = replace(FleetConfig(), **row["settings"])
-        fleet = load(fleet_dir, row["channels"], split="report")
+        config = with_set(FleetConfig(), row["channels"], **row["settings"])
+        fleet = load(fleet_dir, split="report")
         feats = features(fleet, config)
         rep = evaluate(fleet, feats, config)
-        clean = load(fleet_dir, row["channels"], split="report", clean_only=True)
+        clean = load(fleet_dir, split="report", clean_only=True)
         names = set(clean.clean_hosts)
         cl = evaluate(clean, [f for f in feats if f.host in names], config)
         out.append({"channels": row["channels"], "settings": row["settings"],
@@ -251,29 +254,64 @@ def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str
     return out
 
 
+def score_defaults(fleet_dirs: list[Path]) -> dict[str, Any]:
+    """Every split of each recorded fleet scored with ``FleetConfig()``, nothing chosen."""
+    from dataclasses import asdict
+
+    from reveal.fleet.config import FleetConfig
+
+    config = FleetConfig()
+    fleets = []
+    for fleet_dir in fleet_dirs:
+        manifest = read_manifest(fleet_dir)
+        loads = [h["loadavg_before"][0] for h in manifest["hosts"]]
+        for split in ("tune", "report"):
+            fleet = load(fleet_dir, split=split)
+            feats = features(fleet, config)
+            result = evaluate(fleet, feats, config)
+            clean = load(fleet_dir, split=split, clean_only=True)
+            names = set(clean.clean_hosts)
+            clean_result = evaluate(clean, [f for f in feats if f.host in names], config)
+            say(f"{fleet_dir} {split}: precision {result['precision']}, recall "
+                f"{result['recall']}, clean hosts flagged {clean_result['flagged_hosts']}")
+            fleets.append({
+                "fleet_dir": str(fleet_dir), "split": split,
+                "loadavg1_median": round(float(np.median(loads)), 2),
+                **{k: result[k] for k in ("hosts", "faulty", "episodes", "flagged_hosts",
+                                          "false_hosts", "false_host_episodes", "precision",
+                                          "recall", "median_ttd_s", "margin")},
+                "clean_hosts_flagged": clean_result["flagged_hosts"],
+                "met": {"precision": result["precision"] >= TARGETS["precision"],
+                        "recall": result["recall"] >= TARGETS["recall"],
+                        "median_ttd_s": result["median_ttd_s"] is not None
+                        and result["median_ttd_s"] <= TARGETS["median_ttd_s"],
+                        "clean_hosts_flagged": not clean_result["flagged_hosts"]}})
+    settings = {k: v for k, v in asdict(config).items() if k != "window"}
+    return {"benchmark": "fleet_defaults", "settings": settings, "targets": TARGETS,
+            "fleets": fleets}
+
+
 def score(fleet_dir: Path) -> dict[str, Any]:
     """Choose the settings on the tune fleet, then report on the report fleet and on its
     clean hosts alone."""
-    from dataclasses import replace
-
     from reveal.fleet.config import FleetConfig
 
     base = FleetConfig()
     tried = []
+    tune = load(fleet_dir, split="tune")
+    tune_clean = load(fleet_dir, split="tune", clean_only=True)
+    clean_names = set(tune_clean.clean_hosts)
     for set_name in CHANNEL_SETS:
-        tune = load(fleet_dir, set_name, split="tune")
-        tune_clean = load(fleet_dir, set_name, split="tune", clean_only=True)
-        clean_names = set(tune_clean.clean_hosts)
         say(f"tune fleet ({set_name} channels): {len(tune.hosts)} hosts, "
             f"{len(tune.truth)} faults")
         for fsettings in FEATURE_GRID:
-            tune_feats = features(tune, replace(base, **fsettings))
+            tune_feats = features(tune, with_set(base, set_name, **fsettings))
             for csettings in COMPARE_GRID:
                 settings = {**fsettings, **csettings}
-                row = evaluate(tune, tune_feats, replace(base, **settings))
+                row = evaluate(tune, tune_feats, with_set(base, set_name, **settings))
                 clean_row = evaluate(tune_clean, [f for f in tune_feats
                                                   if f.host in clean_names],
-                                     replace(base, **settings))
+                                     with_set(base, set_name, **settings))
                 tried.append({"channels": set_name, "settings": settings,
                               "precision": row["precision"], "recall": row["recall"],
                               "median_ttd_s": row["median_ttd_s"], "margin": row["margin"],
@@ -281,8 +319,8 @@ def score(fleet_dir: Path) -> dict[str, Any]:
     chosen = min(tried, key=_rank)
     best, set_name = chosen["settings"], chosen["channels"]
     say(f"chosen on the tune fleet: {set_name} channels, {best}")
-    config = replace(base, **best)
-    report = load(fleet_dir, set_name, split="report")
+    config = with_set(base, set_name, **best)
+    report = load(fleet_dir, split="report")
     started = time.monotonic()
     feats = features(report, config)
     features_s = time.monotonic() - started
@@ -290,15 +328,15 @@ def score(fleet_dir: Path) -> dict[str, Any]:
     result = evaluate(report, feats, config)
     result["features_s"] = round(features_s, 2)
     clean_names = set(report.clean_hosts)
-    clean = load(fleet_dir, set_name, split="report", clean_only=True)
+    clean = load(fleet_dir, split="report", clean_only=True)
     clean_result = evaluate(clean, [f for f in feats if f.host in clean_names], config)
     huge = [r for r in result["episodes"] if r["kind"] == "hugepages_reserved"]
     tied = tied_settings(fleet_dir, tried, chosen)
-    tune_chosen = load(fleet_dir, set_name, split="tune")
+    tune_chosen = tune
     tune_feats = features(tune_chosen, config)
     tune_result = evaluate(tune_chosen, tune_feats, config)
     tune_names = set(tune_chosen.clean_hosts)
-    tune_clean = evaluate(load(fleet_dir, set_name, split="tune", clean_only=True),
+    tune_clean = evaluate(load(fleet_dir, split="tune", clean_only=True),
                           [f for f in tune_feats if f.host in tune_names], config)
     manifest = read_manifest(fleet_dir)
     loads = [h["loadavg_before"][0] for h in manifest["hosts"]]
@@ -335,13 +373,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="record the simulated fleet into DIR (keep it outside the repo)")
     parser.add_argument("--score", type=Path, metavar="DIR",
                         help="score the fleet recorded in DIR and write --result")
+    parser.add_argument("--defaults", type=Path, action="append", default=[], metavar="DIR",
+                        help="score the fleet recorded in DIR with reveal fleet's defaults "
+                             "(repeatable) and write --defaults-result")
+    parser.add_argument("--defaults-result", type=Path, default=DEFAULTS_RESULT)
     parser.add_argument("--run-s", type=float, default=45.0, help="seconds per host run")
     parser.add_argument("--episode-s", type=float, default=12.0, help="seconds per fault")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--result", type=Path, default=RESULT)
     args = parser.parse_args(argv)
-    if not args.record and not args.score:
-        parser.error("give --record DIR and/or --score DIR")
+    if not args.record and not args.score and not args.defaults:
+        parser.error("give --record DIR, --score DIR and/or --defaults DIR")
     if args.record:
         from reveal.inject.cleanup import install_signal_handlers
 
@@ -354,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         args.result.parent.mkdir(parents=True, exist_ok=True)
         args.result.write_text(json.dumps(result, indent=1) + "\n")
         say(json.dumps({k: result[k] for k in ("report", "clean", "met")}, indent=1))
+    if args.defaults:
+        result = score_defaults(args.defaults)
+        args.defaults_result.parent.mkdir(parents=True, exist_ok=True)
+        args.defaults_result.write_text(json.dumps(result, indent=1) + "\n")
+        say(json.dumps(result["fleets"], indent=1))
     return 0
 
 

@@ -100,7 +100,7 @@ def _same(a, b) -> None:
 
 def test_cluster_result_equals_in_process(cluster):
     tels = fleet(7, 90, seed=13, faults=(FAULT, Fault(5, hugepages=64)))
-    config = FleetConfig(block_values=8_000)  # four time blocks
+    config = FleetConfig(block_values=2_000)  # four time blocks
     local = compare_fleet([host_features(t, config) for t in tels], config=config)
     assert local.flagged_hosts() == ["host-2", "host-5"]
     with _client(cluster.address) as client:
@@ -141,7 +141,7 @@ def test_worker_killed_between_blocks_job_finishes(cluster):
     """A worker lost after the first time block: its hosts' features, the plan and the
     slicing layouts it held are made again elsewhere (none was scattered without lineage)."""
     tels = fleet(7, 90, seed=13, faults=(FAULT, Fault(5, hugepages=64)))
-    config = FleetConfig(block_values=8_000)  # four time blocks
+    config = FleetConfig(block_values=2_000)  # four time blocks
     local = compare_fleet([host_features(t, config) for t in tels], config=config)
     killed: list[str] = []
 

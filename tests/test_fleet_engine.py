@@ -95,7 +95,9 @@ def test_different_interface_names_and_gpu_counts_compare():
                  gpus=(2, 8), faults=(Fault(5, memory_drop=GIB, span_s=(40.0, 80.0)),))
     hosts = [host_features(t) for t in tels]
     assert all("net.rx_bytes{iface=rank0}" in h.channels for h in hosts)
-    assert all("derived.disk_write_bytes_per_s{dev=rank0}" in h.channels for h in hosts)
+    every = FleetConfig(channels=None)  # disks are not compared by default
+    assert all("derived.disk_write_bytes_per_s{dev=rank0}" in host_features(t, every).channels
+               for t in tels)
     result = compare_fleet(hosts)
     compared = {c for c, _ in result.columns}
     assert "net.rx_bytes{iface=rank0}" in compared
@@ -184,7 +186,7 @@ def _z(cube, floors):
 
 
 def _steady_hosts(shift: float) -> list:
-    """Six hosts whose dirty memory swings ±1 MB around 5 MB in a 1 s square wave: every
+    """Six hosts whose available memory swings ±1 MB around 5 MB in a 1 s square wave: every
     3 s window holds whole periods, so the window means agree across hosts to a few bytes
     while a window mean could move by 1 MB/√30 by chance; host-3's level is ``shift`` up."""
     from reveal.frame import Telemetry
@@ -196,7 +198,8 @@ def _steady_hosts(shift: float) -> list:
         level = 5e6 + 10.0 * h + (shift if h == 3 else 0.0)
         ts = 10**9 + np.arange(n, dtype=np.int64) * round(interval * 1e9)
         meta = {"interval_s": interval, "wall_offset_ns": round(WALL_START_S * 1e9) - 10**9}
-        out.append(Telemetry(f"host-{h}", ts, (level + wave)[:, None], ["mem.Dirty"], meta))
+        out.append(Telemetry(f"host-{h}", ts, (level + wave)[:, None], ["mem.MemAvailable"],
+                             meta))
     return out
 
 

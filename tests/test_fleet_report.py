@@ -120,3 +120,15 @@ def test_command_goes_on_without_an_unreadable_run(runs, tmp_path):
     payload = json.loads(proc.stdout)
     assert payload["hosts"] == [f"host-{i}" for i in range(5)]
     assert any("broken-run" in w and "not compared" in w for w in payload["warnings"])
+
+
+def test_command_channels_choose_what_is_compared(runs, tmp_path):
+    _root, paths = runs
+    found = {}
+    for channels in ("all", "gpu.,net.", "mem.MemAvailable"):
+        proc = _reveal(*paths, "--workers", "0", "--format", "json", "--quiet",
+                       "--channels", channels)
+        assert proc.returncode == 0, proc.stderr
+        found[channels] = json.loads(proc.stdout)["summary"]["flagged_hosts"]
+    # host-1's memory drop: seen where memory is compared, not where only GPUs and links are
+    assert found == {"all": ["host-1"], "gpu.,net.": [], "mem.MemAvailable": ["host-1"]}

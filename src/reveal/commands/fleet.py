@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 NAME = "fleet"
@@ -37,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="window size (default 3 s; 10 steps with --prometheus)")
     parser.add_argument("--stride", type=_positive, metavar="SECONDS",
                         help="window stride (default 1 s; one step with --prometheus)")
+    parser.add_argument("--channels", metavar="PREFIX,...|all", type=_channels, default=None,
+                        help="metric prefixes compared across hosts (default: the job's "
+                             "view: CPU, load, memory available and huge pages, major faults "
+                             "and reclaim, pressure, network and TCP of the job's namespaces "
+                             "where there are some, the job's cgroups, GPUs, InfiniBand, CUDA "
+                             "and NCCL calls); 'all' for every channel. Configuration "
+                             "channels are compared whatever this says")
     parser.add_argument("--no-align-clocks", action="store_true",
                         help="report hosts whose clock is off but compare them as recorded")
     prom = parser.add_argument_group("Prometheus source (hosts read from a server)")
@@ -52,6 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prom.add_argument("--host-label", default="instance", metavar="LABEL",
                       help="label that names the host (default instance)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _channels(text: str) -> tuple[str, ...] | str:
+    """``all`` or a comma-separated list of metric prefixes (``cpu.,mem.MemAvailable``)."""
+    if text.strip() == "all":
+        return "all"
+    prefixes = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not prefixes:
+        raise argparse.ArgumentTypeError("give metric prefixes separated by commas, or all")
+    return prefixes
 
 
 def _positive(text: str) -> float:
@@ -99,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     window = WindowConfig(size_s=args.window or window.size_s,
                           stride_s=args.stride or window.stride_s)
     config = FleetConfig(window=window, align_clocks=not args.no_align_clocks)
+    if args.channels == "all":
+        config = replace(config, channels=None, job_network_only=False)
+    elif args.channels:
+        config = replace(config, channels=args.channels)
     if args.scheduler or args.workers > 0:
         from reveal.fleet.distributed import fleet_client
 

@@ -5,21 +5,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reveal.config import WindowConfig
+from reveal.fleet.channels import JOB_PREFIXES
 
-#: Window features compared across hosts: levels and spread (events get their sum). Shape
-#: features (skewness, ADF, ...) describe one host's rhythm and add little across peers.
-FLEET_FEATURES: tuple[str, ...] = ("mean", "std", "min", "max")
+#: Window features compared across hosts: the level (events get their sum). Spread and
+#: extremes were tried too (bench/bench_fleet.py): on the tune fleet they raise the clean
+#: hosts' scores more than the faulty ones'. Shape features (skewness, ADF, ...) describe
+#: one host's rhythm and add little across peers.
+FLEET_FEATURES: tuple[str, ...] = ("mean",)
 
 
 @dataclass(frozen=True)
 class FleetConfig:
     """How hosts are compared with their peers at the same moment.
 
+    The channel set, features and cut were chosen on the tune part of a recorded fleet
+    and checked on its report part and on a second recording (``bench/bench_fleet.py``,
+    ``docs/fleet-simulation.md``).
+
     Times are seconds unless named otherwise; ``z`` values are robust sigmas across hosts
     (``(x - median) / max(1.4826 × MAD, floor)``).
     """
 
     window: WindowConfig = field(default_factory=WindowConfig)
+    # metric prefixes compared (None: every channel; configuration channels always are),
+    # see :mod:`reveal.fleet.channels`
+    channels: tuple[str, ...] | None = JOB_PREFIXES
+    # where a host has channels of network namespaces (the job's), compare only those
+    job_network_only: bool = True
     features: tuple[str, ...] = FLEET_FEATURES
     # least change that counts, as a share of the peers' level (the catalog's unit floors
     # also apply: a jiffy of CPU, a few pages); constant channels do not explode
@@ -40,8 +52,8 @@ class FleetConfig:
     max_deviating_share: float = 1.0
     # a window of a host is above the cut when its score exceeds both this many sigmas and
     # the peers' median score + ``cut_mads`` robust sigmas of the scores at that moment
-    min_score: float = 8.0
-    cut_mads: float = 6.0
+    min_score: float = 16.0
+    cut_mads: float = 3.0
     # seconds a host must stay above the cut before its windows are flagged
     persistence_s: float = 3.0
     # flagged windows at most this many seconds apart make one episode

@@ -22,6 +22,7 @@ from reveal.analyze.windows import make_windows
 from reveal.catalog import NOT_DETECTED, default_catalog
 from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
+from reveal.fleet.channels import compared_channels
 from reveal.fleet.config import FleetConfig
 from reveal.fleet.result import HostFeatures, OwnVerdicts
 from reveal.fleet.roles import role_names
@@ -57,7 +58,9 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
     where = str(telemetry.meta.get("path", telemetry.host))
     if telemetry.n_samples < 2:
         raise InputError("the run holds fewer than two samples", where)
-    d, report = derive(telemetry, catalog)
+    compared = telemetry.select(compared_channels(telemetry.channels, catalog,
+                                                  config.channels, config.job_network_only))
+    d, report = derive(compared, catalog)
     warnings = [str(w) for w in telemetry.meta.get("warnings", [])]
     if report.resets:
         warnings.append(f"counter resets handled in {len(report.resets)} channels")
