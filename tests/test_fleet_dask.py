@@ -175,3 +175,13 @@ def test_local_cluster_by_default(tmp_path):
     with fleet_client(workers=2) as client:
         remote = compare_fleet_dask(tels, client=client)
     _same(local, remote)
+
+
+def test_dask_counts_the_bytes_a_hosts_features_hold():
+    """Dask's memory accounting sees a host's features (else it warns of unmanaged memory
+    and could never spill them)."""
+    from dask.sizeof import sizeof
+
+    host = host_features(fleet(3, 60, seed=3)[0])
+    assert sizeof(host) >= host.values.nbytes + host.start_ns.nbytes
+    assert sizeof(host) < 4 * (host.values.nbytes + host.start_ns.nbytes) + 200_000

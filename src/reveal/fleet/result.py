@@ -7,6 +7,7 @@ common grid, ``K`` compared columns, ``S`` subsystems.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,20 @@ class HostFeatures:
     def columns(self) -> list[tuple[str, str]]:
         """(channel, feature) of every column."""
         return list(zip(self.channels, self.features, strict=True))
+
+    def __sizeof__(self) -> int:
+        """Bytes held, arrays and names included: what Dask counts for a result it keeps
+        (``dask.sizeof`` falls back to ``sys.getsizeof``), so that its memory accounting
+        sees the features as managed memory rather than as unmanaged growth."""
+        arrays = [self.start_ns, self.values, self.floors, self.activity]
+        if self.own is not None:
+            arrays += [self.own.start_ns, self.own.flagged, self.own.score]
+        names = [self.host, *self.channels, *self.features, *self.statics, *self.roles,
+                 *self.roles.values(), *self.warnings]
+        if self.own is not None:
+            names += self.own.subsystem
+        return (object.__sizeof__(self) + sum(a.nbytes for a in arrays)
+                + sum(sys.getsizeof(n) for n in names) + 16 * len(self.statics))
 
 
 @dataclass
