@@ -125,3 +125,38 @@ def test_causes_lead_symptoms() -> None:
     for reasons in signs.reasons.values():
         # retransmissions rose further past their least value, but the drops are the cause
         assert [r.channel for r in reasons] == [drops, retrans]
+
+
+def _pressure(n: int, seed: int, level: float, from_row: int | None = None,
+              to_level: float = 0.0) -> dict[str, np.ndarray]:
+    """Host CPU pressure (cumulative µs stalled) at ``level`` of the time, ``to_level``
+    from ``from_row`` on."""
+    rng = np.random.default_rng(seed)
+    share = np.clip(level + rng.normal(0, 0.01, n), 0, 1)
+    if from_row is not None:
+        share[from_row:] = to_level
+    return {"psi.cpu.some.total": np.cumsum(share * 1e5)}  # 100 ms ticks
+
+
+def test_cpu_pressure_over_its_baseline_is_contention_at_its_own_level_is_not() -> None:
+    """Tasks kept waiting for a CPU 60 % of the time, where the baseline had 1 %: CPU
+    contention, whatever the detectors make of it. A job that oversubscribes its CPUs all
+    along (pressure at 30 %) rising to 40 % is not a sign."""
+    base = _host(3000, 1, extra=_pressure(3000, 1, 0.01))
+    run = _host(1200, 2, extra=_pressure(1200, 2, 0.01, 600, 0.6))
+    d_base, _ = derive(base)
+    levels = baseline_levels(d_base, d_base.timestamps_ns[::10][:-3], 30)
+    d_run, _ = derive(run)
+    starts = d_run.timestamps_ns[::10][:-3]
+    signs = direct_signs(d_run, starts, 30, levels)
+    late = starts >= 600 * TICK_NS
+    assert signs.shown[late].all() and not signs.shown[starts + 30 * TICK_NS <= 600 * TICK_NS].any()
+    lead = signs.reasons[int(np.flatnonzero(late)[0])][0]
+    assert lead.metric == "psi.cpu.some.total" and lead.subsystem == "cpu"
+    assert lead.value >= 5.5e5 and lead.baseline_median < 2e4
+    # oversubscribed all along: 30 % is the baseline, 40 % no sign
+    base = _host(3000, 1, extra=_pressure(3000, 1, 0.3))
+    d_base, _ = derive(base)
+    levels = baseline_levels(d_base, d_base.timestamps_ns[::10][:-3], 30)
+    d_run, _ = derive(_host(1200, 2, extra=_pressure(1200, 2, 0.3, 600, 0.4)))
+    assert not direct_signs(d_run, starts, 30, levels).shown.any()

@@ -241,3 +241,22 @@ def test_synthetic_hosts_for_scale_are_named_and_distinct() -> None:
     assert all(np.array_equal(h.timestamps_ns, hosts[0].timestamps_ns) for h in hosts)
     with pytest.raises(RevealError):
         synthetic_hosts([], 3)
+
+
+def test_default_fleet_channels_of_a_recorded_host_are_the_jobs(tiny_fleet: Path) -> None:
+    """On a real recording the default set keeps the job's cgroup and the job's network
+    namespaces, and leaves out the host-wide network and the host's own history."""
+    from reveal.fleet.config import FleetConfig
+    from reveal.fleet.engine import host_features
+    from reveal.fleet.simulate import load_fleet
+
+    fleet = load_fleet(tiny_fleet)
+    host = host_features(fleet.hosts[0], FleetConfig())
+    every = host_features(fleet.hosts[0], FleetConfig(channels=None, job_network_only=False))
+    assert len(host.channels) < len(every.channels) / 3
+    network = [c for c in host.channels if c.startswith(("net.", "snmp.", "netstat."))]
+    assert network and all("netns=" in c for c in network)
+    assert any(c.startswith("cgroup.cpu.") and "-job" in c for c in host.channels)
+    assert not any(c.startswith(("disk.", "irq.", "mem.Dirty", "slab")) for c in host.channels)
+    assert host.statics == every.statics  # configuration is compared whatever the set
+

@@ -48,6 +48,12 @@ class Sign:
 SIGNS: tuple[Sign, ...] = (
     # throttled in most CFS periods (percent of periods, see derive)
     Sign("derived.cgroup_throttled_pct", "cpu", 50.0),
+    # runnable tasks kept waiting for a CPU a quarter of the time or more (host-wide CPU
+    # pressure, µs stalled per second): the kernel's own measure of CPU contention. The
+    # z rule (scale at least least / DIRECT_Z) also asks a rise of 25 points over the
+    # baseline's level: a job whose ranks oversubscribe their CPUs (pressure at 30 % all
+    # along) has that as its baseline, not as a sign
+    Sign("psi.cpu.some.total", "cpu", 250_000.0),
     # packets per second dropped or held back by a queueing discipline
     Sign("qdisc.drops", "network", 1.0),
     Sign("qdisc.overlimits", "network", 1.0),
