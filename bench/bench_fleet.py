@@ -99,17 +99,35 @@ CHANNEL_SETS: dict[str, dict[str, Any]] = {
 }
 
 
-def load(fleet_dir: Path, **kwargs: Any) -> SimulatedFleet:
-    """A split of the recorded fleet, every channel (the channel set is a FleetConfig
-    setting, applied per host as ``reveal fleet`` does)."""
-    return load_fleet(fleet_dir, **kwargs)
-
-
 def with_set(base: Any, set_name: str, **settings: Any) -> Any:
     """``base`` with a channel set and other FleetConfig settings."""
     from dataclasses import replace
 
     return replace(base, **CHANNEL_SETS[set_name], **settings)
+
+
+def clean_part(fleet: SimulatedFleet) -> SimulatedFleet:
+    """The fleet's clean hosts alone (an all-clean fleet), without reading them again."""
+    return SimulatedFleet([h for h in fleet.hosts if h.host not in fleet.faulty_hosts], [],
+                          fleet.plans, fleet.meta)
+
+
+def figures(fleet: SimulatedFleet, feats: list[Any], config: Any
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`evaluate` of the fleet, and of its clean hosts compared alone."""
+    clean = clean_part(fleet)
+    names = set(clean.clean_hosts)
+    return (evaluate(fleet, feats, config),
+            evaluate(clean, [f for f in feats if f.host in names], config))
+
+
+def met_targets(result: dict[str, Any], clean_result: dict[str, Any]) -> dict[str, bool]:
+    """Which of :data:`TARGETS` a fleet's figures meet."""
+    return {"precision": result["precision"] >= TARGETS["precision"],
+            "recall": result["recall"] >= TARGETS["recall"],
+            "median_ttd_s": result["median_ttd_s"] is not None
+            and result["median_ttd_s"] <= TARGETS["median_ttd_s"],
+            "clean_hosts_flagged": not clean_result["flagged_hosts"]}
 
 
 #: settings that change the per-host features (FleetConfig fields)
@@ -230,8 +248,8 @@ def _rank(row: dict[str, Any]) -> tuple[float, int, float, float]:
             row["median_ttd_s"] if row["median_ttd_s"] is not None else 1e9)
 
 
-def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str, Any]
-                  ) -> list[dict[str, Any]]:
+def tied_settings(report: SimulatedFleet, tried: list[dict[str, Any]],
+                  chosen: dict[str, Any]) -> list[dict[str, Any]]:
     """The other settings the tune fleet ranked equal to the chosen ones, each scored on the
     report fleet and its clean hosts: how much the choice among equals matters."""
     from reveal.fleet.config import FleetConfig
@@ -241,12 +259,7 @@ def tied_settings(fleet_dir: Path, tried: list[dict[str, Any]], chosen: dict[str
         if row is chosen or _rank(row) != _rank(chosen):
             continue
         config = with_set(FleetConfig(), row["channels"], **row["settings"])
-        fleet = load(fleet_dir, split="report")
-        feats = features(fleet, config)
-        rep = evaluate(fleet, feats, config)
-        clean = load(fleet_dir, split="report", clean_only=True)
-        names = set(clean.clean_hosts)
-        cl = evaluate(clean, [f for f in feats if f.host in names], config)
+        rep, cl = figures(report, features(report, config), config)
         out.append({"channels": row["channels"], "settings": row["settings"],
                     "precision": rep["precision"], "recall": rep["recall"],
                     "median_ttd_s": rep["median_ttd_s"], "margin": rep["margin"],
@@ -266,12 +279,8 @@ def score_defaults(fleet_dirs: list[Path]) -> dict[str, Any]:
         manifest = read_manifest(fleet_dir)
         loads = [h["loadavg_before"][0] for h in manifest["hosts"]]
         for split in ("tune", "report"):
-            fleet = load(fleet_dir, split=split)
-            feats = features(fleet, config)
-            result = evaluate(fleet, feats, config)
-            clean = load(fleet_dir, split=split, clean_only=True)
-            names = set(clean.clean_hosts)
-            clean_result = evaluate(clean, [f for f in feats if f.host in names], config)
+            fleet = load_fleet(fleet_dir, split=split)
+            result, clean_result = figures(fleet, features(fleet, config), config)
             say(f"{fleet_dir} {split}: precision {result['precision']}, recall "
                 f"{result['recall']}, clean hosts flagged {clean_result['flagged_hosts']}")
             fleets.append({
@@ -281,11 +290,7 @@ def score_defaults(fleet_dirs: list[Path]) -> dict[str, Any]:
                                           "false_hosts", "false_host_episodes", "precision",
                                           "recall", "median_ttd_s", "margin")},
                 "clean_hosts_flagged": clean_result["flagged_hosts"],
-                "met": {"precision": result["precision"] >= TARGETS["precision"],
-                        "recall": result["recall"] >= TARGETS["recall"],
-                        "median_ttd_s": result["median_ttd_s"] is not None
-                        and result["median_ttd_s"] <= TARGETS["median_ttd_s"],
-                        "clean_hosts_flagged": not clean_result["flagged_hosts"]}})
+                "met": met_targets(result, clean_result)})
     settings = {k: v for k, v in asdict(config).items() if k != "window"}
     return {"benchmark": "fleet_defaults", "settings": settings, "targets": TARGETS,
             "fleets": fleets}
@@ -298,9 +303,7 @@ def score(fleet_dir: Path) -> dict[str, Any]:
 
     base = FleetConfig()
     tried = []
-    tune = load(fleet_dir, split="tune")
-    tune_clean = load(fleet_dir, split="tune", clean_only=True)
-    clean_names = set(tune_clean.clean_hosts)
+    tune = load_fleet(fleet_dir, split="tune")
     for set_name in CHANNEL_SETS:
         say(f"tune fleet ({set_name} channels): {len(tune.hosts)} hosts, "
             f"{len(tune.truth)} faults")
@@ -308,10 +311,8 @@ def score(fleet_dir: Path) -> dict[str, Any]:
             tune_feats = features(tune, with_set(base, set_name, **fsettings))
             for csettings in COMPARE_GRID:
                 settings = {**fsettings, **csettings}
-                row = evaluate(tune, tune_feats, with_set(base, set_name, **settings))
-                clean_row = evaluate(tune_clean, [f for f in tune_feats
-                                                  if f.host in clean_names],
-                                     with_set(base, set_name, **settings))
+                row, clean_row = figures(tune, tune_feats,
+                                         with_set(base, set_name, **settings))
                 tried.append({"channels": set_name, "settings": settings,
                               "precision": row["precision"], "recall": row["recall"],
                               "median_ttd_s": row["median_ttd_s"], "margin": row["margin"],
@@ -320,31 +321,19 @@ def score(fleet_dir: Path) -> dict[str, Any]:
     best, set_name = chosen["settings"], chosen["channels"]
     say(f"chosen on the tune fleet: {set_name} channels, {best}")
     config = with_set(base, set_name, **best)
-    report = load(fleet_dir, split="report")
+    report = load_fleet(fleet_dir, split="report")
     started = time.monotonic()
     feats = features(report, config)
     features_s = time.monotonic() - started
     say(f"report fleet: {len(report.hosts)} hosts, {len(report.truth)} faults")
-    result = evaluate(report, feats, config)
+    result, clean_result = figures(report, feats, config)
     result["features_s"] = round(features_s, 2)
-    clean_names = set(report.clean_hosts)
-    clean = load(fleet_dir, split="report", clean_only=True)
-    clean_result = evaluate(clean, [f for f in feats if f.host in clean_names], config)
     huge = [r for r in result["episodes"] if r["kind"] == "hugepages_reserved"]
-    tied = tied_settings(fleet_dir, tried, chosen)
-    tune_chosen = tune
-    tune_feats = features(tune_chosen, config)
-    tune_result = evaluate(tune_chosen, tune_feats, config)
-    tune_names = set(tune_chosen.clean_hosts)
-    tune_clean = evaluate(load(fleet_dir, split="tune", clean_only=True),
-                          [f for f in tune_feats if f.host in tune_names], config)
+    tied = tied_settings(report, tried, chosen)
+    tune_result, tune_clean = figures(tune, features(tune, config), config)
     manifest = read_manifest(fleet_dir)
     loads = [h["loadavg_before"][0] for h in manifest["hosts"]]
-    met = {"precision": result["precision"] >= TARGETS["precision"],
-           "recall": result["recall"] >= TARGETS["recall"],
-           "median_ttd_s": result["median_ttd_s"] is not None
-           and result["median_ttd_s"] <= TARGETS["median_ttd_s"],
-           "clean_hosts_flagged": len(clean_result["flagged_hosts"]) == 0,
+    met = {**met_targets(result, clean_result),
            "hugepages_found_without_baseline": bool(huge) and all(r["found"] for r in huge)}
     return {
         "benchmark": "fleet", "fleet_dir": str(fleet_dir),

@@ -44,13 +44,14 @@ def compared_channels(channels: Sequence[str], catalog: Catalog,
     ``prefixes`` None keeps every channel (``--channels all``); configuration channels are
     kept whatever the prefixes.
     """
-    def static(c: str) -> bool:
-        return catalog.lookup(channel_metric(c)).kind == "static"
-
-    keep = [c for c in channels if static(c) or prefixes is None
+    static = {c for c in channels if catalog.lookup(channel_metric(c)).kind == "static"}
+    keep = [c for c in channels if c in static or prefixes is None
             or (c.startswith(tuple(prefixes)) and channel_metric(c) not in EXCLUDED_METRICS)]
-    if job_network_only and any("netns" in parse_channel(c)[1] for c in keep
-                                if c.startswith(NETWORK_PREFIXES)):
-        keep = [c for c in keep if not c.startswith(NETWORK_PREFIXES) or static(c)
-                or "netns" in parse_channel(c)[1]]
-    return keep
+    if not job_network_only:
+        return keep
+    job_network = {c for c in keep
+                   if c.startswith(NETWORK_PREFIXES) and "netns" in parse_channel(c)[1]}
+    if not job_network:
+        return keep
+    return [c for c in keep if not c.startswith(NETWORK_PREFIXES) or c in static
+            or c in job_network]
