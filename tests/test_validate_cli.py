@@ -43,6 +43,32 @@ def test_unknown_fault_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:  
     assert not (tmp_path / "validate.json").exists()
 
 
+def test_gap_shorter_than_the_settle_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["validate", "--gap-seconds", "5", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--gap-seconds" in err and "10 s" in err and "\n" not in err
+    assert not (tmp_path / "validate.json").exists()
+
+
+def test_gap_seconds_space_the_episodes() -> None:
+    """Episodes start an episode (twice for a self-ending fault) plus the gap apart."""
+    import dataclasses
+    import itertools
+
+    from reveal.inject.faults import FAULTS
+    from reveal.inject.validation import SuiteOptions, build_scenarios
+
+    options = dataclasses.replace(SuiteOptions(), gap_s=60.0, repetitions=1,
+                                  faults=("cpu_contention", "writeback_storm", "disk_burst"))
+    (scenario,) = build_scenarios(options)
+    (plans,) = scenario.plans
+    assert plans[0].offset_s == options.lead_s
+    for a, b in itertools.pairwise(plans):
+        span = a.duration_s * (2.0 if FAULTS[a.kind].self_ending else 1.0)
+        assert b.offset_s - a.offset_s == pytest.approx(span + 60.0)
+    assert scenario.run_s >= plans[-1].offset_s + plans[-1].duration_s + 60.0
+
+
 @pytest.mark.slow
 @pytest.mark.root
 def test_quick_suite_end_to_end_detects_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

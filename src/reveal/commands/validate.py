@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="length of each scenario's clean baseline run")
     parser.add_argument("--episode-seconds", type=float, default=None, metavar="S",
                         help="length of each injected episode")
+    parser.add_argument("--gap-seconds", type=float, default=None, metavar="S",
+                        help="clean time between two episodes (default 20; 15 with --quick); "
+                             "the windows of the last 10 s settle after each episode are "
+                             "not counted as clean")
     parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
                         help="single-process workload (default: PyTorch when installed)")
     parser.add_argument("--cleanup", action="store_true",
@@ -84,11 +88,15 @@ def run(args: argparse.Namespace) -> int:
     options = SuiteOptions.quick_suite() if args.quick else SuiteOptions()
     changes = {"repetitions": args.repetitions, "faults": args.faults,
                "intensities": args.intensities, "baseline_s": args.baseline_seconds,
-               "episode_s": args.episode_seconds, "workload": args.workload,
+               "episode_s": args.episode_seconds, "gap_s": args.gap_seconds,
+               "workload": args.workload,
                "score_every": args.score_every, "clean_s": args.clean_seconds}
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if options.repetitions < 1:
         raise RevealError("--repetitions must be at least 1")
+    if options.gap_s < options.settle_s:
+        raise RevealError(f"--gap-seconds must be at least the settle time after an episode "
+                          f"({options.settle_s:g} s)")
     install_signal_handlers()
 
     def say(message: str) -> None:
