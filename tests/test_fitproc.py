@@ -47,26 +47,3 @@ def test_a_stop_request_ends_the_child(tmp_path):
         fit_in_child(run, int(tel.timestamps_ns[0]), int(tel.timestamps_ns[-1]) + 1,
                      tmp_path / "model.reveal", should_stop=lambda: True)
     assert not (tmp_path / "model.reveal").exists()
-
-
-def test_a_left_out_span_is_not_learned(tmp_path):
-    """A baseline holding a burst of CPU (the watch's own provisional fit) learns that
-    burst as ordinary unless its span is left out; left out, the same burst in a later run
-    is flagged, and the baseline's windows are the others."""
-    tel = ar1_host(180, seed=4, fault=(80, 92))
-    run = write_run(tel, tmp_path / "run")
-    t0 = int(tel.timestamps_ns[0])
-    start, end = t0, int(tel.timestamps_ns[-1]) + 1
-    burst = (t0 + 80 * 10**9, t0 + 92 * 10**9)
-    learned = Reveal.load(fit_in_child(run, start, end, tmp_path / "all.reveal"))
-    left_out = Reveal.load(fit_in_child(run, start, end, tmp_path / "left.reveal",
-                                        exclude_ns=[burst]))
-    here = Reveal().fit(read_run(run, start_ns=start, end_ns=end), exclude_ns=[burst])
-    size_s = 3.0  # a window overlapping the burst by any sample is left out
-    assert left_out.fitted_.baseline_windows <= learned.fitted_.baseline_windows - 12
-    assert learned.fitted_.baseline_windows - left_out.fitted_.baseline_windows \
-        <= 12 + size_s + 1
-    scored = ar1_host(40, seed=9, fault=(15, 30))
-    flagged_left = left_out.analyse(scored).verdicts.flagged
-    np.testing.assert_array_equal(flagged_left, here.analyse(scored).verdicts.flagged)
-    assert flagged_left.sum() > learned.analyse(scored).verdicts.flagged.sum()

@@ -62,6 +62,39 @@ def test_an_episode_opens_updates_and_resolves_after_a_quiet_period(tmp_path):
     assert more[0]["event"] == "firing" and more[0]["id"] != first["id"]
 
 
+def led_by(k: int, subsystem: str, score: float) -> LiveWindow:
+    """A flagged window whose evidence is all ``subsystem``'s."""
+    channel, claim = {"storage": ("derived.disk_util_pct{dev=vda}", "Disk utilisation rose."),
+                      "cpu": ("psi.cpu.some.total", "CPU pressure rose.")}[subsystem]
+    reason = Reason(channel, channel.split("{")[0], "mean", subsystem, 1.0, 50.0, 0.0, 40.0)
+    evidence = WindowEvidence(k, k * S, k * S + 3 * S, score, ["Z"], [subsystem],
+                              {subsystem: 1.0}, [reason])
+    return LiveWindow(k, k * S, k * S + 3 * S, score, 1.0, True, True, {"Z": 1.0},
+                      {"Z": 0.5}, ["Z"], evidence, claim)
+
+
+def test_a_change_of_subsystem_is_sent_at_once_with_a_claim_of_its_own(tmp_path):
+    """An episode opened on leftover disk activity, then led by CPU pressure: once CPU
+    weighs most, an update names it (and a CPU claim) within RELABEL_EVERY_S, not after
+    UPDATE_EVERY_S; the claim never speaks of another subsystem than the one named."""
+    from reveal.live.alerts import RELABEL_EVERY_S, UPDATE_EVERY_S
+
+    t = tracker(tmp_path / "alerts.json")
+    t.load()
+    events = t.observe(led_by(0, "storage", 5.0)) + t.observe(led_by(1, "storage", 5.0))
+    for k in range(2, 12):
+        events += t.observe(led_by(k, "cpu", 4.0))  # lower scores: no peak update
+    assert [e["event"] for e in events] == ["firing", "update"]
+    firing, update = events
+    assert firing["subsystem"] == "storage" and firing["claim"] == "Disk utilisation rose."
+    assert update["subsystem"] == "cpu" and update["claim"] == "CPU pressure rose."
+    assert update["reasons"][0]["channel"] == "psi.cpu.some.total"
+    # CPU outweighs storage (10.0) from its third window (k = 4, weight 12.0)
+    sent_at = (int(update["last_flagged"][17:19]) - 10 - 3)  # wall offset 10 s, window 3 s
+    assert sent_at == 4 and RELABEL_EVERY_S <= sent_at < UPDATE_EVERY_S
+    assert update["peak_score"] == 5.0
+
+
 def test_restart_sends_only_what_was_not_delivered_and_reboot_resolves(tmp_path):
     path = tmp_path / "alerts.json"
     t = tracker(path)

@@ -116,16 +116,14 @@ class Reveal:
 
     # -- fitting ---------------------------------------------------------------------
     def fit(self, baseline: Source, *, channels: Sequence[str] | None = None,
-            robust: bool = False, progress: Progress | None = None,
-            exclude_ns: Sequence[tuple[int, int]] = ()) -> Self:
+            robust: bool = False, progress: Progress | None = None) -> Self:
         """Fit on a clean ``baseline``; ``channels``: only these derived channels (those of
-        the run to score); ``robust``: the baseline may hold anomalies; ``exclude_ns``:
-        spans of the baseline ([start, end) ns on its clock) not to learn from."""
+        the run to score); ``robust``: the baseline may hold anomalies."""
         tel = load_source(baseline)
         self.config_ = self.resolve_config(tel.interval_s)
         self.fitted_ = fit_analysis(tel, self.config_, channels=channels,
                                     metric_set=self.metric_set, robust=robust,
-                                    progress=progress, exclude_ns=exclude_ns)
+                                    progress=progress)
         self.consensus_ = None
         return self
 

@@ -303,46 +303,13 @@ def _detected_kinds(channels: tuple[str, ...], catalog) -> np.ndarray:
                      for c in channels], dtype=bool)
 
 
-Spans = Sequence[tuple[int, int]]
-
-
-def _blank_spans(d: Telemetry, spans: Spans) -> Telemetry:
-    """``d`` with every sample inside one of ``spans`` ([start, end) ns) set to NaN."""
-    inside = np.zeros(d.n_samples, dtype=bool)
-    for lo, hi in spans:
-        inside[np.searchsorted(d.timestamps_ns, lo):np.searchsorted(d.timestamps_ns, hi)] = True
-    if not inside.any():
-        return d
-    values = d.values.copy()
-    values[inside] = np.nan
-    return Telemetry(d.host, d.timestamps_ns, values, list(d.channels), dict(d.meta))
-
-
-def _without_windows(fm: FeatureMatrix, ranks: _Ranks, spans: Spans
-                     ) -> tuple[FeatureMatrix, _Ranks]:
-    """``fm`` (and the CPU ranks' order) without the windows that overlap ``spans``."""
-    w = fm.windows
-    keep = np.ones(len(w), dtype=bool)
-    for lo, hi in spans:
-        keep &= (w.end_ns <= lo) | (w.start_ns >= hi)
-    if keep.all():
-        return fm, ranks
-    windows = Windows(w.start[keep], w.size, w.stride, w.start_ns[keep], w.end_ns[keep])
-    order = ranks.order[keep] if ranks.order is not None else None
-    return (FeatureMatrix(fm.values[keep], fm.channels, fm.features, windows),
-            dataclasses.replace(ranks, order=order))
-
-
 def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
          metric_set: Sequence[str] | None, robust: bool,
-         say: Progress, exclude_ns: Spans = ()
-         ) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, _Ranks]:
+         say: Progress) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, _Ranks]:
     catalog = default_catalog()
     warnings: list[str] = [str(w) for w in base.meta.get("warnings", [])]
     say("deriving rates and metrics")
     d_base, derive_report = derive(base, catalog)
-    if exclude_ns:  # rates are derived first, from the contiguous samples
-        d_base = _blank_spans(d_base, exclude_ns)
     if derive_report.resets:
         warnings.append(f"counter resets handled in {len(derive_report.resets)} channels")
     usable = _usable(d_base, catalog)
@@ -385,8 +352,6 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     ranks = _Ranks()
     if config.rank_cpus:
         fm, ranks = _ranked(fm, s_base, named_by=d_base)
-    if exclude_ns:
-        fm, ranks = _without_windows(fm, ranks, exclude_ns)
     stride_s = stride_seconds(window, interval)
     if fm.values.shape[0] < MIN_BASELINE_WINDOWS:
         what = "the run" if robust else "the baseline"
@@ -438,13 +403,11 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
 def fit_analysis(baseline: Telemetry, config: AnalyzeConfig, *,
                  channels: Sequence[str] | None = None,
                  metric_set: Sequence[str] | None = None, robust: bool = False,
-                 progress: Progress | None = None, exclude_ns: Spans = ()) -> FittedAnalysis:
+                 progress: Progress | None = None) -> FittedAnalysis:
     """Fit on ``baseline``; ``channels``: only these derived channels (those of the run to
-    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`);
-    ``exclude_ns``: spans ([start, end) ns) of the baseline that are not learned (their
-    samples and every window that overlaps them; rates are still derived across them)."""
+    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`)."""
     return _fit(baseline, config, channels, metric_set, robust,
-                progress or (lambda _m: None), exclude_ns)[0]
+                progress or (lambda _m: None))[0]
 
 
 def usable_channels(run: Telemetry) -> list[str]:

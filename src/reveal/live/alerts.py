@@ -2,7 +2,8 @@
 
 An **episode** opens at the first flagged window (flagged after persistence), is updated
 while flagged windows keep coming (peak score, windows, the strongest evidence, the
-subsystem that weighs most), and resolves once no window has been flagged for
+subsystem that weighs most: a change of subsystem is sent at once, a higher peak at most
+every ``UPDATE_EVERY_S``), and resolves once no window has been flagged for
 ``resolve_after_s`` seconds of scored data; its end is the end of its last flagged window.
 It carries an id, the host, start and end, subsystem, claim, top reasons (channel, feature,
 value, baseline median, unit where the catalog has one) and the peak score.
@@ -40,6 +41,8 @@ KEEP_RESOLVED = 200
 UPDATE_EVERY_S = 10.0
 #: a peak this much above the last one sent is worth an update
 UPDATE_PEAK_RATIO = 1.25
+#: a change of subsystem is sent at once, but at most this often (seconds of data)
+RELABEL_EVERY_S = 2.0
 #: severity ``critical`` from this multiple of the threshold (else ``warning``)
 CRITICAL_RATIO = 3.0
 
@@ -76,6 +79,8 @@ class Episode:
     delivered: dict[str, list[str]] = field(default_factory=dict)  # sink -> events
     last_update_ns: int = 0
     last_update_peak: float = 0.0
+    sent_subsystem: str = ""  # the subsystem of the last event sent
+    claim_subsystem: str = ""  # the subsystem the claim and reasons speak of
     wall_offset_ns: int = 0
 
     def unix(self, mono_ns: int) -> float:
@@ -294,6 +299,7 @@ class EpisodeTracker:
             peak_score=window.combined, threshold=window.threshold,
             detectors=list(window.detectors), weights=weights,
             last_update_ns=window.end_ns, last_update_peak=window.combined,
+            sent_subsystem=subsystem, claim_subsystem=subsystem,
             wall_offset_ns=self.wall_offset_ns)
         self.episodes.append(ep)
         self.counts["firing"] += 1
@@ -306,20 +312,25 @@ class EpisodeTracker:
         if ev is not None:
             for k, v in ev.subsystem_shares.items():
                 ep.weights[k] = ep.weights.get(k, 0.0) + v * window.combined
-        before = ep.subsystem
         if ep.weights:
             ep.subsystem = max(ep.weights, key=ep.weights.__getitem__)
-        if window.combined > ep.peak_score:
+        leads = ev.subsystems[0] if ev is not None and ev.subsystems else None
+        peak = window.combined > ep.peak_score
+        if peak:
             ep.peak_score = window.combined
             ep.detectors = list(window.detectors)
-            if window.claim:
-                ep.claim = window.claim
-                ep.reasons = reasons_of(window)
-        worth = (ep.subsystem != before
-                 or ep.peak_score >= UPDATE_PEAK_RATIO * ep.last_update_peak)
-        if worth and window.end_ns - ep.last_update_ns >= UPDATE_EVERY_S * 1e9:
+        # the claim is the strongest window's that speaks of the episode's subsystem
+        if window.claim and leads == ep.subsystem and (peak or ep.claim_subsystem != leads):
+            ep.claim = window.claim
+            ep.reasons = reasons_of(window)
+            ep.claim_subsystem = leads
+        since_s = (window.end_ns - ep.last_update_ns) / 1e9
+        relabel = ep.subsystem != ep.sent_subsystem and since_s >= RELABEL_EVERY_S
+        bigger = ep.peak_score >= UPDATE_PEAK_RATIO * ep.last_update_peak
+        if relabel or (bigger and since_s >= UPDATE_EVERY_S):
             ep.last_update_ns = window.end_ns
             ep.last_update_peak = ep.peak_score
+            ep.sent_subsystem = ep.subsystem
             self.counts["update"] += 1
             return [ep.event("update")]
         return []

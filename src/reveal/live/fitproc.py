@@ -10,10 +10,9 @@ the file (``Reveal.load``), which holds only the fitted model. Same code, same d
 model as a fit in the watch's process would make; the CPU is the child's (counted in the
 watch's process tree) plus its start (about 2 s of imports).
 
-    python -m reveal.live.fitproc RUN START_NS END_NS OUT [FROM_NS:TO_NS ...]
+    python -m reveal.live.fitproc RUN START_NS END_NS OUT
 
-``START_NS``/``END_NS``: the span on the recording's monotonic clock (nanoseconds);
-``FROM_NS:TO_NS``: parts of it not to learn from (e.g. the watch's own earlier fit).
+``START_NS``/``END_NS``: the span on the recording's monotonic clock (nanoseconds).
 Exit 0 with the model written to ``OUT``; 2 with one line on stderr when the span cannot
 be fitted (too little data, unreadable recording).
 """
@@ -24,7 +23,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from reveal.errors import InputError
@@ -35,14 +34,13 @@ FIT_TIMEOUT_S = 1800.0
 
 def fit_in_child(run: Path, start_ns: int, end_ns: int, out: Path,
                  should_stop: Callable[[], bool] = lambda: False,
-                 timeout_s: float = FIT_TIMEOUT_S,
-                 exclude_ns: Sequence[tuple[int, int]] = ()) -> Path:
+                 timeout_s: float = FIT_TIMEOUT_S) -> Path:
     """Fit the recorded ``[start_ns, end_ns)`` of ``run`` in a child process, the model
-    saved to ``out``, the spans ``exclude_ns`` not learned; returns ``out``. InputError
-    with the child's reason when it could not fit; InterruptedError when
-    ``should_stop()`` became true meanwhile (the child is ended)."""
+    saved to ``out``; returns ``out``. InputError with the child's reason when it could not
+    fit; InterruptedError when ``should_stop()`` became true meanwhile (the child is
+    ended)."""
     argv = [sys.executable, "-m", "reveal.live.fitproc", str(run), str(int(start_ns)),
-            str(int(end_ns)), str(out), *(f"{int(lo)}:{int(hi)}" for lo, hi in exclude_ns)]
+            str(int(end_ns)), str(out)]
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     err: list[str] = []
@@ -74,9 +72,9 @@ def fit_in_child(run: Path, start_ns: int, end_ns: int, out: Path,
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) < 4:
-        print("error: usage: python -m reveal.live.fitproc RUN START_NS END_NS OUT "
-              "[FROM_NS:TO_NS ...]", file=sys.stderr)
+    if len(args) != 4:
+        print("error: usage: python -m reveal.live.fitproc RUN START_NS END_NS OUT",
+              file=sys.stderr)
         return 2
     from reveal.model import Reveal
     from reveal.store.run_reader import read_run
@@ -84,11 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     run, out = Path(args[0]), Path(args[3])
     try:
         start_ns, end_ns = int(args[1]), int(args[2])
-        exclude = [(int(lo), int(hi)) for lo, hi in (a.split(":", 1) for a in args[4:])]
         with warnings.catch_warnings():  # the journal being written may end mid-record
             warnings.simplefilter("ignore", UserWarning)
             tel = read_run(run, start_ns=start_ns, end_ns=end_ns)
-        Reveal().fit(tel, exclude_ns=exclude).save(out)
+        Reveal().fit(tel).save(out)
     except (InputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -71,9 +71,6 @@ def rehearsal_start_s(learn_s: float) -> float | None:
     the span, at least :data:`RECOMMENDED_LEARN_S`, with at least that much left after."""
     start = max(RECOMMENDED_LEARN_S, learn_s / 3.0)
     return start if learn_s - start >= RECOMMENDED_LEARN_S else None
-#: seconds after a provisional fit ends that still hold its work (the model loaded, memory
-#: given back) and are not learned from
-FIT_SETTLE_S = 2.0
 #: the least learning span at all (``--allow-short-learn``): enough windows to fit the
 #: detectors (the ensemble's minimum of 10) with some margin
 ABSOLUTE_MIN_LEARN_S = 15.0
@@ -154,8 +151,6 @@ class Watch:
         self.learning = False
         self.learn_start_ns: int | None = None
         self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
-        #: spans of the learning span (monotonic ns) holding the provisional model's fit
-        self.unlearned_ns: list[tuple[int, int]] = []
         self.sinks: list[Sink] = []
         self.collector: Collector | None = None
         self.buffer: SampleBuffer | None = None
@@ -458,7 +453,6 @@ class Watch:
         if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
             return
         scratch = self.state / PROVISIONAL_FILE
-        fit_from = time.monotonic_ns()
         try:
             fit_in_child(self.collector.run_dir, self.learn_start_ns,
                          self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set)
@@ -471,8 +465,6 @@ class Watch:
             self.options = dataclasses.replace(self.options, rehearse=False)
             return
         finally:
-            # the fit's burst of CPU and memory is the watch's own work, not the host's
-            self.unlearned_ns.append((fit_from, time.monotonic_ns() + int(FIT_SETTLE_S * 1e9)))
             with contextlib.suppress(OSError):
                 scratch.unlink()
         self.rehearsal = LiveScorer(provisional, interval_s=self.options.interval_s,
@@ -513,13 +505,8 @@ class Watch:
         as the next generation; returns it and its path."""
         assert self.collector is not None
         run = self.collector.run_dir
-        unlearned = [(lo, hi) for lo, hi in self.unlearned_ns if hi > start_ns and lo < end_ns]
-        left_out = sum(min(hi, end_ns) - max(lo, start_ns) for lo, hi in unlearned) / 1e9
-        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}"
-                            + (f", leaving out the {left_out:.1f} s that held the provisional "
-                               f"model's fit" if unlearned else ""))
-        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set,
-                            exclude_ns=unlearned)
+        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
+        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set)
         model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
