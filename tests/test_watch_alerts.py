@@ -64,8 +64,9 @@ def test_an_episode_opens_updates_and_resolves_after_a_quiet_period(tmp_path):
 
 def led_by(k: int, subsystem: str, score: float) -> LiveWindow:
     """A flagged window whose evidence is all ``subsystem``'s."""
-    channel, claim = {"storage": ("derived.disk_util_pct{dev=vda}", "Disk utilisation rose."),
-                      "cpu": ("psi.cpu.some.total", "CPU pressure rose.")}[subsystem]
+    channel, what = {"storage": ("derived.disk_util_pct{dev=vda}", "Disk utilisation"),
+                     "cpu": ("psi.cpu.some.total", "CPU pressure")}[subsystem]
+    claim = f"{what} rose ({score:g})."
     reason = Reason(channel, channel.split("{")[0], "mean", subsystem, 1.0, 50.0, 0.0, 40.0)
     evidence = WindowEvidence(k, k * S, k * S + 3 * S, score, ["Z"], [subsystem],
                               {subsystem: 1.0}, [reason])
@@ -82,17 +83,36 @@ def test_a_change_of_subsystem_is_sent_at_once_with_a_claim_of_its_own(tmp_path)
     t = tracker(tmp_path / "alerts.json")
     t.load()
     events = t.observe(led_by(0, "storage", 5.0)) + t.observe(led_by(1, "storage", 5.0))
-    for k in range(2, 12):
-        events += t.observe(led_by(k, "cpu", 4.0))  # lower scores: no peak update
+    for k in range(2, 12):  # lower scores than the opening: no update for a higher peak
+        events += t.observe(led_by(k, "cpu", 4.6 if k == 3 else 4.0))
     assert [e["event"] for e in events] == ["firing", "update"]
     firing, update = events
-    assert firing["subsystem"] == "storage" and firing["claim"] == "Disk utilisation rose."
-    assert update["subsystem"] == "cpu" and update["claim"] == "CPU pressure rose."
+    assert firing["subsystem"] == "storage" and firing["claim"] == "Disk utilisation rose (5)."
+    # the strongest CPU window's claim, not the first's or the latest's
+    assert update["subsystem"] == "cpu" and update["claim"] == "CPU pressure rose (4.6)."
     assert update["reasons"][0]["channel"] == "psi.cpu.some.total"
-    # CPU outweighs storage (10.0) from its third window (k = 4, weight 12.0)
+    # CPU outweighs storage (10.0) from its third window (k = 4, weight 12.6)
     sent_at = (int(update["last_flagged"][17:19]) - 10 - 3)  # wall offset 10 s, window 3 s
     assert sent_at == 4 and RELABEL_EVERY_S <= sent_at < UPDATE_EVERY_S
     assert update["peak_score"] == 5.0
+
+
+def test_a_state_from_before_relabelling_sends_no_update_for_it(tmp_path):
+    """An open episode saved without the subsystem last sent (an older watch) is taken as
+    having sent its subsystem: the next window of that subsystem sends nothing."""
+    path = tmp_path / "alerts.json"
+    t = tracker(path)
+    t.load()
+    t.observe(led_by(0, "cpu", 5.0))
+    saved = json.loads(path.read_text())
+    for ep in saved["episodes"]:
+        for key in ("sent_subsystem", "leads"):
+            del ep[key]
+    path.write_text(json.dumps(saved))
+    again = tracker(path)
+    again.load()
+    assert again.observe(led_by(1, "cpu", 4.0)) == []
+    assert again.open()[0].claim == "CPU pressure rose (5)."
 
 
 def test_restart_sends_only_what_was_not_delivered_and_reboot_resolves(tmp_path):

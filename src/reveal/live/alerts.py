@@ -80,8 +80,19 @@ class Episode:
     last_update_ns: int = 0
     last_update_peak: float = 0.0
     sent_subsystem: str = ""  # the subsystem of the last event sent
-    claim_subsystem: str = ""  # the subsystem the claim and reasons speak of
+    #: per subsystem, the strongest window it led: {"score", "claim", "reasons"}
+    leads: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_offset_ns: int = 0
+
+    def keep_lead(self, window: LiveWindow) -> None:
+        """Keep ``window``'s claim and reasons if it is the strongest its subsystem led."""
+        ev = window.evidence
+        if ev is None or not ev.subsystems or not window.claim:
+            return
+        best = self.leads.get(ev.subsystems[0])
+        if best is None or window.combined > best["score"]:
+            self.leads[ev.subsystems[0]] = {"score": window.combined, "claim": window.claim,
+                                            "reasons": reasons_of(window)}
 
     def unix(self, mono_ns: int) -> float:
         return (mono_ns + self.wall_offset_ns) / 1e9
@@ -172,6 +183,10 @@ class EpisodeTracker:
         fields = set(Episode.__dataclass_fields__)
         self.episodes = [Episode(**{k: v for k, v in e.items() if k in fields})
                          for e in data.get("episodes", [])]
+        for ep in self.episodes:  # a state written before these were kept
+            ep.sent_subsystem = ep.sent_subsystem or ep.subsystem
+            ep.leads = ep.leads or {ep.subsystem: {"score": ep.peak_score, "claim": ep.claim,
+                                                   "reasons": ep.reasons}}
         out: list[Event] = []
         if data.get("boot_id") != self.boot_id:  # times of another boot: resolve now
             for ep in self.open():
@@ -299,8 +314,9 @@ class EpisodeTracker:
             peak_score=window.combined, threshold=window.threshold,
             detectors=list(window.detectors), weights=weights,
             last_update_ns=window.end_ns, last_update_peak=window.combined,
-            sent_subsystem=subsystem, claim_subsystem=subsystem,
+            sent_subsystem=subsystem,
             wall_offset_ns=self.wall_offset_ns)
+        ep.keep_lead(window)
         self.episodes.append(ep)
         self.counts["firing"] += 1
         return ep.event("firing")
@@ -314,16 +330,13 @@ class EpisodeTracker:
                 ep.weights[k] = ep.weights.get(k, 0.0) + v * window.combined
         if ep.weights:
             ep.subsystem = max(ep.weights, key=ep.weights.__getitem__)
-        leads = ev.subsystems[0] if ev is not None and ev.subsystems else None
-        peak = window.combined > ep.peak_score
-        if peak:
+        if window.combined > ep.peak_score:
             ep.peak_score = window.combined
             ep.detectors = list(window.detectors)
-        # the claim is the strongest window's that speaks of the episode's subsystem
-        if window.claim and leads == ep.subsystem and (peak or ep.claim_subsystem != leads):
-            ep.claim = window.claim
-            ep.reasons = reasons_of(window)
-            ep.claim_subsystem = leads
+        ep.keep_lead(window)
+        best = ep.leads.get(ep.subsystem)
+        if best is not None:  # the claim speaks of the subsystem the alert names
+            ep.claim, ep.reasons = best["claim"], best["reasons"]
         since_s = (window.end_ns - ep.last_update_ns) / 1e9
         relabel = ep.subsystem != ep.sent_subsystem and since_s >= RELABEL_EVERY_S
         bigger = ep.peak_score >= UPDATE_PEAK_RATIO * ep.last_update_peak
