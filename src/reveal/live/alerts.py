@@ -94,6 +94,13 @@ class Episode:
             self.leads[ev.subsystems[0]] = {"score": window.combined, "claim": window.claim,
                                             "reasons": reasons_of(window)}
 
+    def follow_lead(self) -> None:
+        """Take the claim and reasons of the strongest window led by the episode's
+        subsystem (kept as they are when it led none)."""
+        best = self.leads.get(self.subsystem)
+        if best is not None:
+            self.claim, self.reasons = best["claim"], best["reasons"]
+
     def unix(self, mono_ns: int) -> float:
         return (mono_ns + self.wall_offset_ns) / 1e9
 
@@ -310,13 +317,16 @@ class EpisodeTracker:
             end_ns=window.end_ns, subsystem=subsystem, opened_subsystem=subsystem,
             severity="critical" if window.combined >= CRITICAL_RATIO * window.threshold
             else "warning",
-            claim=window.claim or "", reasons=reasons_of(window),
+            claim=window.claim or "", reasons=[],
             peak_score=window.combined, threshold=window.threshold,
             detectors=list(window.detectors), weights=weights,
             last_update_ns=window.end_ns, last_update_peak=window.combined,
             sent_subsystem=subsystem,
             wall_offset_ns=self.wall_offset_ns)
         ep.keep_lead(window)
+        ep.follow_lead()
+        if ep.subsystem not in ep.leads:  # a window with no claim still has its reasons
+            ep.reasons = reasons_of(window)
         self.episodes.append(ep)
         self.counts["firing"] += 1
         return ep.event("firing")
@@ -334,9 +344,7 @@ class EpisodeTracker:
             ep.peak_score = window.combined
             ep.detectors = list(window.detectors)
         ep.keep_lead(window)
-        best = ep.leads.get(ep.subsystem)
-        if best is not None:  # the claim speaks of the subsystem the alert names
-            ep.claim, ep.reasons = best["claim"], best["reasons"]
+        ep.follow_lead()  # the claim speaks of the subsystem the alert names
         since_s = (window.end_ns - ep.last_update_ns) / 1e9
         relabel = ep.subsystem != ep.sent_subsystem and since_s >= RELABEL_EVERY_S
         bigger = ep.peak_score >= UPDATE_PEAK_RATIO * ep.last_update_peak
