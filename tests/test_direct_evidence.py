@@ -103,8 +103,9 @@ def test_window_means_and_levels_are_per_window_over_finite_samples() -> None:
     means = window_means(tel, np.array([0]), starts, 3)
     assert np.allclose(means[:, 0], [2.0, 5.0, 25 / 3])
     levels = baseline_levels(tel, starts, 3)
-    med, mad = levels["qdisc.drops{iface=x}"]
+    med, mad, tail = levels["qdisc.drops{iface=x}"]
     assert med == 5.0 and np.isclose(mad, 3.0)
+    assert np.isclose(tail, np.quantile([2.0, 5.0, 25 / 3], 0.99))
     # a window past the data holds nothing: no sign, no crash
     late = direct_signs(tel, np.array([20 * TICK_NS]), 3, levels)
     assert not late.shown.any() and late.reasons == {}

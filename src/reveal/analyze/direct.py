@@ -10,7 +10,12 @@ network namespace from the channel's labels.
 
 Each sign is judged on the window mean of its channel (rates per second after
 :func:`reveal.analyze.derive.derive`, or percent) against the baseline's window means of the
-same channel. A channel absent from the baseline (a cgroup, namespace or qdisc that appeared
+same channel: at or above the sign's least value and :data:`DIRECT_Z` robust z above their
+median, the scale being the larger of their MAD's and their upper tail's (the 99th
+percentile's distance from the median, in sigmas of a normal law): a counter that moves in
+bursts on the baseline (a distributed job's retransmissions) has a quiet median and a
+loud tail, and a burst like the baseline's own is not a sign. A channel absent from the
+baseline (a cgroup, namespace or qdisc that appeared
 mid-run) is judged against zero, what a counter of trouble implies where it did not exist.
 """
 
@@ -29,8 +34,15 @@ from reveal.frame import Telemetry, channel_metric
 
 #: Baseline robust z (window means) a sign must exceed besides its least value.
 DIRECT_Z = 5.0
+#: Upper quantile of the baseline's window means whose distance from their median sets
+#: the least scale of a sign, and that distance in sigmas of a normal law.
+TAIL_QUANTILE = 0.99
+TAIL_SIGMAS = 2.326
 #: Share of the window's evidence that direct signs take (the detectors' keeps the rest).
 DIRECT_SHARE = 0.5
+#: Share of the detectors' own evidence with which one subsystem keeps the lead over
+#: signs that are only symptoms (see :func:`lead_with`).
+DETECTOR_LEAD = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +64,9 @@ SIGNS: tuple[Sign, ...] = (
     # pressure, µs stalled per second): the kernel's own measure of CPU contention. The
     # z rule (scale at least least / DIRECT_Z) also asks a rise of 25 points over the
     # baseline's level: a job whose ranks oversubscribe their CPUs (pressure at 30 % all
-    # along) has that as its baseline, not as a sign
-    Sign("psi.cpu.some.total", "cpu", 250_000.0),
+    # along) has that as its baseline, not as a sign. A symptom: whatever takes the CPUs
+    # raises it, a packet flood's softirq work as much as a competing process
+    Sign("psi.cpu.some.total", "cpu", 250_000.0, cause=False),
     # packets per second dropped or held back by a queueing discipline
     Sign("qdisc.drops", "network", 1.0),
     Sign("qdisc.overlimits", "network", 1.0),
@@ -90,8 +103,9 @@ def window_means(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
 
 
 def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,
-                    size: int) -> dict[str, tuple[float, float]]:
-    """Median and MAD of the window means of every sign channel of a derived baseline."""
+                    size: int) -> dict[str, tuple[float, float, float]]:
+    """Median, MAD and :data:`TAIL_QUANTILE` of the window means of every sign channel of
+    a derived baseline (in the channel's units)."""
     cols, _ = _sign_columns(tuple(d_base.channels))
     if not len(cols) or not len(start_ns):
         return {}
@@ -100,8 +114,9 @@ def baseline_levels(d_base: Telemetry, start_ns: np.ndarray,
         warnings.simplefilter("ignore", RuntimeWarning)  # a channel with no value: level 0
         med = np.nan_to_num(np.nanmedian(means, axis=0))
         mad = np.nan_to_num(np.nanmedian(np.abs(means - med), axis=0))
-    return {d_base.channels[c]: (float(m), float(s)) for c, m, s in zip(cols, med, mad,
-                                                                         strict=True)}
+        tail = np.nan_to_num(np.nanquantile(means, TAIL_QUANTILE, axis=0))
+    return {d_base.channels[c]: (float(m), float(s), float(t))
+            for c, m, s, t in zip(cols, med, mad, tail, strict=True)}
 
 
 @dataclasses.dataclass
@@ -114,20 +129,22 @@ class DirectSigns:
 
 
 def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
-                 levels: dict[str, tuple[float, float]]) -> DirectSigns:
+                 levels: dict[str, tuple[float, ...]]) -> DirectSigns:
     """The direct signs each window (``size`` samples from ``start_ns``) of a derived run
     shows, judged against the baseline ``levels`` (see :func:`baseline_levels`; absent:
-    zero)."""
+    zero; levels saved without the upper quantile are judged on median and MAD)."""
     cols, signs = _sign_columns(tuple(d_run.channels))
     out = DirectSigns(np.zeros(len(start_ns), dtype=bool), {})
     if not len(cols) or not len(start_ns):
         return out
     means = window_means(d_run, cols, start_ns, size)  # (W, M)
     names = [d_run.channels[c] for c in cols]
-    med = np.array([levels.get(n, (0.0, 0.0))[0] for n in names])
-    mad = np.array([levels.get(n, (0.0, 0.0))[1] for n in names])
+    level = [tuple(levels.get(n, (0.0, 0.0))) for n in names]
+    med = np.array([lv[0] for lv in level])
+    mad = np.array([lv[1] for lv in level])
+    tail = np.array([lv[2] if len(lv) > 2 else lv[0] for lv in level])
     least = np.array([s.least for s in signs])
-    scale = np.maximum(1.4826 * mad, least / DIRECT_Z)
+    scale = np.maximum.reduce([1.4826 * mad, (tail - med) / TAIL_SIGMAS, least / DIRECT_Z])
     with np.errstate(invalid="ignore"):
         z = (means - med) / scale
         shown = (means >= least) & (z >= DIRECT_Z)
@@ -151,9 +168,22 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
 
 def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
     """``evidence`` with the direct signs first: they take :data:`DIRECT_SHARE` of the
-    window's evidence (split by robust z) and their subsystems lead."""
+    window's evidence (split by robust z) and their subsystems lead.
+
+    Signs that are only symptoms (CPU pressure, retransmissions) yield where the detectors
+    put at least :data:`DETECTOR_LEAD` of their own evidence on another subsystem: a
+    packet flood keeps the CPUs busy with its softirq work, and the pressure that follows
+    does not make it a CPU fault. The window stays flagged; the detectors' evidence leads,
+    the signs follow it among the reasons."""
     if not direct:
         return evidence
+    shares = evidence.subsystem_shares
+    leader = max(shares, key=shares.__getitem__) if shares else None
+    if (leader is not None and shares[leader] >= DETECTOR_LEAD
+            and all(not _BY_METRIC[r.metric].cause and r.subsystem != leader
+                    for r in direct)):
+        return dataclasses.replace(evidence, reasons=evidence.reasons + [
+            r for r in direct if r.channel not in {x.channel for x in evidence.reasons}])
     z = np.array([r.robust_z for r in direct])
     weights = DIRECT_SHARE * z / z.sum()  # z >= DIRECT_Z > 0
     lead = [dataclasses.replace(r, contribution=float(w)) for r, w in zip(direct, weights,

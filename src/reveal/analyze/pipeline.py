@@ -230,8 +230,9 @@ class FittedAnalysis:
     # the baseline's typical load (median CPU busy %, 1-minute load average), to say when a
     # run was recorded under a very different one
     load: dict[str, float] = dataclasses.field(default_factory=dict)
-    # baseline window means (median, MAD) of the channels that carry direct evidence
-    direct_levels: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # baseline window means (median, MAD, 99th percentile) of the channels that carry
+    # direct evidence
+    direct_levels: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
