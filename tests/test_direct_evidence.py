@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from reveal.analyze.derive import derive
-from reveal.analyze.direct import baseline_levels, direct_signs, window_means
+from reveal.analyze.direct import baseline_levels, direct_signs, lead_with, window_means
+from reveal.analyze.evidence import Reason, WindowEvidence
 from reveal.frame import Telemetry
 from reveal.model import Reveal
 
@@ -161,3 +162,77 @@ def test_cpu_pressure_over_its_baseline_is_contention_at_its_own_level_is_not() 
     levels = baseline_levels(d_base, d_base.timestamps_ns[::10][:-3], 30)
     d_run, _ = derive(_host(1200, 2, extra=_pressure(1200, 2, 0.3, 600, 0.4)))
     assert not direct_signs(d_run, starts, 30, levels).shown.any()
+
+
+def _bursty_retrans(n: int, seed: int, burst_rows: int, burst_rate: float,
+                    from_row: int | None = None, to_rate: float = 0.0) -> dict[str, np.ndarray]:
+    """Retransmissions of a job that resends in bursts: about 20 a second, one sample in
+    ``burst_rows`` resending ``burst_rate`` a second; ``to_rate`` a second from
+    ``from_row`` on (cumulative counts, 100 ms samples)."""
+    rng = np.random.default_rng(seed)
+    per_sample = rng.poisson(2.0, n).astype(float)
+    per_sample[::burst_rows] += burst_rate / 10
+    if from_row is not None:
+        per_sample[from_row:] = to_rate / 10
+    return {"snmp.Tcp.RetransSegs{netns=job}": np.cumsum(per_sample)}
+
+
+def test_a_burst_the_baseline_had_in_its_tail_is_no_sign_a_loss_beyond_it_is() -> None:
+    """A distributed job retransmits in bursts as it goes: a window as loud as the
+    baseline's loudest few (its 99th percentile) is no sign, though it is many MADs
+    above the quiet median; a steady loss well past that tail is."""
+    base = _host(6000, 3, extra=_bursty_retrans(6000, 3, 97, 2500.0))
+    d_base, _ = derive(base)
+    levels = baseline_levels(d_base, d_base.timestamps_ns[::10][:-3], 30)
+    med, mad, tail = levels["snmp.Tcp.RetransSegs{netns=job}"]
+    burst_z = (tail - med) / (1.4826 * mad)
+    assert burst_z > 2 * 5.0  # by MAD alone, the baseline's own bursts would be signs
+    quiet = derive(_host(1200, 4, extra=_bursty_retrans(1200, 4, 97, 2500.0)))[0]
+    starts = quiet.timestamps_ns[::10][:-3]
+    assert not direct_signs(quiet, starts, 30, levels).shown.any()
+    lossy = derive(_host(1200, 5, extra=_bursty_retrans(1200, 5, 97, 2500.0, 600,
+                                                         4 * tail)))[0]
+    shown = direct_signs(lossy, starts, 30, levels).shown
+    late = starts >= 600 * TICK_NS
+    assert shown[late].all() and not shown[starts + 30 * TICK_NS <= 600 * TICK_NS].any()
+    # levels saved before the tail was kept: judged on median and MAD, as then
+    old = {k: v[:2] for k, v in levels.items()}
+    assert direct_signs(quiet, starts, 30, old).shown.any()
+
+
+def _evidence(shares: dict[str, float]) -> WindowEvidence:
+    reasons = [Reason(f"ch.{s}", f"ch.{s}", "mean", s, v, 1.0, 0.0, 50.0)
+               for s, v in sorted(shares.items(), key=lambda kv: -kv[1])]
+    return WindowEvidence(7, 0, 1, 9.0, ["Z"], list(shares), dict(shares), reasons)
+
+
+def test_a_symptom_yields_to_a_clear_detector_lead_a_cause_does_not() -> None:
+    """A packet flood keeps the CPUs busy: CPU pressure 6 σ over its baseline (a symptom)
+    follows the detectors' network lead on channels 50 σ out; where the detectors name no
+    subsystem clearly, or the pressure left a flat baseline, it leads; a cause
+    (throttling) leads whatever the detectors say."""
+    pressure = Reason("psi.cpu.some.total", "psi.cpu.some.total", "mean", "cpu", 0.0,
+                      6e5, 3e5, 6.0)
+    flood = _evidence({"network": 0.6, "cpu": 0.4})
+    kept = lead_with(flood, [pressure])
+    assert kept.subsystems[0] == "network" and kept.subsystem_shares == flood.subsystem_shares
+    assert kept.reasons[0].channel == "ch.network"
+    assert kept.reasons[-1].channel == "psi.cpu.some.total"  # kept among the reasons
+    unclear = lead_with(_evidence({"network": 0.45, "storage": 0.3, "cpu": 0.25}), [pressure])
+    assert unclear.subsystems[0] == "cpu"
+    assert unclear.reasons[0].channel == "psi.cpu.some.total"
+    assert unclear.subsystem_shares["cpu"] > 0.5
+    throttled = Reason("derived.cgroup_throttled_pct{cgroup=a}", "derived.cgroup_throttled_pct",
+                       "mean", "cpu", 0.0, 90.0, 0.0, 1000.0)
+    led = lead_with(_evidence({"network": 0.9, "cpu": 0.1}), [throttled])
+    assert led.subsystems[0] == "cpu" and led.reasons[0].metric == throttled.metric
+    # pressure from a flat baseline outweighs storage channels 50 σ out: it leads
+    contention = Reason("psi.cpu.some.total", "psi.cpu.some.total", "mean", "cpu", 0.0,
+                        4e5, 700.0, 1000.0)
+    disk = lead_with(_evidence({"storage": 0.7, "cpu": 0.3}), [contention])
+    assert disk.subsystems[0] == "cpu" and disk.reasons[0].metric == contention.metric
+    # a symptom of the subsystem the detectors lead with leads it
+    retrans = Reason("snmp.Tcp.RetransSegs{netns=a}", "snmp.Tcp.RetransSegs", "mean",
+                     "network", 0.0, 300.0, 20.0, 12.0)
+    same = lead_with(flood, [retrans])
+    assert same.subsystems[0] == "network" and same.reasons[0].metric == retrans.metric

@@ -6,7 +6,8 @@ A window that shows one is flagged (under the same persistence rule as the detec
 verdicts), even where the detectors saw nothing: a channel that was constant in the
 baseline takes no part in detection. In a flagged window the sign leads the reasons (and
 so the claim) and its subsystem leads the evidence, naming the cgroup, interface or
-network namespace from the channel's labels.
+network namespace from the channel's labels — unless it is only a symptom (CPU pressure,
+retransmissions) and the detectors clearly name another subsystem (:func:`lead_with`).
 
 Each sign is judged on the window mean of its channel (rates per second after
 :func:`reveal.analyze.derive.derive`, or percent) against the baseline's window means of the
@@ -171,19 +172,18 @@ def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
     window's evidence (split by robust z) and their subsystems lead.
 
     Signs that are only symptoms (CPU pressure, retransmissions) yield where the detectors
-    put at least :data:`DETECTOR_LEAD` of their own evidence on another subsystem: a
-    packet flood keeps the CPUs busy with its softirq work, and the pressure that follows
-    does not make it a CPU fault. The window stays flagged; the detectors' evidence leads,
-    the signs follow it among the reasons."""
+    put at least :data:`DETECTOR_LEAD` of their own evidence on another subsystem whose
+    strongest reason lies further from its baseline (robust z) than every sign from its
+    own: a packet flood keeps the CPUs busy with its softirq work, and pressure 6 σ over
+    the baseline's, beside packet counters that left a flat baseline, does not make it a
+    CPU fault. The window stays flagged; the detectors' evidence leads, the signs follow
+    it among the reasons."""
     if not direct:
         return evidence
-    shares = evidence.subsystem_shares
-    leader = max(shares, key=shares.__getitem__) if shares else None
-    if (leader is not None and shares[leader] >= DETECTOR_LEAD
-            and all(not _BY_METRIC[r.metric].cause and r.subsystem != leader
-                    for r in direct)):
-        return dataclasses.replace(evidence, reasons=evidence.reasons + [
-            r for r in direct if r.channel not in {x.channel for x in evidence.reasons}])
+    if _symptoms_yield(evidence, direct):
+        named = {r.channel for r in evidence.reasons}
+        return dataclasses.replace(
+            evidence, reasons=evidence.reasons + [r for r in direct if r.channel not in named])
     z = np.array([r.robust_z for r in direct])
     weights = DIRECT_SHARE * z / z.sum()  # z >= DIRECT_Z > 0
     lead = [dataclasses.replace(r, contribution=float(w)) for r, w in zip(direct, weights,
@@ -198,3 +198,16 @@ def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
     order = first + sorted((s for s in shares if s not in first), key=lambda s: -shares[s])
     return dataclasses.replace(evidence, subsystems=order, subsystem_shares=shares,
                                reasons=lead + rest)
+
+
+def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason]) -> bool:
+    """Whether the signs are all symptoms outweighed by the detectors' leading subsystem
+    (see :func:`lead_with`)."""
+    shares = evidence.subsystem_shares
+    if not shares or any(_BY_METRIC[r.metric].cause for r in direct):
+        return False
+    leader = max(shares, key=shares.__getitem__)
+    lead_z = max((abs(r.robust_z) for r in evidence.reasons if r.subsystem == leader),
+                 default=0.0)
+    return (shares[leader] >= DETECTOR_LEAD
+            and all(r.subsystem != leader and r.robust_z < lead_z for r in direct))

@@ -1,13 +1,9 @@
 """Documented settings for the two resolutions Reveal meets, chosen from the sampling interval.
 
 ``telemetry`` — what ``reveal collect`` records (one sample every 100 ms or so): windows of
-3 s sliding by 1 s, every feature but the variance (the standard deviation says the same in
-the channel's own units; squared, one burst of a counter idle on the baseline outweighed
-every other column), correlated channels pruned on the baseline, per-CPU channels by busy
-rank, scale floors (the least change that counts, from the catalog's units), a combined
-threshold at the baseline's 99.5th percentile, and a flag only once the combined score has
-stayed above it for 1 s. The variance and the percentile were set on one recorded fault
-suite (10-minute baselines, docs/validation.md) and checked on suites recorded after.
+3 s sliding by 1 s, every feature, correlated channels pruned on the baseline, per-CPU
+channels by busy rank, scale floors (the least change that counts, from the catalog's
+units), and a flag only once the combined score has stayed above its threshold for 1 s.
 
 ``minute`` — one row every few seconds or minutes (the SMD and ASD data sets, a Prometheus
 scrape): windows of 10 rows sliding by one row (a window's verdict belongs to its last
@@ -37,14 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.features import DYNAMIC_FEATURES
 from reveal.config import AnalyzeConfig, DetectConfig, SelectConfig, WindowConfig
 from reveal.errors import InputError
 
-#: The telemetry preset's features: every dynamic one but the variance.
-TELEMETRY_FEATURES = tuple(f for f in DYNAMIC_FEATURES if f != "variance")
-TELEMETRY = AnalyzeConfig(preset="telemetry", features=TELEMETRY_FEATURES,
-                          detect=DetectConfig(threshold_quantile=0.995))
+TELEMETRY = AnalyzeConfig(preset="telemetry")
 
 MINUTE = AnalyzeConfig(
     preset="minute",
