@@ -220,3 +220,17 @@ def test_glob_catalog_entry_carries_its_multiplex_group():
         ["perf.x_one{cpu=0}", "perf.time_enabled_ns{cpu=0,group=g}",
          "perf.time_running_ns{cpu=0,group=g}", "perf.x_two{cpu=1}"], catalog)
     assert counter.tolist() == [0] and enabled.tolist() == [1] and running.tolist() == [2]
+
+
+def test_stall_rates_are_capped_at_one_second_per_second():
+    """The kernel folds per-CPU stall time into a pressure total when the total is read:
+    a 100 ms sample can receive 200 ms of it. Tasks stall for at most a second a second,
+    host-wide or in a cgroup; other µs counters (CPU time over many CPUs) are not capped."""
+    io = "cgroup.psi.io.some.total{cgroup=job}"
+    stalled = [0, 0, 200_000, 200_000, 250_000]  # µs: 200 ms folded into one 100 ms sample
+    tel = _tel({io: stalled, "psi.memory.full.total": stalled,
+                "cgroup.cpu.usage_usec{cgroup=job}": stalled}, step_s=0.1)
+    rated, _ = to_rates(tel, default_catalog())
+    for name in (io, "psi.memory.full.total"):
+        np.testing.assert_allclose(rated.column(name), [0, 1e6, 0, 5e5])
+    assert rated.column("cgroup.cpu.usage_usec{cgroup=job}")[1] == pytest.approx(2e6)

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from fnmatch import fnmatchcase
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from reveal.catalog import TIME_ENABLED_METRIC, TIME_RUNNING_METRIC, Catalog, default_catalog
-from reveal.frame import Telemetry, format_channel, parse_channel
+from reveal.frame import Telemetry, channel_metric, format_channel, parse_channel
 
 _WRAPS = (2.0**32, 2.0**64)
 SECTOR_BYTES = 512.0
@@ -163,6 +164,7 @@ def to_rates(
         deltas, wraps, resets = counter_deltas(telemetry.values[:, counter_cols], ranges)
         _scale_multiplexed(deltas, names, catalog, report)
         values[:, counter_cols] = deltas / dt_s[:, None]
+        _cap_stall_rates(values, telemetry.channels)
         names = np.asarray(telemetry.channels, dtype=object)[counter_cols]
         for name, n in zip(names, wraps.sum(axis=0), strict=True):
             if n:
@@ -173,6 +175,29 @@ def to_rates(
     rated = Telemetry(telemetry.host, telemetry.timestamps_ns[1:], values,
                       list(telemetry.channels), dict(telemetry.meta))
     return rated, report
+
+
+#: Pressure stall totals (µs) whose rate cannot exceed the time that passed: tasks stall
+#: for at most a second per second. The kernel folds per-CPU stall time into the total when
+#: it is read, so one 100 ms sample can receive 200 ms of it and the next none; the rate
+#: is capped at 1 s/s, what the stall share can reach.
+STALL_TOTALS = ("psi.*.total", "cgroup.psi.*.total")
+STALL_RATE_MAX = 1e6  # µs per second
+
+
+@functools.lru_cache(maxsize=16)
+def _stall_columns(channels: tuple[str, ...]) -> np.ndarray:
+    """Columns of pressure stall totals (see :data:`STALL_TOTALS`)."""
+    return np.array([i for i, c in enumerate(channels)
+                     if any(fnmatchcase(channel_metric(c), p) for p in STALL_TOTALS)],
+                    dtype=np.intp)
+
+
+def _cap_stall_rates(values: np.ndarray, channels: list[str]) -> None:
+    """Cap the rates of pressure stall totals at :data:`STALL_RATE_MAX` (in place)."""
+    cols = _stall_columns(tuple(channels))
+    if cols.size:
+        values[:, cols] = np.minimum(values[:, cols], STALL_RATE_MAX)
 
 
 @functools.lru_cache(maxsize=16)
