@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from fnmatch import fnmatchcase
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 import numpy as np
 
