@@ -222,15 +222,20 @@ def test_glob_catalog_entry_carries_its_multiplex_group():
     assert counter.tolist() == [0] and enabled.tolist() == [1] and running.tolist() == [2]
 
 
-def test_stall_rates_are_capped_at_one_second_per_second():
-    """The kernel folds per-CPU stall time into a pressure total when the total is read:
-    a 100 ms sample can receive 200 ms of it. Tasks stall for at most a second a second,
-    host-wide or in a cgroup; other µs counters (CPU time over many CPUs) are not capped."""
+def test_stall_above_one_second_per_second_moves_back_to_the_samples_before_it():
+    """A cgroup's I/O pressure read once a second puts the second's stall into one 100 ms
+    sample: 200 ms of it. Tasks stall for at most a second a second, so the excess goes
+    back to the samples before, where it happened; the total is kept. Other µs counters
+    (CPU time over many CPUs) are left as they are."""
     io = "cgroup.psi.io.some.total{cgroup=job}"
-    stalled = [0, 0, 200_000, 200_000, 250_000]  # µs: 200 ms folded into one 100 ms sample
+    # µs: nothing, then 350 ms of stall read at once, 50 ms more the next sample
+    stalled = [0, 0, 0, 0, 350_000, 400_000]
     tel = _tel({io: stalled, "psi.memory.full.total": stalled,
                 "cgroup.cpu.usage_usec{cgroup=job}": stalled}, step_s=0.1)
     rated, _ = to_rates(tel, default_catalog())
     for name in (io, "psi.memory.full.total"):
-        np.testing.assert_allclose(rated.column(name), [0, 1e6, 0, 5e5])
-    assert rated.column("cgroup.cpu.usage_usec{cgroup=job}")[1] == pytest.approx(2e6)
+        rates = rated.column(name)
+        np.testing.assert_allclose(rates, [5e5, 1e6, 1e6, 1e6, 5e5])
+        assert rates.sum() * 0.1 == pytest.approx(400_000)
+    np.testing.assert_allclose(rated.column("cgroup.cpu.usage_usec{cgroup=job}"),
+                               [0, 0, 0, 3.5e6, 5e5])

@@ -164,7 +164,7 @@ def to_rates(
         deltas, wraps, resets = counter_deltas(telemetry.values[:, counter_cols], ranges)
         _scale_multiplexed(deltas, names, catalog, report)
         values[:, counter_cols] = deltas / dt_s[:, None]
-        _cap_stall_rates(values, telemetry.channels)
+        _spread_stall_rates(values, telemetry.channels, dt_s)
         names = np.asarray(telemetry.channels, dtype=object)[counter_cols]
         for name, n in zip(names, wraps.sum(axis=0), strict=True):
             if n:
@@ -177,12 +177,16 @@ def to_rates(
     return rated, report
 
 
-#: Pressure stall totals (µs) whose rate cannot exceed the time that passed: tasks stall
-#: for at most a second per second. The kernel folds per-CPU stall time into the total when
-#: it is read, so one 100 ms sample can receive 200 ms of it and the next none; the rate
-#: is capped at 1 s/s, what the stall share can reach.
+#: Pressure stall totals (µs), whose rate cannot exceed the time that passed: tasks stall
+#: for at most a second per second. A total read less often than every sample (a cgroup's
+#: I/O and memory pressure, every ``detail_period_s``, its last value repeated between)
+#: puts a whole period's stall into one sample — 200 ms of it in a 100 ms sample — and
+#: the kernel folds per-CPU stall time into a total only when it is read. The stall above
+#: one second per second is moved back to the samples before it, where it happened (at
+#: most :data:`STALL_SPREAD_SAMPLES`), so a window's sum is kept and no sample exceeds it.
 STALL_TOTALS = ("psi.*.total", "cgroup.psi.*.total")
 STALL_RATE_MAX = 1e6  # µs per second
+STALL_SPREAD_SAMPLES = 64
 
 
 @functools.lru_cache(maxsize=16)
@@ -193,11 +197,24 @@ def _stall_columns(channels: tuple[str, ...]) -> np.ndarray:
                     dtype=np.intp)
 
 
-def _cap_stall_rates(values: np.ndarray, channels: list[str]) -> None:
-    """Cap the rates of pressure stall totals at :data:`STALL_RATE_MAX` (in place)."""
+def _spread_stall_rates(values: np.ndarray, channels: list[str], dt_s: np.ndarray) -> None:
+    """Move, in place, the stall of pressure totals above :data:`STALL_RATE_MAX` back to
+    the samples before (rates per second, ``dt_s`` each sample's seconds). Vectorised
+    over samples and channels: one pass per sample the stall moves back."""
     cols = _stall_columns(tuple(channels))
-    if cols.size:
-        values[:, cols] = np.minimum(values[:, cols], STALL_RATE_MAX)
+    if not cols.size:
+        return
+    room = (STALL_RATE_MAX * dt_s)[:, None]  # µs a sample can hold
+    stalled = np.nan_to_num(values[:, cols] * dt_s[:, None], nan=0.0)
+    gaps = ~np.isfinite(values[:, cols])
+    for _ in range(STALL_SPREAD_SAMPLES):
+        excess = np.maximum(stalled - room, 0.0)
+        excess[0] = 0.0  # nothing before the first sample: it keeps its stall
+        if not excess.any():
+            break
+        stalled -= excess
+        stalled[:-1] += excess[1:]
+    values[:, cols] = np.where(gaps, np.nan, stalled / dt_s[:, None])
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,12 +12,13 @@ retransmissions) and the detectors clearly name another subsystem (:func:`lead_w
 Each sign is judged on the window mean of its channel (rates per second after
 :func:`reveal.analyze.derive.derive`, or percent) against the baseline's window means of the
 same channel: at or above the sign's least value and :data:`DIRECT_Z` robust z above their
-median, the scale being the larger of their MAD's and their upper tail's (the 99th
-percentile's distance from the median, in sigmas of a normal law): a counter that moves in
-bursts on the baseline (a distributed job's retransmissions) has a quiet median and a
-loud tail, and a burst like the baseline's own is not a sign. A channel absent from the
-baseline (a cgroup, namespace or qdisc that appeared
-mid-run) is judged against zero, what a counter of trouble implies where it did not exist.
+median. For a channel that moves in bursts as a job runs (a distributed job's
+retransmissions: a quiet median, a loud tail) the scale is at least the baseline's upper
+tail's (the 99th percentile's distance from the median, in sigmas of a normal law), so a
+burst like the baseline's own is not a sign. Not for CPU pressure: the learn of
+``reveal watch`` holds its own model fit, a burst of pressure that would hide contention.
+A channel absent from the baseline (a cgroup, namespace or qdisc that appeared mid-run) is
+judged against zero, what a counter of trouble implies where it did not exist.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ DETECTOR_LEAD = 0.5
 class Sign:
     """A metric whose window mean at or above ``least`` (its unit) is direct evidence;
     ``cause``: it says what holds the job back (a quota, a queueing discipline), not how
-    the job suffers from it (retransmissions), and leads before symptoms."""
+    the job suffers from it (retransmissions), and leads before symptoms. ``tail``: the
+    channel moves in bursts as a job runs, and its scale is at least the baseline's upper
+    tail's (see :func:`direct_signs`)."""
 
     metric: str
     subsystem: str
     least: float
     cause: bool = True
+    tail: bool = False
 
 
 SIGNS: tuple[Sign, ...] = (
@@ -72,7 +76,7 @@ SIGNS: tuple[Sign, ...] = (
     Sign("qdisc.drops", "network", 1.0),
     Sign("qdisc.overlimits", "network", 1.0),
     # TCP segments retransmitted per second (host and each network namespace)
-    Sign("snmp.Tcp.RetransSegs", "network", 1.0, cause=False),
+    Sign("snmp.Tcp.RetransSegs", "network", 1.0, cause=False, tail=True),
 )
 _BY_METRIC = {s.metric: s for s in SIGNS}
 
@@ -143,7 +147,8 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
     level = [tuple(levels.get(n, (0.0, 0.0))) for n in names]
     med = np.array([lv[0] for lv in level])
     mad = np.array([lv[1] for lv in level])
-    tail = np.array([lv[2] if len(lv) > 2 else lv[0] for lv in level])
+    tail = np.array([lv[2] if len(lv) > 2 and sign.tail else lv[0]
+                     for lv, sign in zip(level, signs, strict=True)])
     least = np.array([s.least for s in signs])
     scale = np.maximum.reduce([1.4826 * mad, (tail - med) / TAIL_SIGMAS, least / DIRECT_Z])
     with np.errstate(invalid="ignore"):
