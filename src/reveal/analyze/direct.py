@@ -147,10 +147,11 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
     level = [tuple(levels.get(n, (0.0, 0.0))) for n in names]
     med = np.array([lv[0] for lv in level])
     mad = np.array([lv[1] for lv in level])
-    tail = np.array([lv[2] if len(lv) > 2 and sign.tail else lv[0]
-                     for lv, sign in zip(level, signs, strict=True)])
+    # the upper tail's sigmas, for bursty channels with a tail on record (0 otherwise)
+    tail_scale = np.array([(lv[2] - lv[0]) / TAIL_SIGMAS if sign.tail and len(lv) > 2 else 0.0
+                           for lv, sign in zip(level, signs, strict=True)])
     least = np.array([s.least for s in signs])
-    scale = np.maximum.reduce([1.4826 * mad, (tail - med) / TAIL_SIGMAS, least / DIRECT_Z])
+    scale = np.maximum.reduce([1.4826 * mad, tail_scale, least / DIRECT_Z])
     with np.errstate(invalid="ignore"):
         z = (means - med) / scale
         shown = (means >= least) & (z >= DIRECT_Z)
