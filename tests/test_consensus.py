@@ -80,7 +80,9 @@ def test_refits_add_generations_and_the_fault_is_not_learned(data):
     assert model.generations_ == 3  # the baseline's and the two newest
     assert [g.origin for g in consensus.generations] == ["baseline", "refit", "refit"]
     assert flagged[1500:1560].mean() > 0.8  # the fault is caught
-    assert flagged[:1500].mean() < 0.02 and flagged[1600:].mean() < 0.02
+    # clean parts near the 99th percentile's 1 %: overlapping windows flag in clusters of a
+    # few rows, so 800 rows vary by a few clusters either way
+    assert flagged[:1500].mean() < 0.03 and flagged[1600:].mean() < 0.03
     # a generation fitted after the fault never saw it: the fault's windows were left out
     again = Reveal(overrides=REFITS).fit(base)
     _walk(again, run.slice_rows(0, 1800), base, 360)

@@ -7,10 +7,13 @@ units), and a flag only once the combined score has stayed above its threshold f
 
 ``minute`` — one row every few seconds or minutes (the SMD and ASD data sets, a Prometheus
 scrape): windows of 10 rows sliding by one row (a window's verdict belongs to its last
-row), six features (mean, std, min, max, median, slope), no pruning, no scale floors (such
-data rarely carries units), and a feature centre that follows the last 2 days of past
-windows in hourly blocks. That centre is causal — a window's centre uses only earlier
+row), four features (mean, std, median, slope), no pruning, no scale floors (such data
+rarely carries units), and a feature centre that follows the last 2 days of past windows in
+hourly blocks. That centre is causal — a window's centre uses only earlier
 windows — but on a scored run it follows the run's own past: it adapts to the scored data.
+Window minimum and maximum are left out: one row's extreme, they are the noisiest level
+features; without them the SMD machines' clean rows flagged fell by a fifth for 3 % fewer
+anomalous rows found (chosen by 2-fold cross-fitting between machines, docs/evaluation.md).
 
 Both presets leave refits off (``refit.every_s`` None): a model given scored data back by
 ``Reveal.partial_fit`` (``watch``, ``evaluate --mode stream``) moves its drift-following
@@ -43,7 +46,7 @@ MINUTE = AnalyzeConfig(
     window=WindowConfig(size_rows=10, stride_rows=1),
     select=SelectConfig(prune=False),
     detect=DetectConfig(scale_floors=False),
-    features=("mean", "std", "min", "max", "median", "slope"),
+    features=("mean", "std", "median", "slope"),
     drift_window_s=2 * 86400.0,
     drift_block_s=3600.0,
     rank_cpus=False,
