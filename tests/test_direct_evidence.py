@@ -11,6 +11,7 @@ from reveal.analyze.direct import baseline_levels, direct_signs, lead_with, wind
 from reveal.analyze.evidence import Reason, WindowEvidence
 from reveal.frame import Telemetry
 from reveal.model import Reveal
+from reveal.report.claims import FLAT_Z
 
 TICK_NS = 100_000_000
 CGROUP = 'job "a" <b>'
@@ -198,6 +199,23 @@ def test_a_burst_the_baseline_had_in_its_tail_is_no_sign_a_loss_beyond_it_is() -
     # levels saved before the tail was kept: judged on median and MAD, as then
     old = {k: v[:2] for k, v in levels.items()}
     assert direct_signs(quiet, starts, 30, old).shown.any()
+
+
+def test_a_quiet_median_with_a_loud_tail_is_judged_by_the_tail_not_worded_flat() -> None:
+    """A job that retransmits only in rare bursts: median and MAD 0, a 99th percentile of
+    50/s. A steady 200/s loss is a sign some 9 tail sigmas out, quoted as such; the same
+    loss over a baseline without any tail reads as "from flat"."""
+    name = "snmp.Tcp.RetransSegs{netns=job}"
+    run = derive(_host(600, 6, extra={name: np.cumsum(np.full(600, 20.0))}))[0]  # 200/s
+    starts = run.timestamps_ns[::10][:-3]
+    tailed = direct_signs(run, starts, 30, {name: (0.0, 0.0, 50.0)})
+    assert tailed.shown.all()
+    z = [r.robust_z for w in tailed.reasons.values() for r in w if r.channel == name]
+    assert len(z) == len(starts) and np.allclose(z, 200 / (50 / 2.326), rtol=0.02)
+    assert max(z) < FLAT_Z
+    flat = direct_signs(run, starts, 30, {name: (0.0, 0.0, 0.0)})
+    assert all(r.robust_z >= FLAT_Z for w in flat.reasons.values() for r in w
+               if r.channel == name)
 
 
 def _evidence(shares: dict[str, float]) -> WindowEvidence:

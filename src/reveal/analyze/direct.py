@@ -156,8 +156,8 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
         z = (means - med) / scale
         shown = (means >= least) & (z >= DIRECT_Z)
         # a baseline that never moved (or never had the channel): a flat one, as the
-        # attribution words it (no sigma quoted)
-        z = np.where(mad > 0, np.minimum(z, ROBUST_Z_CAP), ROBUST_Z_CAP)
+        # attribution words it (no sigma quoted); a quiet median with a loud tail is not flat
+        z = np.where((mad > 0) | (tail_scale > 0), np.minimum(z, ROBUST_Z_CAP), ROBUST_Z_CAP)
         strength = means / least
     out.shown = shown.any(axis=1)
     rows, js = np.nonzero(shown)
