@@ -125,3 +125,33 @@ def test_reasons_quote_the_floored_robust_z_and_claims_name_a_channel_once():
     assert "rose to 1.1e+09 (baseline 1e+09, +2.0σ)" in window_claim(floored.reasons, catalog)
     assert floored.reasons[0].robust_z == pytest.approx(2.0)  # 1e8 / 5 % of 1e9
     assert window_claim(floored.reasons, catalog).count("disk reads") == 1
+
+
+def test_a_bursty_channel_idle_at_the_median_is_judged_by_its_spread_not_worded_flat():
+    """A counter idle in most baseline windows (median and MAD of its window means 0) that
+    bursts now and then: the detectors scale it by its standard deviation, and a reason
+    about a burst quotes that z, not the "flat baseline" cap."""
+    from reveal.analyze.pipeline import reason_scales
+    from reveal.frame import Telemetry
+    from reveal.model import Reveal
+    from reveal.report.claims import FLAT_Z
+
+    def minutes(rows: int, seed: int, start: int, bursts: np.ndarray) -> Telemetry:
+        rng = np.random.default_rng(seed)
+        steady = 50 + rng.normal(size=(rows, 3))
+        sparse = np.zeros(rows)
+        sparse[bursts] = 10.0
+        ts = (np.arange(rows, dtype=np.int64) + start) * np.int64(60e9)
+        return Telemetry("host", ts, np.column_stack([steady, sparse]),
+                         ["smd.a", "smd.b", "smd.c", "smd.sparse"], {"interval_s": 60.0})
+
+    rng = np.random.default_rng(1)
+    base = minutes(3000, 1, 0, rng.choice(3000, 30, replace=False))  # 1 % of rows
+    run = minutes(400, 2, 3000, np.arange(200, 203))  # three bursting rows in a row
+    model = Reveal().fit(base)
+    fitted = model.fitted_
+    col = fitted.column_channels.index("smd.sparse")  # its window mean
+    assert fitted.mad[col] == 0 and reason_scales(fitted)[col] > 0
+    quoted = [r.robust_z for e in model.analyse(run, lead_in=base).evidence
+              for r in e.reasons if r.channel == "smd.sparse" and r.feature == "mean"]
+    assert quoted and all(3 < z < FLAT_Z for z in quoted)

@@ -117,6 +117,22 @@ def _finite_channels(tel: Telemetry) -> np.ndarray:
 
 #: Features that describe a window's level; ``state`` channels (see the catalog) keep only
 #: the others (spread, trend, shape): their level records history, their change activity.
+def reason_scales(fitted: FittedAnalysis) -> np.ndarray | None:
+    """The least scale of each column's robust z in reasons (its units): the detectors'
+    scale floor, and where the baseline's MAD is 0 but the column still varied (a mostly
+    idle counter with bursts), the detectors' own scale of it (the standard deviation), so
+    that a burst like the baseline's is not worded as leaving a flat baseline."""
+    ensemble = fitted.ensemble  # or, given scored data back, a consensus of generations
+    scaler = (ensemble.scaler_ if hasattr(ensemble, "scaler_")
+              else ensemble.generations[0].ensemble.scaler_)  # the oldest kept
+    varied = (np.asarray(fitted.mad) == 0) & scaler.keep_
+    if fitted.floors is None and not varied.any():
+        return None
+    least = (np.zeros(len(fitted.mad)) if fitted.floors is None
+             else np.asarray(fitted.floors, dtype=np.float64))
+    return np.where(varied, np.maximum(least, scaler.scale_), least)
+
+
 LEVEL_FEATURES = ("mean", "median", "min", "max")
 
 
@@ -508,7 +524,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                  catalog, config.top_reasons,
                                  _column_subsystems(tuple(columns), catalog,
                                                     tuple(sorted(irqs.items()))),
-                                 fitted.floors)
+                                 reason_scales(fitted))
         names = list(verdicts.scores)
         for w, att in zip(rows, attributions, strict=True):
             reasons = [dataclasses.replace(r, channel=ranks.name(r.channel, w))
