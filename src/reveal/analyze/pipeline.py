@@ -115,8 +115,6 @@ def _finite_channels(tel: Telemetry) -> np.ndarray:
     return np.isfinite(tel.values).any(axis=0)
 
 
-#: Features that describe a window's level; ``state`` channels (see the catalog) keep only
-#: the others (spread, trend, shape): their level records history, their change activity.
 def reason_scales(fitted: FittedAnalysis) -> np.ndarray | None:
     """The least scale of each column's robust z in reasons (its units): the detectors'
     scale floor, and where the baseline's MAD is 0 but the column still varied (a mostly
@@ -133,6 +131,8 @@ def reason_scales(fitted: FittedAnalysis) -> np.ndarray | None:
     return np.where(varied, np.maximum(least, scaler.scale_), least)
 
 
+#: Features that describe a window's level; ``state`` channels (see the catalog) keep only
+#: the others (spread, trend, shape): their level records history, their change activity.
 LEVEL_FEATURES = ("mean", "median", "min", "max")
 
 
