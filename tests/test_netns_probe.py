@@ -57,12 +57,15 @@ def inside(ns: str, *argv: str) -> subprocess.Popen:
                              *argv])
 
 
-def wait_in_namespace(proc: subprocess.Popen, ns: str) -> None:
+def wait_in_namespace(proc: subprocess.Popen, ns: str, program: str | None = None) -> None:
+    """Until ``proc`` is inside ``ns`` and past ``ip netns exec`` (with ``program``: until it
+    runs that program, e.g. past a ``setpriv`` that changes its user first)."""
     want = os.stat(f"/run/netns/{ns}").st_ino
     for _ in range(300):
         try:
+            comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
             if _netns.ns_inode(os.readlink(f"/proc/{proc.pid}/ns/net")) == want and \
-                    Path(f"/proc/{proc.pid}/comm").read_text().strip() != "ip":
+                    (comm == program if program else comm != "ip"):
                 return
         except OSError:
             pass
@@ -353,7 +356,7 @@ def test_without_root_what_cannot_be_read_is_said_once_and_the_rest_goes_on(
     nobody = inside(pair.a, "setpriv", "--reuid", "65534", "--regid", "65534",
                     "--clear-groups", "sleep", "60")
     try:
-        wait_in_namespace(nobody, pair.a)
+        wait_in_namespace(nobody, pair.a, "sleep")  # past setpriv: the user is nobody
         capfd.readouterr()
         pid = os.fork()
         if pid == 0:
