@@ -273,8 +273,11 @@ def test_process_that_loads_the_library_later_is_followed(libs: Path, tmp_path: 
         assert probe.status == "ok", probe.reason
         assert probe.restarts == 1
         work.run_calls()
-        snap = wait_values(probe, lambda s: table(s, "ebpf.nccl.bytes", work.pid,
-                                                  ("fn", "dtype")) != {})
+        # until every call is counted (the maps are printed while the calls go on)
+        snap = wait_values(probe, lambda s: table(s, "ebpf.cuda.calls", work.pid) ==
+                           {"cudaLaunchKernel": 7} and sum(table(
+                               s, "ebpf.nccl.bytes", work.pid, ("fn", "dtype")).values())
+                           >= 7 * 100 * 4)
         assert table(snap, "ebpf.cuda.calls", work.pid) == {"cudaLaunchKernel": 7}
         assert table(snap, "ebpf.nccl.bytes", work.pid, ("fn", "dtype")) == {
             ("ncclAllReduce", "float32"): 7 * 100 * 4}
@@ -301,8 +304,9 @@ def test_command_pattern_selects_one_of_two_processes(libs: Path, tmp_path: Path
         assert probe.status == "ok", probe.reason
         a.run_calls()
         b.run_calls()
-        snap = wait_values(probe, lambda s: bool(table(s, "ebpf.cuda.calls", b.pid)))
-        time.sleep(0.5)
+        wait_values(probe, lambda s: table(s, "ebpf.cuda.calls", b.pid)
+                    == {"cudaDeviceSynchronize": 4})
+        time.sleep(0.5)  # time for the other process's calls to show, were they counted
         snap = wait_values(probe, lambda s: True)
         assert table(snap, "ebpf.cuda.calls", b.pid) == {"cudaDeviceSynchronize": 4}
         assert not [n for n in snap if f"pid={a.pid}" in n]
