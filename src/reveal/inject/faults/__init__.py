@@ -37,12 +37,25 @@ FAULTS: dict[str, type[Fault]] = {
 }
 
 
-def make_fault(kind: str, intensity: str, context: FaultContext) -> Fault:
-    """The fault ``kind`` at ``intensity``; unknown names raise :class:`RevealError`."""
+def fault_class(kind: str) -> type[Fault]:
+    """The class of fault ``kind``, or of benign activity ``kind``
+    (:data:`reveal.inject.benign.BENIGN`); unknown names raise :class:`RevealError`."""
     cls = FAULTS.get(kind)
+    if cls is not None:
+        return cls
+    from reveal.inject.benign import BENIGN
+
+    cls = BENIGN.get(kind)
     if cls is None:
-        raise RevealError(f"unknown fault {kind!r} (choose from {', '.join(FAULTS)})")
-    return cls(intensity, context)
+        raise RevealError(f"unknown fault {kind!r} (choose from {', '.join(FAULTS)}; "
+                          f"benign activity: {', '.join(BENIGN)})")
+    return cls
 
 
-__all__ = ["FAULTS", "Fault", "FaultContext", "make_fault", "run_episode"]
+def make_fault(kind: str, intensity: str, context: FaultContext) -> Fault:
+    """The fault (or benign activity) ``kind`` at ``intensity``; unknown names raise
+    :class:`RevealError`."""
+    return fault_class(kind)(intensity, context)
+
+
+__all__ = ["FAULTS", "Fault", "FaultContext", "fault_class", "make_fault", "run_episode"]

@@ -1,0 +1,58 @@
+"""Benign activity: ordinary host work that is not a fault, run and recorded like one.
+
+Each kind follows the Fault contract (:mod:`reveal.inject.faults.base`) with one intensity,
+``default``, is bounded in size and time, and carries ``benign = True``; ``informational``
+says whether an operator would want a note (something appeared) rather than silence.
+:func:`reveal.inject.faults.make_fault` resolves these kinds too, so scenarios run them
+and record their ground truth in ``events.jsonl`` as they do faults'.
+
+=====================  =========  ====  ===============================================
+kind                   subsystem  info  what it does
+=====================  =========  ====  ===============================================
+page_cache_drop        memory           sync; echo 1 > /proc/sys/vm/drop_caches
+thp_compact            memory           echo 1 > /proc/sys/vm/compact_memory
+git_commit             storage          git init, 200 small files, add, commit
+short_compile          cpu              gcc -O2 of a small generated C file, 3 times
+package_install        software         a tiny local wheel, pip install --no-index --target
+log_rotation           storage          20 MB of log lines appended, renamed, gzipped
+cron_burst             software         100 short processes (true, date, sh -c) in 2 s
+ssh_login              software         su -l nobody: a login shell runs id, ls, exits
+container_start_stop   software   yes   cgroup + netns + veth, sleep inside 5 s, torn down
+new_interface          network    yes   dummy (or bridge) interface up 4 s, deleted
+clock_step             software         CLOCK_REALTIME +0.5 s, back 3 s later
+checkpoint             storage          150 MB written in 4 MiB chunks, fsynced
+epoch_boundary         storage          200 MB of shards written, evicted, read through
+load_change            cpu              one process busy 5 ms of every 100 ms (≈ 5 % CPU)
+=====================  =========  ====  ===============================================
+"""
+
+from __future__ import annotations
+
+from reveal.inject.benign.base import PREFIX, BenignActivity
+from reveal.inject.benign.caches import PageCacheDrop, ThpCompact
+from reveal.inject.benign.clock import ClockStep
+from reveal.inject.benign.container import ContainerStartStop, NewInterface
+from reveal.inject.benign.devtools import GitCommit, PackageInstall, ShortCompile
+from reveal.inject.benign.job import Checkpoint, EpochBoundary, LoadChange
+from reveal.inject.benign.login import SshLogin
+from reveal.inject.benign.logs import CronBurst, LogRotation
+from reveal.inject.faults.base import Fault
+
+BENIGN: dict[str, type[Fault]] = {
+    cls.kind: cls for cls in (
+        PageCacheDrop, ThpCompact, GitCommit, ShortCompile, PackageInstall, LogRotation,
+        CronBurst, SshLogin, ContainerStartStop, NewInterface, ClockStep, Checkpoint,
+        EpochBoundary, LoadChange,
+    )
+}
+
+#: Three kinds for ``reveal validate --benign --quick``: a burst of processes, the page
+#: cache dropped, and one informational kind.
+QUICK = ("cron_burst", "page_cache_drop", "new_interface")
+
+
+def is_informational(kind: str) -> bool:
+    return bool(getattr(BENIGN[kind], "informational", False))
+
+
+__all__ = ["BENIGN", "PREFIX", "QUICK", "BenignActivity", "is_informational"]
