@@ -56,6 +56,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --live: after the learn, run S seconds with no fault "
                              "first; its alert episodes and the watch's memory (RSS every "
                              "10 s) are reported on their own")
+    benign = parser.add_argument_group(
+        "benign-change suite (--benign)",
+        "ordinary host activity that is not a fault (a commit, a login, the page cache "
+        "dropped, a container started), each in its own run beside the workload with its "
+        "own baseline; scored on the share of windows flagged (target ≤ 1 %). --faults "
+        "picks kinds, --baseline-seconds the baselines (default 90), --episode-seconds how "
+        "long a held activity lasts (default 20), --quick three kinds with 45 s recordings")
+    benign.add_argument("--benign", action="store_true",
+                        help="run the benign-change suite instead of the fault suite "
+                             "(results: OUT/benign.json and OUT/benign.md)")
+    benign.add_argument("--run-seconds", type=float, default=None, metavar="S",
+                        help="with --benign: length of each run with an activity (default 90)")
+    benign.add_argument("--activity-at", type=float, default=None, metavar="S",
+                        help="with --benign: seconds into the run the activity starts "
+                             "(default 35)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -64,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     from reveal.inject.cleanup import install_signal_handlers, remove_leftovers
 
     if args.cleanup:
-        removed = remove_leftovers()
+        from reveal.inject.benign.leftovers import remove_leftovers as benign_leftovers
+
+        removed = remove_leftovers() + benign_leftovers()
         for line in removed:
             print(f"removed {line}")
         print(f"{len(removed)} leftovers removed" if removed else "nothing to clean up")
@@ -72,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from reveal.paths import check_writable_dir
+
+    if args.benign:
+        return _run_benign(args)
+    for given, flag in ((args.run_seconds, "--run-seconds"),
+                        (args.activity_at, "--activity-at")):
+        if given is not None:
+            raise RevealError(f"{flag} applies to --benign only")
 
     # results go to --out, or into the --reanalyse directory when no --out is given
     check_writable_dir(args.reanalyse if args.reanalyse is not None
@@ -125,6 +149,55 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = run_suite(options, args.out, say)
         out = args.out
+    json_path, md_path = write_result(result, out)
+    print(md_path.read_text(encoding="utf-8"))
+    print(f"written: {json_path}, {md_path}")
+    return 0
+
+
+def _run_benign(args: argparse.Namespace) -> int:
+    """``reveal validate --benign``: record (or ``--reanalyse``) the benign-change suite."""
+    import dataclasses
+
+    from reveal.errors import RevealError
+    from reveal.inject.benign.suite import (
+        BenignOptions,
+        reanalyse,
+        run_benign_suite,
+        write_result,
+    )
+    from reveal.inject.cleanup import install_signal_handlers
+    from reveal.paths import check_writable_dir
+
+    for given, flag in ((args.live, "--live"), (args.intensities, "--intensities"),
+                        (args.repetitions, "--repetitions"), (args.gap_seconds, "--gap-seconds")):
+        if given:
+            raise RevealError(f"{flag} does not apply to --benign (one run per kind, "
+                              "each with its own baseline)")
+    options = BenignOptions.quick_suite() if args.quick else BenignOptions()
+    changes = {"kinds": args.faults, "baseline_s": args.baseline_seconds,
+               "run_s": args.run_seconds, "at_s": args.activity_at,
+               "activity_s": args.episode_seconds, "workload": args.workload}
+    options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
+
+    def say(message: str) -> None:
+        if not args.quiet:
+            print(f"reveal validate: {message}", file=sys.stderr, flush=True)
+
+    if args.reanalyse is not None:
+        out = args.reanalyse if args.out == Path("validate-out") else args.out
+        check_writable_dir(out)
+        elsewhere = out.resolve() != args.reanalyse.resolve()
+        result = reanalyse(args.reanalyse, options, say,
+                           reports_to=out / "reports" if elsewhere else None)
+    else:
+        from reveal.inject.benign.suite import build_scenario
+
+        build_scenario(options)  # option errors before anything is recorded
+        check_writable_dir(args.out)
+        install_signal_handlers()
+        out = args.out
+        result = run_benign_suite(options, out, say)
     json_path, md_path = write_result(result, out)
     print(md_path.read_text(encoding="utf-8"))
     print(f"written: {json_path}, {md_path}")
