@@ -37,6 +37,9 @@ class DetectConfig:
     # reveal.analyze.floors): a share of the channel's baseline level, and a burst of a
     # few counts for counters; scale_floors=False turns both off
     scale_floors: bool = True
+    # a window is an anomaly only when some change in it also matters in its unit against
+    # the host's capacity (reveal.analyze.significance); off: surprise alone decides
+    significance: bool = True
     relative_floor: float = 0.05
     # the isolation forest sees floored columns rounded to whole floors (it is blind to
     # scale, so floors would otherwise not reach it)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.attribute import attribute
+from reveal.analyze.attribute import MAD_TO_SIGMA, attribute
 from reveal.analyze.derive import derive
 from reveal.analyze.direct import baseline_levels, direct_signs, lead_with
 from reveal.analyze.ensemble import (
@@ -51,6 +51,13 @@ from reveal.analyze.percpu import (
 )
 from reveal.analyze.presets import MIN_ROWS_PER_WINDOW
 from reveal.analyze.select import prune
+from reveal.analyze.significance import (
+    channel_matters,
+    feature_matters,
+    gate_active,
+    lead_with_cause,
+    significant_cells,
+)
 from reveal.analyze.subsystems import channel_subsystems, irq_names
 from reveal.analyze.windows import Windows, make_windows
 from reveal.catalog import NOT_DETECTED, default_catalog
@@ -249,6 +256,12 @@ class FittedAnalysis:
     # baseline window means (median, MAD, 99th percentile) of the channels that carry
     # direct evidence
     direct_levels: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    # (K,) least change that matters per column, its units (see
+    # reveal.analyze.significance; None: surprise alone decides), the host's capacity and
+    # per channel its least change and the rule that gave it
+    significance: np.ndarray | None = None
+    capacity: dict[str, Any] = dataclasses.field(default_factory=dict)
+    matters: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -384,6 +397,13 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     if floors is not None and config.detect.sampling_floors:
         floors = np.maximum(floors, sampling_floors(
             fm.channels, fm.features, fm.values, rows_per_window(window, interval)))
+    capacity, matters = channel_matters(d_base, usable, catalog)
+    per_channel = dict(zip(usable, matters, strict=True))
+    for name, originals in ranks.sources.items():  # a CPU rank: the group's largest
+        per_channel[name] = max((per_channel[c] for c in originals), key=lambda m: m.least)
+    significance = (feature_matters(fm.channels, fm.features, per_channel,
+                                    rows_per_window(window, interval))
+                    if config.detect.significance else None)
     fit_values = fm.values
     if floors is not None:
         fit_values = fit_values.copy()
@@ -413,7 +433,9 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         counts={"analysed": len(usable), "features": int(fm.values.shape[1]),
                 "pruned": pruned, "empty_or_static": empty,
                 "derived": derive_report.derived},
-        direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size))
+        direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size),
+        significance=significance, capacity=capacity.to_dict(),
+        matters={c: (m.least, m.rule) for c, m in per_channel.items()})
     return fitted, fm, d_base, ranks
 
 
@@ -487,6 +509,42 @@ def _column_subsystems(columns: tuple[str, ...], catalog,
     return tuple(subsystem_of[c] for c in columns)
 
 
+def significance_scales(fitted: FittedAnalysis) -> np.ndarray:
+    """Per column, the scale a significant change must exceed ``SIGNIFICANT_Z`` times:
+    the baseline's robust σ, at least the reasons' scale (floors, spread of idle counters)."""
+    scale = MAD_TO_SIGMA * np.asarray(fitted.mad, dtype=np.float64)
+    least = reason_scales(fitted)
+    return scale if least is None else np.maximum(scale, least)
+
+
+def significant_windows(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarray | None:
+    """(W,) windows with at least one change that matters (see
+    :mod:`reveal.analyze.significance`), or None where the model judges surprise alone."""
+    least = getattr(fitted, "significance", None)
+    if least is None or not gate_active(least):
+        return None
+    cells = significant_cells(values, fitted.median, significance_scales(fitted), least)
+    return cells.any(axis=1)
+
+
+def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
+                      values: np.ndarray, columns: tuple[str, ...], subsystems: Sequence[str],
+                      signed: set[int]) -> list[WindowEvidence]:
+    """Each window's evidence with the change that names the cause first (see
+    :func:`reveal.analyze.significance.lead_with_cause`); unchanged where the model judges
+    surprise alone."""
+    least = getattr(fitted, "significance", None)
+    if least is None or not gate_active(least) or not evidence:
+        return evidence
+    scale = significance_scales(fitted)
+    rows = np.array([e.window_id for e in evidence], dtype=np.intp)
+    cells = significant_cells(values[rows], fitted.median, scale, least)
+    return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
+                            fitted.column_features, subsystems,
+                            keep_first=e.window_id in signed)
+            for i, (e, w) in enumerate(zip(evidence, rows, strict=True))]
+
+
 def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: FeatureMatrix,
            ranks: _Ranks, warnings: list[str], say: Progress) -> Analysis:
     config = fitted.config
@@ -507,6 +565,9 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     ensemble = fitted.ensemble
     verdicts = ensemble.score(values, persistence)
     warnings += [w for w in verdicts.warnings if w not in warnings]
+    significant = significant_windows(fitted, values)
+    if significant is not None:
+        verdicts = dataclasses.replace(verdicts, flagged=verdicts.flagged & significant)
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}))
     if signs.shown.any():
@@ -536,6 +597,10 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                 or (["direct"] if signs.shown[w] else ["ensemble"]),
                 att.subsystems, att.shares, reasons))
         evidence = [lead_with(e, signs.reasons.get(e.window_id, [])) for e in evidence]
+        evidence = _lead_with_causes(fitted, evidence, values, tuple(columns),
+                                     _column_subsystems(tuple(columns), catalog,
+                                                        tuple(sorted(irqs.items()))),
+                                     {w for w, r in signs.reasons.items() if r})
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,

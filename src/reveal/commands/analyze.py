@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prune", action="store_true",
                         help="keep correlated channels (no pruning)")
     parser.add_argument("--top", type=int, default=5, help="reasons kept per anomaly")
+    parser.add_argument("--explain-floors", action="store_true",
+                        help="also print, per channel, the least change that matters (against "
+                             "this host's memory, CPUs, links and disks) and its rule")
+    parser.add_argument("--no-significance", action="store_true",
+                        help="flag windows on surprise alone, however small the change in its "
+                             "unit (the least change that matters is not asked)")
     parser.add_argument("--limit", type=int, default=50, help="table rows printed at most")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -113,6 +119,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["select.prune"] = False
     if args.top != 5:
         out["top_reasons"] = args.top
+    if getattr(args, "no_significance", False):
+        out["detect.significance"] = False
     return out
 
 
@@ -164,6 +172,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "json" and args.json_out != "-":
         json.dump(payload, sys.stdout, indent=2)
         print()
+    if args.explain_floors:
+        from reveal.report.floors_text import render_floors
+
+        print(render_floors(model.fitted_), end="",
+              file=sys.stderr if args.json_out == "-" or args.format == "json" else sys.stdout)
     return 0
 
 

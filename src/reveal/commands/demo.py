@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace the report already in DIR instead")
     parser.add_argument("--duration", type=float, default=60.0, metavar="S",
-                        help="seconds of the baseline and of the faulted run (each, ≥ 30)")
+                        help="seconds of the faulted run (≥ 30); the baseline is as long, and at "
+                             "least long enough to place the threshold (about 72 s)")
     parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
                         help="reference workload (default: PyTorch when installed)")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
@@ -100,6 +101,21 @@ def _closest(report: Any, episode: Any) -> str:
     return f"closest: {peak / threshold:.2f} of the threshold"
 
 
+#: Seconds of samples beyond the windows themselves: the first sample has no rate, and the
+#: collector's first and last ticks may fall outside the recorded span.
+BASELINE_MARGIN_S = 10.0
+
+
+def baseline_seconds() -> float:
+    """The shortest baseline (seconds) whose windows are enough to place the threshold
+    (the analysis warns below ``min_baseline_windows`` windows)."""
+    from reveal.analyze.presets import TELEMETRY
+
+    window = TELEMETRY.window
+    return ((TELEMETRY.min_baseline_windows - 1) * window.stride_s + window.size_s
+            + BASELINE_MARGIN_S)
+
+
 def run(args: argparse.Namespace) -> int:
     from reveal.errors import RevealError
 
@@ -134,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     episode_s = max(8.0, round(d / 6))
     plans = [[EpisodePlan("cpu_contention", "high", round(0.2 * d), episode_s),
               EpisodePlan("disk_burst", "high", round(0.6 * d), episode_s)]]
-    scenario = Scenario("demo", False, d, d, plans)
+    scenario = Scenario("demo", False, max(d, baseline_seconds()), d, plans)
     recorded = run_scenario(scenario, args.out / "runs", say, args.workload)
     faulted = recorded.runs[0]
     say("analysing")

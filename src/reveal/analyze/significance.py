@@ -1,0 +1,345 @@
+"""Practical significance: the least change of a channel that matters, against capacity.
+
+A window is an anomaly only when its change is both surprising under the baseline (the
+detectors' verdict) *and* large enough to matter in the channel's own unit. Surprise alone
+is not enough: a channel that barely moved in the baseline (2 MB of file huge pages, a
+dirty-page level steady to the page) turns any movement into tens of robust σ. The least
+change that matters comes from the channel's catalog unit and kind, measured against the
+resource's capacity on this host, never from the baseline's spread:
+
+==============================  ===========================================================
+unit (after rates)              least change that matters
+==============================  ===========================================================
+memory bytes (gauges)           :data:`MEMORY_SHARE` of the host's memory (``MemTotal``)
+memory pages, huge pages        the same in 4 KiB pages, or in huge pages for huge-page
+                                metrics; free blocks of order *n* in blocks of 2^n pages
+CPU time (ticks/s, ns/s, µs/s)  :data:`CPU_SHARE` of all CPUs for a host or cgroup total,
+                                :data:`ONE_CPU_SHARE` of one CPU for a per-CPU channel
+busy / utilisation %            the same shares in percentage points (per CPU or total)
+stall time (PSI µs/s, %)        :data:`STALL_SHARE` of wall time
+disk bytes/s, sectors/s, KiB/s  :data:`DISK_SHARE` of what the device can do: the larger of
+                                :data:`DEFAULT_DISK_BPS` and the most the baseline showed
+disk I/O time (ms/s, util %)    :data:`DISK_SHARE` of wall time
+disk operations/s, I/Os         :data:`DISK_SHARE` of :data:`DEFAULT_DISK_IOPS`
+network bytes/s                 :data:`LINK_SHARE` of the link (``net.speed_mbps``, else
+                                :data:`DEFAULT_LINK_BPS`); packets/s in 1,500-byte packets
+event rates (interrupts,        the rate that costs :data:`CPU_SHARE` of all CPUs at the
+softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), per-CPU
+page moves, forks, ...)         channels :data:`ONE_CPU_SHARE` of one CPU
+tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
+other units (sockets, MHz, ...) :data:`RELATIVE_SHARE` of the baseline level
+normalised units (``scaled``)   none: labelled data has no capacity, surprise alone decides
+==============================  ===========================================================
+
+Channels of the job's own cgroup or network namespace are also judged against the job's use:
+the least change is at most :data:`JOB_SHARE` of the baseline level (a job that sends
+2 MB/s loses something when it sends 1 MB/s, whatever the link can carry).
+
+Per feature column: levels (mean, median, minimum, maximum) take the channel's least change;
+the within-window spread half of it (a swing of ±half is a change of the whole); the slope
+that change over one window; the event sum that rate over the window's rows. Shape features
+(skewness, kurtosis, rhythm, steadiness) are dimensionless: they never make a window
+significant on their own. Capacities come from the baseline's meta data (``mem_total_bytes``,
+``n_cpus``) or, where absent, from its channels.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+import numpy as np
+
+from reveal.catalog import Catalog, MetricInfo, default_catalog
+from reveal.frame import Telemetry, channel_metric, parse_channel
+
+MEMORY_SHARE = 0.01
+CPU_SHARE = 0.05
+ONE_CPU_SHARE = 0.10
+STALL_SHARE = 0.05
+DISK_SHARE = 0.05
+LINK_SHARE = 0.01
+TASK_SHARE = 0.5
+RELATIVE_SHARE = 0.25
+JOB_SHARE = 0.25
+#: Window robust z (against the detectors' scale of the column) a significant change must
+#: also reach: large in its unit and outside the baseline's own spread.
+SIGNIFICANT_Z = 3.0
+DEFAULT_MEMORY_BYTES = 16.0 * 2**30
+DEFAULT_DISK_BPS = 100e6
+DEFAULT_DISK_IOPS = 1000.0
+DEFAULT_LINK_BPS = 125e6  # 1 Gbit/s
+PACKET_BYTES = 1500.0
+PAGE_BYTES = 4096.0
+HUGE_PAGE_BYTES = 2.0 * 2**20
+#: CPU time one event of a unit costs (seconds), to turn a share of the CPUs into a rate.
+EVENT_COST_S = {"interrupts": 2e-6, "softirqs": 2e-6, "IPIs": 2e-6, "switches": 3e-6,
+                "migrations": 5e-6, "faults": 1e-6, "events": 1e-6, "pages": 1e-6,
+                "entries": 1e-6, "forks": 100e-6, "count": 2e-6, "segments": 2e-6,
+                "datagrams": 2e-6, "connections": 20e-6, "stalls": 20e-6,
+                "failures": 20e-6, "kills": 1e-3, "hits": 1e-6, "nodes": 1e-6}
+DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
+MEMORY_BYTE_UNITS = ("bytes (kernel kB × 1024)",)
+HUGE_PAGE_METRICS = ("hugepages.*", "mem.HugePages_*")
+#: Metrics whose movement follows from a cause elsewhere: CPUs entering idle states more
+#: often, interrupts and softirqs handled, pages refaulted or shuffled between LRU lists,
+#: load averages. A claim names them after the cause ("also").
+SIDE_EFFECT_METRICS = ("cpuidle.*", "irq.count", "cpu.intr", "softirq.*", "softnet.*",
+                       "vmstat.workingset_*", "vmstat.pgactivate", "vmstat.pgdeactivate",
+                       "vmstat.pgrefill", "vmstat.pglazyfree*", "loadavg.*",
+                       "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
+                       "cpufreq.*")
+JOB_LABELS = ("cgroup", "netns", "container", "pod")
+SHAPE_FEATURES = ("skewness", "kurtosis", "autocorr_lag1", "adf_stat")
+UNFLOORED_UNITS = ("scaled",)
+
+
+def is_side_effect(metric: str) -> bool:
+    """Whether ``metric`` usually moves as a consequence of a cause elsewhere."""
+    return any(fnmatchcase(metric, p) for p in SIDE_EFFECT_METRICS)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What this host has: memory (bytes), CPUs, per-interface link (bytes/s, by the
+    channel's labels) and per-device disk throughput (bytes/s) shown in the baseline."""
+
+    memory_bytes: float = DEFAULT_MEMORY_BYTES
+    n_cpus: int = 1
+    link_bps: Mapping[str, float] | None = None
+    disk_bps: Mapping[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory_bytes": self.memory_bytes, "n_cpus": self.n_cpus,
+                "link_bytes_per_s": dict(self.link_bps or {}),
+                "disk_bytes_per_s": dict(self.disk_bps or {})}
+
+
+def _label(channel: str, key: str) -> str:
+    return parse_channel(channel)[1].get(key, "")
+
+
+def host_capacity(d_base: Telemetry) -> Capacity:
+    """The capacity of the baseline's host (derived telemetry: rates, not raw counters)."""
+    meta = d_base.meta
+    index = {c: i for i, c in enumerate(d_base.channels)}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        memory = float(meta.get("mem_total_bytes") or 0.0)
+        if memory <= 0 and "mem.MemTotal" in index:
+            memory = float(np.nanmax(d_base.values[:, index["mem.MemTotal"]]))
+        n_cpus = int(meta.get("n_cpus") or 0)
+        if n_cpus <= 0:
+            n_cpus = len({_label(c, "cpu") for c in d_base.channels
+                          if channel_metric(c) == "cpu.user" and _label(c, "cpu")}) or 1
+        links: dict[str, float] = {}
+        disks: dict[str, float] = {}
+        for channel, i in index.items():
+            metric = channel_metric(channel)
+            if metric == "net.speed_mbps":
+                speed = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
+                if math.isfinite(speed) and speed > 0:
+                    links[_label(channel, "iface")] = speed * 1e6 / 8.0
+            elif metric in ("derived.disk_read_bytes_per_s", "derived.disk_write_bytes_per_s"):
+                top = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
+                dev = _label(channel, "dev")
+                if math.isfinite(top):
+                    disks[dev] = max(disks.get(dev, 0.0), top)
+    if not math.isfinite(memory) or memory <= 0:
+        memory = DEFAULT_MEMORY_BYTES
+    return Capacity(memory, max(n_cpus, 1), links, disks)
+
+
+@dataclass(frozen=True)
+class Matter:
+    """The least change of one channel that matters, in its derived unit, and why."""
+
+    least: float
+    rule: str
+
+
+def _per_cpu(channel: str) -> bool:
+    return bool(_label(channel, "cpu"))
+
+
+def _cpu_share(channel: str, n_cpus: int) -> tuple[float, str]:
+    """The share of CPU time that matters (in CPUs), and its words."""
+    if _per_cpu(channel):
+        return ONE_CPU_SHARE, f"{ONE_CPU_SHARE:.0%} of one CPU"
+    return CPU_SHARE * n_cpus, f"{CPU_SHARE:.0%} of {n_cpus} CPUs"
+
+
+def channel_matter(channel: str, info: MetricInfo, level: float,
+                   capacity: Capacity) -> Matter:
+    """The least change of ``channel`` that matters (see the module's table)."""
+    metric = channel_metric(channel)
+    unit, kind = info.unit, info.kind
+    memory = capacity.memory_bytes
+    if unit in UNFLOORED_UNITS or kind == "static":
+        return Matter(0.0, "none (no capacity: surprise alone)")
+    cpus, cpu_words = _cpu_share(channel, capacity.n_cpus)
+    out: Matter | None = None
+    if any(fnmatchcase(metric, p) for p in HUGE_PAGE_METRICS) and unit == "pages":
+        out = Matter(max(1.0, MEMORY_SHARE * memory / HUGE_PAGE_BYTES),
+                     f"{MEMORY_SHARE:.0%} of memory in huge pages")
+    elif unit in MEMORY_BYTE_UNITS or (unit == "bytes" and kind == "gauge"
+                                       and metric.startswith(("cgroup.memory", "mem."))):
+        out = Matter(MEMORY_SHARE * memory, f"{MEMORY_SHARE:.0%} of memory")
+    elif unit == "pages" and kind in ("gauge", "state"):
+        out = Matter(MEMORY_SHARE * memory / PAGE_BYTES, f"{MEMORY_SHARE:.0%} of memory")
+    elif unit == "blocks of 2^order pages":
+        order = _label(channel, "order")
+        blocks = 2.0 ** int(order) if order.isdigit() else 1.0
+        out = Matter(MEMORY_SHARE * memory / (PAGE_BYTES * blocks),
+                     f"{MEMORY_SHARE:.0%} of memory")
+    elif unit.startswith("USER_HZ ticks"):
+        out = Matter(100.0 * cpus, f"{cpu_words} (ticks/s)")
+    elif metric.startswith(("psi.", "cgroup.psi.")):
+        if unit == "µs":
+            out = Matter(STALL_SHARE * 1e6, f"{STALL_SHARE:.0%} of wall time stalled")
+        else:
+            out = Matter(100.0 * STALL_SHARE, f"{STALL_SHARE:.0%} of wall time stalled")
+    elif unit == "ns" and kind == "counter":
+        out = Matter(1e9 * cpus, f"{cpu_words} (ns/s)")
+    elif unit == "µs" and kind == "counter":
+        out = Matter(1e6 * cpus, f"{cpu_words} (µs/s)")
+    elif metric == "derived.cpu_busy_pct":
+        one = _per_cpu(channel)
+        share = ONE_CPU_SHARE if one else CPU_SHARE
+        out = Matter(100.0 * share, f"{share:.0%} of {'one CPU' if one else 'all CPUs'} (points)")
+    elif metric == "derived.mem_used_pct":
+        out = Matter(100.0 * MEMORY_SHARE, f"{MEMORY_SHARE:.0%} of memory (points)")
+    elif metric == "derived.disk_util_pct" or (unit == "ms" and metric.startswith("disk.")):
+        out = Matter((100.0 if unit != "ms" else 1000.0) * DISK_SHARE,
+                     f"{DISK_SHARE:.0%} of the device's time")
+    elif metric.startswith("derived.net_") and metric.endswith("_util_pct"):
+        out = Matter(100.0 * LINK_SHARE, f"{LINK_SHARE:.0%} of the link (points)")
+    elif metric.startswith(("derived.disk_", "disk.sectors", "vmstat.pgpg")):
+        dev = _label(channel, "dev")
+        device = max(DEFAULT_DISK_BPS, (capacity.disk_bps or {}).get(dev, 0.0))
+        scale = {"512-byte sectors": 512.0, "KiB": 1024.0}.get(unit, 1.0)
+        out = Matter(DISK_SHARE * device / scale,
+                     f"{DISK_SHARE:.0%} of {device / 1e6:,.0f} MB/s the device can do")
+    elif unit in DISK_OP_UNITS:
+        out = Matter(DISK_SHARE * DEFAULT_DISK_IOPS,
+                     f"{DISK_SHARE:.0%} of {DEFAULT_DISK_IOPS:,.0f} operations/s")
+    elif unit in ("bytes", "packets") and (metric.startswith(("net.", "derived.net_",
+                                                               "netstat.IpExt", "qdisc."))):
+        iface = _label(channel, "iface") or _label(channel, "dev")
+        link = (capacity.link_bps or {}).get(iface, DEFAULT_LINK_BPS)
+        per = PACKET_BYTES if unit == "packets" else 1.0
+        words = f"{LINK_SHARE:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s link"
+        out = Matter(LINK_SHARE * link / per, words + (" in packets" if per > 1 else ""))
+    elif unit in EVENT_COST_S or unit == "packets":
+        cost = EVENT_COST_S.get(unit, 2e-6)
+        out = Matter(cpus / cost, f"{cpu_words} at {cost * 1e6:g} µs per event")
+    elif unit == "tasks":
+        out = Matter(max(1.0, TASK_SHARE * capacity.n_cpus),
+                     f"{TASK_SHARE:g} task per CPU")
+    if out is None:
+        level = abs(level) if math.isfinite(level) else 0.0
+        out = Matter(RELATIVE_SHARE * level, f"{RELATIVE_SHARE:.0%} of the baseline level")
+    if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(level) and level > 0:
+        job = JOB_SHARE * abs(level)
+        if job < out.least:
+            out = Matter(job, f"{JOB_SHARE:.0%} of the job's own use")
+    return out
+
+
+def channel_matters(d_base: Telemetry, channels: Sequence[str],
+                    catalog: Catalog | None = None) -> tuple[Capacity, list[Matter]]:
+    """The host's capacity and the least change that matters of each of ``channels``."""
+    catalog = catalog or default_catalog()
+    capacity = host_capacity(d_base)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        levels = np.nanmedian(d_base.select(list(channels)).values, axis=0) if channels else []
+    return capacity, [channel_matter(c, catalog.lookup(channel_metric(c)), float(lv), capacity)
+                      for c, lv in zip(channels, levels, strict=True)]
+
+
+def feature_matters(column_channels: Sequence[str], column_features: Sequence[str],
+                    matters: Mapping[str, Matter], rows_per_window: float) -> np.ndarray:
+    """Per feature column, the least change that matters in the feature's units: ``inf``
+    for shape features (never significant alone), 0 where the channel has no rule."""
+    rows = max(float(rows_per_window), 1.0)
+    out = np.zeros(len(column_channels), dtype=np.float64)
+    for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
+        m = matters.get(channel)
+        least = m.least if m is not None else 0.0
+        if feature in SHAPE_FEATURES:
+            out[k] = np.inf
+        elif feature == "std":
+            out[k] = least / 2.0
+        elif feature == "variance":
+            out[k] = (least / 2.0) ** 2
+        elif feature == "slope":
+            out[k] = least / rows
+        elif feature == "sum":
+            out[k] = least * rows
+        else:
+            out[k] = least
+    return out
+
+
+def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
+                      least: np.ndarray, z_min: float = SIGNIFICANT_Z) -> np.ndarray:
+    """``(W, K)``: where a window's change from the baseline median is at least the least
+    change that matters and ``z_min`` times the column's scale (NaN: not significant)."""
+    with np.errstate(invalid="ignore"):
+        change = np.abs(values - median)
+        return (change >= least) & (change >= z_min * scale) & (change > 0)
+
+
+def gate_active(least: np.ndarray) -> bool:
+    """Whether the model judges significance: some column has a least change that matters
+    (labelled data in normalised units has none, and is judged by surprise alone)."""
+    finite = least[np.isfinite(least)]
+    return bool(finite.size and (finite > 0).any())
+
+
+def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np.ndarray,
+                    scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
+                    features: Sequence[str], subsystems: Sequence[str],
+                    keep_first: bool = False) -> Any:
+    """``evidence`` (a :class:`reveal.analyze.evidence.WindowEvidence`) with the reason
+    that names the cause first: among the window's changes that matter, outside the side
+    effects (:data:`SIDE_EFFECT_METRICS`), the largest (in units of its least change) in
+    the window's leading subsystem, else in any subsystem. Side effects follow it.
+    ``keep_first``: the first reason is a direct sign and keeps its place."""
+    from dataclasses import replace
+
+    from reveal.analyze.evidence import Reason
+
+    if not evidence.reasons:
+        return evidence
+    metrics = [channel_metric(c) for c in channels]
+    cause = np.array([bool(cells[k]) and not is_side_effect(metrics[k])
+                      and np.isfinite(least[k]) for k in range(len(channels))])
+    if not cause.any():
+        return evidence
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size = np.abs(row - median) / np.where(least > 0, least, np.nan)
+    size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
+    lead = evidence.subsystems[0] if evidence.subsystems else None
+    in_lead = np.array([s == lead for s in subsystems]) & cause
+    pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \
+        else int(np.argmax(size))
+    channel, feature = channels[pick], features[pick]
+    reasons = list(evidence.reasons)
+    first = reasons[:1] if keep_first else []
+    rest = reasons[1:] if keep_first else reasons
+    found = next((r for r in rest if r.channel == channel and r.feature == feature), None)
+    if found is None:
+        z = (row[pick] - median[pick]) / scale[pick] if scale[pick] > 0 else np.inf
+        found = Reason(channel, metrics[pick], feature, subsystems[pick], 0.0,
+                       float(row[pick]), float(median[pick]),
+                       float(np.clip(z, -1000.0, 1000.0)))
+    rest = [r for r in rest if r is not found]
+    causes = [r for r in rest if not is_side_effect(r.metric)]
+    effects = [r for r in rest if is_side_effect(r.metric)]
+    return replace(evidence, reasons=[*first, found, *causes, *effects])

@@ -1,0 +1,42 @@
+"""The least change that matters per channel of a fitted model, as a table for a person
+(``reveal analyze --explain-floors``; the rules are in :mod:`reveal.analyze.significance`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reveal.catalog import default_catalog
+from reveal.frame import channel_metric
+from reveal.report.escape import plain
+from reveal.report.units import quantity, si
+
+
+def render_floors(fitted: Any, limit: int | None = None) -> str:
+    """The host's capacity, then one line per analysed channel: its least change that
+    matters in the channel's unit and the rule that gave it."""
+    matters: dict[str, tuple[float, str]] = getattr(fitted, "matters", {}) or {}
+    capacity: dict[str, Any] = getattr(fitted, "capacity", {}) or {}
+    if getattr(fitted, "significance", None) is None:
+        return ("Least change that matters: off for this model (surprise alone decides; "
+                "fit with detect.significance on)\n")
+    lines = ["Least change that matters (a window is an anomaly only when some change in it "
+             "is at least this large and 3 robust σ from the baseline)"]
+    if capacity:
+        links = ", ".join(f"{plain(k, 40)} {si(v * 8, 'bit/s')}"
+                          for k, v in capacity.get("link_bytes_per_s", {}).items())
+        disks = ", ".join(f"{plain(k, 40)} {si(v, 'B/s')}"
+                          for k, v in capacity.get("disk_bytes_per_s", {}).items())
+        lines.append(f"host: {si(capacity.get('memory_bytes', 0.0), 'B')} memory, "
+                     f"{capacity.get('n_cpus', 1)} CPUs"
+                     + (f"; links {links}" if links else "")
+                     + (f"; disks seen at most {disks}" if disks else ""))
+    catalog = default_catalog()
+    rows = sorted(matters.items())
+    width = max((len(plain(c, 80)) for c, _ in rows), default=10)
+    for channel, (least, rule) in rows[:limit]:
+        q = quantity(catalog.lookup(channel_metric(channel)))
+        amount = q.format(least) if q.known else f"{least:,.4g}"
+        lines.append(f"  {plain(channel, 80):<{width}}  {amount:>14}  {rule}")
+    if limit is not None and len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more channels")
+    return "\n".join(lines) + "\n"

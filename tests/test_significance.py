@@ -1,0 +1,126 @@
+"""Practical significance: a window is an anomaly only when a change in it matters in its
+unit against the host's capacity, and the claim leads with the change that names the cause."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reveal.analyze.significance import (
+    Capacity,
+    channel_matter,
+    feature_matters,
+    host_capacity,
+    Matter,
+)
+from reveal.catalog import default_catalog
+from reveal.frame import Telemetry
+from reveal.model import Reveal
+from tests.synthetic import ar1_host
+
+GIB = 2.0**30
+HOST = Capacity(memory_bytes=24 * GIB, n_cpus=4)
+
+
+def _matter(channel: str, level: float = 0.0, capacity: Capacity = HOST) -> Matter:
+    return channel_matter(channel, default_catalog().lookup(channel.split("{")[0]), level,
+                          capacity)
+
+
+def test_memory_is_judged_against_the_hosts_memory_not_the_baseline_level():
+    huge = _matter("mem.FileHugePages", level=2 * 2**20)
+    assert huge.least == pytest.approx(0.01 * 24 * GIB)  # 2 MB of 24 GiB does not matter
+    assert "memory" in huge.rule
+    small_host = _matter("mem.FileHugePages", capacity=Capacity(memory_bytes=2 * GIB))
+    assert small_host.least == pytest.approx(0.01 * 2 * GIB)
+    pages = _matter("vmstat.nr_dirty")
+    assert pages.least == pytest.approx(0.01 * 24 * GIB / 4096)
+
+
+def test_cpu_time_is_judged_against_the_cpus_there_are():
+    total = _matter("derived.cpu_busy_pct")
+    one = _matter("derived.cpu_busy_pct{cpu=3}")
+    assert total.least == pytest.approx(5.0) and one.least == pytest.approx(10.0)
+    ticks_total, ticks_one = _matter("cpu.user"), _matter("cpu.user{cpu=1}")
+    assert ticks_total.least == pytest.approx(0.05 * 4 * 100)  # ticks/s of 4 CPUs
+    assert ticks_one.least == pytest.approx(10.0)  # a tenth of one CPU
+
+
+def test_event_rates_cost_cpu_time_and_links_carry_bytes():
+    irq = _matter("irq.count{cpu=0,irq=RES}")
+    assert irq.least == pytest.approx(0.10 / 2e-6)  # a tenth of a CPU at 2 µs each
+    link = _matter("net.rx_bytes{iface=eth0}",
+                   capacity=Capacity(n_cpus=4, link_bps={"eth0": 10e9 / 8}))
+    assert link.least == pytest.approx(0.01 * 10e9 / 8)
+    unknown_link = _matter("net.rx_bytes{iface=veth9}")
+    assert unknown_link.least == pytest.approx(0.01 * 125e6)
+
+
+def test_the_jobs_own_channels_are_also_judged_against_the_jobs_use():
+    job = _matter("net.rx_bytes{iface=veth0,netns=job}", level=2e6)
+    assert job.least == pytest.approx(0.25 * 2e6) and "job" in job.rule
+
+
+def test_labelled_data_has_no_capacity_and_shapes_never_matter_alone():
+    assert _matter("smd.cpu_r", level=0.5).least == 0.0
+    least = feature_matters(["a"] * 5, ["mean", "std", "slope", "sum", "kurtosis"],
+                            {"a": Matter(10.0, "")}, rows_per_window=30)
+    assert least[:4] == pytest.approx([10.0, 5.0, 10.0 / 30, 300.0])
+    assert np.isinf(least[4])
+
+
+def test_capacity_comes_from_the_runs_meta_or_its_channels():
+    tel = ar1_host(5.0, seed=1)
+    tel.meta.update(mem_total_bytes=8 * GIB, n_cpus=6)
+    cap = host_capacity(tel)
+    assert cap.memory_bytes == 8 * GIB and cap.n_cpus == 6
+    bare = Telemetry("h", tel.timestamps_ns,
+                     np.column_stack([np.full(tel.n_samples, 4 * GIB)]),
+                     ["mem.MemTotal"], {})
+    assert host_capacity(bare).memory_bytes == 4 * GIB
+
+
+def _with(tel: Telemetry, channels: dict[str, np.ndarray]) -> Telemetry:
+    meta = dict(tel.meta, mem_total_bytes=24 * GIB, n_cpus=2)
+    return Telemetry(tel.host, tel.timestamps_ns,
+                     np.column_stack([tel.values, *channels.values()]),
+                     list(tel.channels) + list(channels), meta)
+
+
+def _flagged(base: Telemetry, run: Telemetry, significance: bool) -> tuple[int, object]:
+    model = Reveal(overrides={"detect.significance": significance}).fit(base)
+    report = model.score(run)
+    return int(np.asarray(report.windows.flagged).sum()), report
+
+
+def test_a_flat_channel_that_moves_by_what_does_not_matter_flags_nothing():
+    """2 MB of file huge pages gone on a 24 GiB host: surprise alone flags it (the
+    baseline never moved), the least change that matters does not."""
+    base = ar1_host(120.0, seed=3)
+    run = ar1_host(60.0, seed=4, start_s=200.0)
+    base = _with(base, {"mem.FileHugePages": np.full(base.n_samples, 2.0 * 2**20)})
+    run = _with(run, {"mem.FileHugePages": np.zeros(run.n_samples)})
+    surprise, _ = _flagged(base, run, significance=False)
+    matters, _ = _flagged(base, run, significance=True)
+    assert surprise > 20  # the gate is what keeps it quiet
+    assert matters == 0
+
+
+def test_a_change_that_matters_is_flagged_and_leads_the_claim_before_its_side_effects():
+    """CPU contention: busy % up 45 points, and the idle-state entries it causes leave a
+    flat baseline. The claim names the CPU time; the idle-state entries come after."""
+    base = ar1_host(120.0, seed=5)
+    run = ar1_host(60.0, seed=6, fault=(20.0, 40.0), start_s=200.0)
+    idle_base = np.cumsum(np.full(base.n_samples, 16.0))
+    rate = np.full(run.n_samples, 16.0)
+    rate[200:400] = 900.0  # entries per 100 ms sample while contended
+    base = _with(base, {"cpuidle.usage{cpu=0,state=C1}": idle_base})
+    run = _with(run, {"cpuidle.usage{cpu=0,state=C1}": np.cumsum(rate) + idle_base[-1]})
+    flagged, report = _flagged(base, run, significance=True)
+    assert flagged > 5
+    inside = [a for a in report.anomalies if 21e9 + 200e9 <= a.start_ns < 38e9 + 200e9]
+    assert inside
+    leads = [a.reasons[0].metric for a in inside]
+    assert all(m == "derived.cpu_busy_pct" for m in leads), leads
+    clean = [a for a in report.anomalies if a.end_ns <= 200e9 + 19e9]
+    assert not clean
