@@ -105,10 +105,12 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
     }
 
 
-def analyse(dirs: list[Path], after_s: float) -> list[dict[str, Any]]:
-    """Analyse every recorded run of ``dirs`` against its own baseline."""
+def analyse(dirs: list[Path], after_s: float,
+            overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Analyse every recorded run of ``dirs`` against its own baseline (``overrides``:
+    analysis settings by dotted name, as ``reveal analyze`` takes them)."""
     from reveal.inject.validation import load_recorded
-    from reveal.model import analyze
+    from reveal.model import Reveal, analyze
     from reveal.store.run_reader import read_run
 
     rows = []
@@ -118,7 +120,8 @@ def analyse(dirs: list[Path], after_s: float) -> list[dict[str, Any]]:
                 if len(rec.episodes) != 1:
                     continue
                 print(f"analysing {rec.path}", file=sys.stderr, flush=True)
-                report = analyze(read_run(rec.path), read_run(rec.baseline))
+                report = analyze(read_run(rec.path), read_run(rec.baseline),
+                                 model=Reveal(overrides=dict(overrides or {})))
                 row = score_run(report, rec.episodes[0], after_s)
                 row["run"] = str(rec.path)
                 row["warnings"] = report.warnings[:5]
@@ -167,16 +170,21 @@ def main(argv: list[str] | None = None) -> int:
     ana.add_argument("--after-s", type=float, default=30.0)
     ana.add_argument("--result", type=Path, default=RESULT)
     ana.add_argument("--label", default="", help="a name for this measurement in the JSON")
+    ana.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="an analysis setting by dotted name (JSON value), e.g. "
+                          "detect.significance=false")
     args = parser.parse_args(argv)
     if args.command == "record":
         record(args.out, tuple(f for f in args.faults.split(",") if f), args.intensity,
                args.baseline_s, args.run_s, args.fault_s, args.at_s)
         return 0
     started = time.monotonic()
-    rows = analyse(args.dirs, args.after_s)
+    settings = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
+    rows = analyse(args.dirs, args.after_s, settings)
     half = {k: i % 2 for i, k in enumerate(SUITE)}
     result = {
         "benchmark": "alarms", "label": args.label, "after_s": args.after_s,
+        "settings": settings,
         "dirs": [str(d) for d in args.dirs], "cpus": os.cpu_count(),
         "analysis_wall_s": round(time.monotonic() - started, 1),
         "total": totals(rows),

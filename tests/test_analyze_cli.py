@@ -107,3 +107,18 @@ def test_constant_run_has_nothing_to_detect_on(tmp_path):
     result = _cli("analyze", str(run), "--quiet")
     assert result.returncode == 2
     assert "nothing to detect" in result.stderr or "no channel usable" in result.stderr
+
+
+def test_explain_floors_prints_each_channels_least_change_and_its_rule(runs, capsys):
+    base, clean, _ = runs
+    assert main(["analyze", str(clean), "--baseline", str(base), "--explain-floors",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    block = out[out.index("Least change that matters"):]
+    lines = {line.split()[0]: line for line in block.splitlines()[2:] if line.strip()}
+    assert "of all CPUs" in lines["derived.cpu_busy_pct"]
+    assert "of memory" in lines["mem.Dirty"]
+    assert "Mbit/s link" in lines["net.rx_bytes{iface=eth0}"]
+    assert main(["analyze", str(clean), "--baseline", str(base), "--explain-floors",
+                 "--no-significance", "--quiet"]) == 0
+    assert "off for this model" in capsys.readouterr().out

@@ -8,15 +8,15 @@ import pytest
 
 from reveal.analyze.significance import (
     Capacity,
+    Matter,
     channel_matter,
     feature_matters,
     host_capacity,
-    Matter,
 )
 from reveal.catalog import default_catalog
 from reveal.frame import Telemetry
 from reveal.model import Reveal
-from tests.synthetic import ar1_host
+from synthetic import ar1_host
 
 GIB = 2.0**30
 HOST = Capacity(memory_bytes=24 * GIB, n_cpus=4)
@@ -124,3 +124,40 @@ def test_a_change_that_matters_is_flagged_and_leads_the_claim_before_its_side_ef
     assert all(m == "derived.cpu_busy_pct" for m in leads), leads
     clean = [a for a in report.anomalies if a.end_ns <= 200e9 + 19e9]
     assert not clean
+
+
+def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
+    """The page cache loses 3 GiB at 20 s and stays there: the change is flagged until it
+    has held still for ``settle_s``, then named once as a new steady state."""
+    base = ar1_host(120.0, seed=7)
+    run = ar1_host(90.0, seed=8, start_s=200.0)
+    rng = np.random.default_rng(9)
+    cached_base = 8 * GIB + rng.normal(0, 2e6, base.n_samples)
+    cached_run = 8 * GIB + rng.normal(0, 2e6, run.n_samples)
+    cached_run[200:] -= 3 * GIB
+    base = _with(base, {"mem.Cached": cached_base})
+    run = _with(run, {"mem.Cached": cached_run})
+    _, report = _flagged(base, run, significance=True)
+    flagged = np.asarray(report.windows.flagged)
+    start = (np.asarray(report.windows.start_ns) - 200e9) / 1e9
+    assert flagged[(start >= 18) & (start < 30)].any()  # the change itself is flagged
+    assert not flagged[start >= 45].any()  # once settled, nothing more
+    assert len(report.steady_states) == 1
+    note = report.steady_states[0]
+    assert note.changes[0][0] == "mem.Cached"
+    assert "less than in the baseline" in note.claim and "steady since" in note.claim
+    assert 19 <= (note.since_ns - 200e9) / 1e9 <= 24  # when the level stopped moving
+    again = type(report).from_dict(report.to_dict())
+    assert again.steady_states[0].claim == note.claim
+
+
+def test_a_rate_that_stays_different_is_never_adopted():
+    """CPU busy 45 points higher from 20 s to the end: the job running differently stays
+    flagged, however long it holds still."""
+    base = ar1_host(120.0, seed=10)
+    run = ar1_host(90.0, seed=11, fault=(20.0, 90.0), start_s=200.0)
+    _, report = _flagged(_with(base, {}), _with(run, {}), significance=True)
+    flagged = np.asarray(report.windows.flagged)
+    start = (np.asarray(report.windows.start_ns) - 200e9) / 1e9
+    assert flagged[start >= 45].mean() > 0.9
+    assert not report.steady_states

@@ -40,6 +40,9 @@ class DetectConfig:
     # a window is an anomaly only when some change in it also matters in its unit against
     # the host's capacity (reveal.analyze.significance); off: surprise alone decides
     significance: bool = True
+    # seconds a changed level of a state-like gauge must hold still to be a new steady
+    # state, named once instead of flagged (reveal.analyze.steady; 0: never adopted)
+    settle_s: float = 20.0
     relative_floor: float = 0.05
     # the isolation forest sees floored columns rounded to whole floors (it is blind to
     # scale, so floors would otherwise not reach it)

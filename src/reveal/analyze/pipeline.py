@@ -58,6 +58,7 @@ from reveal.analyze.significance import (
     lead_with_cause,
     significant_cells,
 )
+from reveal.analyze.steady import SteadyState, state_columns, steady_states, steady_windows
 from reveal.analyze.subsystems import channel_subsystems, irq_names
 from reveal.analyze.windows import Windows, make_windows
 from reveal.catalog import NOT_DETECTED, default_catalog
@@ -284,6 +285,9 @@ class Analysis:
     warnings: list[str]
     features: FeatureMatrix  # the scored matrix, columns as the fitted ones
     meta: dict[str, Any]  # the run's metadata (IRQ names, probes)
+    # new steady states: windows not flagged because their only changes that matter are
+    # levels that held still (see reveal.analyze.steady)
+    steady: list[SteadyState] = dataclasses.field(default_factory=list)
 
 
 #: CPU busy % (points) and load-average ratio between baseline and run above which the
@@ -517,14 +521,33 @@ def significance_scales(fitted: FittedAnalysis) -> np.ndarray:
     return scale if least is None else np.maximum(scale, least)
 
 
-def significant_windows(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarray | None:
-    """(W,) windows with at least one change that matters (see
-    :mod:`reveal.analyze.significance`), or None where the model judges surprise alone."""
+def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarray | None:
+    """(W, K) changes that matter in each window (see :mod:`reveal.analyze.significance`),
+    or None where the model judges surprise alone."""
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(least):
         return None
-    cells = significant_cells(values, fitted.median, significance_scales(fitted), least)
-    return cells.any(axis=1)
+    return significant_cells(values, fitted.median, significance_scales(fitted), least)
+
+
+@functools.lru_cache(maxsize=8)
+def _state_columns_of(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
+    return state_columns(channels, features)
+
+
+def _state_columns(fitted: FittedAnalysis) -> np.ndarray:
+    """(K,) the fitted columns that are levels of state-like gauges (see
+    :mod:`reveal.analyze.steady`)."""
+    return _state_columns_of(tuple(fitted.column_channels), tuple(fitted.column_features))
+
+
+def led_by_sign(evidence: list[WindowEvidence],
+                signs: dict[int, list]) -> set[int]:
+    """Windows whose first reason is a direct sign (it keeps its place)."""
+    return {e.window_id for e in evidence
+            if e.reasons and any(r.channel == e.reasons[0].channel
+                                 and r.metric == e.reasons[0].metric
+                                 for r in signs.get(e.window_id, []))}
 
 
 def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
@@ -565,9 +588,20 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     ensemble = fitted.ensemble
     verdicts = ensemble.score(values, persistence)
     warnings += [w for w in verdicts.warnings if w not in warnings]
-    significant = significant_windows(fitted, values)
-    if significant is not None:
-        verdicts = dataclasses.replace(verdicts, flagged=verdicts.flagged & significant)
+    steady: list[SteadyState] = []
+    cells = significant_cells_of(fitted, values)
+    if cells is not None:
+        windows = max(1, round(config.detect.settle_s / stride_seconds(fitted.window,
+                                                                         interval)))
+        least = np.asarray(fitted.significance, dtype=np.float64)
+        held = (steady_windows(values, cells, least, _state_columns(fitted), windows)
+                if config.detect.settle_s > 0 else np.zeros(len(values), dtype=bool))
+        matters = cells.any(axis=1)
+        steady = steady_states(verdicts.flagged & matters & held, cells, values,
+                               fitted.median, least, fitted.column_channels,
+                               fm.windows.start_ns, windows)
+        verdicts = dataclasses.replace(verdicts,
+                                       flagged=verdicts.flagged & matters & ~held)
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}))
     if signs.shown.any():
@@ -600,11 +634,12 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         evidence = _lead_with_causes(fitted, evidence, values, tuple(columns),
                                      _column_subsystems(tuple(columns), catalog,
                                                         tuple(sorted(irqs.items()))),
-                                     {w for w, r in signs.reasons.items() if r})
+                                     {w for w, r in signs.reasons.items()
+                                      if r and w in led_by_sign(evidence, signs.reasons)})
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
-                    scored_fm, dict(run.meta))
+                    scored_fm, dict(run.meta), steady)
 
 
 def _run_features(fitted: FittedAnalysis, d_run: Telemetry,

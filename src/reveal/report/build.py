@@ -16,7 +16,15 @@ from reveal.analyze.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.report.claims import window_claim
-from reveal.report.model import Anomaly, DetectorSummary, Episode, Report, WindowTable
+from reveal.report.model import (
+    Anomaly,
+    DetectorSummary,
+    Episode,
+    Report,
+    SteadyStateNote,
+    WindowTable,
+)
+from reveal.report.steady_text import steady_claim
 
 
 def episodes(anomalies: list[Anomaly]) -> list[Episode]:
@@ -135,4 +143,9 @@ def build_report(fitted: FittedAnalysis, analysis: Analysis) -> Report:
         episodes=episodes(anomalies),
         warnings=list(analysis.warnings),
         decision=decision(fitted, analysis),
+        steady_states=[SteadyStateNote(st.since_ns, st.first_window, st.last_window,
+                                       list(st.changes),
+                                       steady_claim(st.changes, st.since_ns, analysis.run,
+                                                    default_catalog()))
+                       for st in getattr(analysis, "steady", [])],
     )

@@ -47,6 +47,19 @@ class Episode:
 
 
 @dataclass
+class SteadyStateNote:
+    """A new steady state after a change (a fault's aftermath), named once: since when,
+    the windows it covers (not flagged), the levels that changed (channel, baseline
+    median, level now) and the sentence."""
+
+    since_ns: int
+    first_window: int
+    last_window: int
+    changes: list[tuple[str, float, float]]
+    claim: str
+
+
+@dataclass
 class DetectorSummary:
     name: str
     threshold: float
@@ -109,6 +122,8 @@ class Report:
     # what decided the verdicts: the combined threshold, each detector's threshold, the
     # windows a score must stay above it (persistence), and whether fitted on the run
     decision: dict[str, Any] = field(default_factory=dict)
+    # new steady states after a change, each named once (their windows are not flagged)
+    steady_states: list[SteadyStateNote] = field(default_factory=list)
 
     @property
     def no_anomaly(self) -> bool:
@@ -144,6 +159,7 @@ class Report:
             "episodes": [asdict(e) for e in self.episodes],
             "decision": self.decision,
             "warnings": self.warnings,
+            "steady_states": [asdict(n) for n in self.steady_states],
         }
         if with_windows:
             payload["windows"] = self.windows.to_dict()
@@ -183,6 +199,12 @@ def _anomaly(d: dict[str, Any]) -> Anomaly:
 def _episode(d: dict[str, Any]) -> Episode:
     return Episode(_ns(d["start_ns"]), _ns(d["end_ns"]), [int(w) for w in d["window_ids"]],
                    _float(d["peak_score"]), str(d["subsystem"]), str(d["claim"]))
+
+
+def _steady(d: dict[str, Any]) -> SteadyStateNote:
+    return SteadyStateNote(_ns(d["since_ns"]), int(d["first_window"]), int(d["last_window"]),
+                           [(str(c), _float(b), _float(n)) for c, b, n in d["changes"]],
+                           str(d["claim"]))
 
 
 def _check_numbers(d: Any, where: str, keys: tuple[str, ...]) -> None:
@@ -233,6 +255,7 @@ def report_from_dict(payload: Any) -> Report:
             episodes=[_episode(e) for e in payload["episodes"]],
             warnings=[str(w) for w in payload.get("warnings", [])],
             decision=dict(payload.get("decision") or {}),
+            steady_states=[_steady(n) for n in payload.get("steady_states") or []],
         )
     except KeyError as exc:
         raise InputError(f"incomplete Reveal report: {exc.args[0]!r} is missing") from None

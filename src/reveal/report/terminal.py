@@ -160,6 +160,9 @@ def render_text(report: Report, limit: int = 50, json_path: str | None = None, *
         console.print(Text(decision_text(report), style="dim" if tty else ""))
     for warning in warnings(report):
         console.print(Text("Warning: " + plain(warning, 400), style="yellow" if tty else ""))
+    for note in report.steady_states:
+        console.print(Text("New steady state: " + plain(note.claim, 600),
+                           style="cyan" if tty else ""))
     if not report.no_anomaly:
         compact = console.width < COMPACT_BELOW
         for table in (_episodes(report, limit, json_path, tty, compact),

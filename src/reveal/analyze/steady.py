@@ -1,0 +1,124 @@
+"""Episodes with an end: a fault's aftermath as a new steady state, named once.
+
+After a fault the host rarely returns exactly to where it was: the page cache holds less
+(or more), memory freed by a process stays free, socket buffers keep their size. Against
+the baseline these levels are changes that matter, and window after window would be flagged
+as if the fault went on. A level that has held still for :data:`SETTLE_S` seconds is a new
+steady state instead: the windows whose only changes that matter are such levels are not
+anomalies, and the report names the new state once ("Page-cache memory holds 3.1 GiB less
+than in the baseline, steady since 10:32:05").
+
+Only levels of state-like gauges qualify (memory, pages, sockets, free blocks: catalog kinds
+``gauge`` and ``state``, features mean, median, minimum and maximum): a rate that stays
+different (CPU time, throughput, packets, stalls) is the job running differently, which is
+never adopted here. A level holds still when its window values over the last
+:data:`SETTLE_S` seconds stay within its least change that matters of each other.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from reveal.catalog import Catalog, default_catalog
+from reveal.frame import channel_metric
+
+#: Seconds a changed level must hold still before it is a new steady state.
+SETTLE_S = 20.0
+STATE_KINDS = ("gauge", "state")
+LEVEL_FEATURES = ("mean", "median", "min", "max")
+#: Gauges that are rates or shares of time in disguise: never adopted as a state.
+RATE_GAUGES = ("derived.cpu_busy_pct", "derived.disk_*", "derived.net_*", "derived.ipc",
+               "derived.*_ratio", "derived.cgroup_throttled_pct", "psi.*", "cgroup.psi.*",
+               "cpu.procs_*", "loadavg.*", "cpufreq.*", "gpu.*", "disk.ios_in_progress",
+               "softnet.*", "qdisc.backlog_*")
+#: Channels of a new state named in its claim, at most.
+NAMED_CHANNELS = 3
+
+
+@dataclass
+class SteadyState:
+    """A new steady state: since when (ns, monotonic like the windows), the windows it
+    covers, and the levels that changed (channel, baseline median, level now; derived
+    units)."""
+
+    since_ns: int
+    first_window: int
+    last_window: int
+    changes: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+def state_columns(channels: Sequence[str], features: Sequence[str],
+                  catalog: Catalog | None = None) -> np.ndarray:
+    """(K,) which feature columns are levels of state-like gauges."""
+    from fnmatch import fnmatchcase
+
+    catalog = catalog or default_catalog()
+    out = np.zeros(len(channels), dtype=bool)
+    for k, (channel, feature) in enumerate(zip(channels, features, strict=True)):
+        if feature not in LEVEL_FEATURES:
+            continue
+        metric = channel_metric(channel)
+        if any(fnmatchcase(metric, p) for p in RATE_GAUGES):
+            continue
+        out[k] = catalog.lookup(metric).kind in STATE_KINDS
+    return out
+
+
+def held_still(values: np.ndarray, least: np.ndarray, windows: int) -> np.ndarray:
+    """``(W, K)``: whether each column's values over the last ``windows`` windows (this one
+    included) stay within ``least`` of each other (False before that many windows)."""
+    n, k = values.shape
+    out = np.zeros((n, k), dtype=bool)
+    if windows < 1 or n < windows:
+        return out
+    view = sliding_window_view(values, windows, axis=0)  # (W - windows + 1, K, windows)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # columns NaN all along
+        spread = np.nanmax(view, axis=2) - np.nanmin(view, axis=2)
+        out[windows - 1:] = np.isfinite(spread) & (spread < least)
+    return out
+
+
+def steady_windows(values: np.ndarray, cells: np.ndarray, least: np.ndarray,
+                   state: np.ndarray, windows: int) -> np.ndarray:
+    """(W,) windows whose changes that matter (``cells``) are all levels of state-like
+    gauges (``state``) that have held still for ``windows`` windows."""
+    if not cells.any():
+        return np.zeros(values.shape[0], dtype=bool)
+    finite = np.isfinite(least) & (least > 0)
+    still = held_still(values, np.where(finite, least, np.inf), windows) & state & finite
+    return cells.any(axis=1) & ~(cells & ~still).any(axis=1)
+
+
+def steady_states(steady: np.ndarray, cells: np.ndarray, values: np.ndarray,
+                  median: np.ndarray, least: np.ndarray, channels: Sequence[str],
+                  start_ns: np.ndarray, windows: int) -> list[SteadyState]:
+    """One :class:`SteadyState` per stretch of consecutive steady windows, naming the
+    levels that changed most (in units of their least change) in its first window."""
+    out: list[SteadyState] = []
+    idx = np.flatnonzero(steady)
+    if idx.size == 0:
+        return out
+    breaks = np.flatnonzero(np.diff(idx) > 1)
+    for first, last in zip(np.r_[idx[0], idx[breaks + 1]], np.r_[idx[breaks], idx[-1]],
+                           strict=True):
+        ks = np.flatnonzero(cells[first])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            size = np.abs(values[first, ks] - median[ks]) / least[ks]
+        seen: set[str] = set()
+        changes = []
+        for k in ks[np.argsort(-np.nan_to_num(size, nan=0.0))]:
+            if channels[k] in seen:
+                continue
+            seen.add(channels[k])
+            changes.append((channels[k], float(median[k]), float(values[first, k])))
+            if len(changes) == NAMED_CHANNELS:
+                break
+        since = int(start_ns[max(int(first) - windows + 1, 0)])
+        out.append(SteadyState(since, int(first), int(last), changes))
+    return out
