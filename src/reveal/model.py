@@ -38,7 +38,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from reveal import __version__
+from reveal._version import __version__
 from reveal.analyze.consensus import Consensus
 from reveal.analyze.pipeline import (
     Analysis,

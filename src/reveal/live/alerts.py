@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reveal import __version__
+from reveal._version import __version__
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.live.scorer import LiveWindow

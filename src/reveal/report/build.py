@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from reveal import __version__
+from reveal._version import __version__
 from reveal.analyze.evidence import Reason
 from reveal.analyze.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
