@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal._version import __version__
+from reveal.analyze.evidence import heaviest_subsystem, weigh_subsystems
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.live.scorer import LiveWindow
@@ -310,7 +311,7 @@ class EpisodeTracker:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start_unix))
         ev = window.evidence
         subsystem = ev.subsystems[0] if ev is not None and ev.subsystems else "unknown"
-        weights = ({k: v * window.combined for k, v in ev.subsystem_shares.items()}
+        weights = (weigh_subsystems({}, ev.subsystem_shares, window.combined)
                    if ev is not None else {})
         ep = Episode(
             id=f"{self.host}-{stamp}-{self.seq}", host=self.host, start_ns=window.start_ns,
@@ -336,10 +337,8 @@ class EpisodeTracker:
         ep.windows += 1
         ev = window.evidence
         if ev is not None:
-            for k, v in ev.subsystem_shares.items():
-                ep.weights[k] = ep.weights.get(k, 0.0) + v * window.combined
-        if ep.weights:
-            ep.subsystem = max(ep.weights, key=ep.weights.__getitem__)
+            weigh_subsystems(ep.weights, ev.subsystem_shares, window.combined)
+        ep.subsystem = heaviest_subsystem(ep.weights, default=ep.subsystem)
         if window.combined > ep.peak_score:
             ep.peak_score = window.combined
             ep.detectors = list(window.detectors)
