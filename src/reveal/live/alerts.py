@@ -285,11 +285,7 @@ class EpisodeTracker:
             for ep in current if not window.flagged else []:
                 if window.end_ns - ep.end_ns >= self.resolve_after_ns:
                     events += self._resolve(ep)
-            if events:
-                self.save()
-            for e in events:
-                self.emit(e)
-            return events
+            return self._publish(events)
 
     def expire(self, now_ns: int) -> list[Event]:
         """Resolve episodes quiet for ``resolve_after_s`` by the clock (nothing is being
@@ -299,11 +295,15 @@ class EpisodeTracker:
             for ep in self.open():
                 if now_ns - ep.end_ns >= self.resolve_after_ns:
                     events += self._resolve(ep)
-            if events:
-                self.save()
-            for e in events:
-                self.emit(e)
-            return events
+            return self._publish(events)
+
+    def _publish(self, events: list[Event]) -> list[Event]:
+        """Keep the state that ``events`` changed, then hand each to ``emit``."""
+        if events:
+            self.save()
+        for e in events:
+            self.emit(e)
+        return events
 
     def _open(self, window: LiveWindow) -> Event:
         self.seq += 1
