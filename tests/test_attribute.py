@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from reveal.analyze.attribute import ROBUST_Z_CAP, attribute, robust_z
+from reveal.analyze.evidence import heaviest_subsystem, weigh_subsystems
 from reveal.catalog import Catalog, MetricInfo
 from reveal.report.claims import window_claim
 
@@ -155,3 +156,17 @@ def test_a_bursty_channel_idle_at_the_median_is_judged_by_its_spread_not_worded_
     quoted = [r.robust_z for e in model.analyse(run, lead_in=base).evidence
               for r in e.reasons if r.channel == "smd.sparse" and r.feature == "mean"]
     assert quoted and all(3 < z < FLAT_Z for z in quoted)
+
+
+def test_an_episode_is_named_by_the_subsystem_its_windows_weigh_most_in():
+    # a strong memory window outweighs two weak network ones; the weights add up in place
+    weights: dict[str, float] = {}
+    weigh_subsystems(weights, {"network": 0.9, "memory": 0.1}, 1.0)
+    weigh_subsystems(weights, {"network": 0.8, "cpu": 0.2}, 1.0)
+    assert heaviest_subsystem(weights) == "network"
+    assert weigh_subsystems(weights, {"memory": 1.0}, 4.0) is weights
+    assert weights == pytest.approx({"network": 1.7, "memory": 4.1, "cpu": 0.2})
+    assert heaviest_subsystem(weights) == "memory"
+    assert heaviest_subsystem({}) == "unknown"
+    assert heaviest_subsystem({}, default="cpu") == "cpu"
+    assert heaviest_subsystem({"cpu": 1.0, "gpu": 1.0}) == "cpu"  # the first of equals

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,11 @@ def test_collect_writes_a_closed_run_with_host_and_probe_metadata(recorded):
         assert key in meta, key
     assert meta["closed"] is True and meta["source"] == "reveal collect"
     assert meta["n_cpus"] == len(os.sched_getaffinity(0)) or meta["n_cpus"] >= 1
-    assert abs(meta["wall_offset_ns"] / 1e9 - (meta["wall_offset_ns"] / 1e9)) < 1
+    # the wall clock's offset from the monotonic clock is the machine's, as this process
+    # reads it too (the same within a second unless the clock was stepped meanwhile), and
+    # the recording started on this boot's monotonic clock, before now
+    assert abs(meta["wall_offset_ns"] - (time.time_ns() - time.monotonic_ns())) < 1e9
+    assert 0 < meta["start_mono_ns"] < time.monotonic_ns()
     tel = read_run(run)
     assert 12 <= tel.n_samples <= 16
     recorded_channels = sum(p["channels"] for p in meta["probes"].values())

@@ -1,10 +1,12 @@
 """The layers hold: analysis returns numbers (analyze/ imports neither the collector, the
 store nor report/), reports word analyses, the fleet compares analyses without the
-collector or the commands, the collector knows nothing of the analysis.
+collector or the commands, the collector knows nothing of the analysis, and no module
+imports the package's front (``reveal/__init__``) for a name it defines.
 The contracts are in pyproject.toml ([tool.importlinter]) and checked by import-linter."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -42,3 +44,23 @@ def test_a_report_import_in_analyze_breaks_the_contract(tmp_path: Path) -> None:
     result = _lint(tmp_path, tmp_path / "src")
     assert result.returncode != 0
     assert "BROKEN" in result.stdout and "reveal.analyze.windows" in result.stdout
+
+
+def test_the_core_never_imports_the_package_front() -> None:
+    # ``reveal/__init__`` is the front for users (lazy names, ``load``); the modules behind it
+    # import what they need from where it is defined (``__version__`` from reveal._version).
+    package = ROOT / "src" / "reveal"
+    submodules = {p.stem for p in package.glob("*.py")} | {
+        p.parent.name for p in package.glob("*/__init__.py")}
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path == package / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "reveal":
+                offenders += [f"{path.relative_to(package)}: from reveal import {a.name}"
+                              for a in node.names if a.name not in submodules]
+            elif isinstance(node, ast.Import):
+                offenders += [f"{path.relative_to(package)}: import reveal"
+                              for a in node.names if a.name == "reveal"]
+    assert offenders == []

@@ -57,6 +57,31 @@ def test_save_and_load_give_the_same_verdicts(fitted, tmp_path):
     assert loaded.get_params() == fitted.get_params()
 
 
+
+def test_params_are_kept_as_given_so_clone_and_set_params_work(fitted):
+    from sklearn.base import clone
+
+    overrides, channels = {"detect.persistence_s": 5.0}, ("cpu.user", "mem.free")
+    model = Reveal(preset="minute", overrides=overrides, metric_set=channels)
+    params = model.get_params(deep=True)
+    assert params == {"preset": "minute", "config": None, "overrides": overrides,
+                      "metric_set": channels}
+    assert params["overrides"] is overrides and params["metric_set"] is channels
+    assert model.get_params(deep=False) == params
+    twin = clone(model)
+    assert type(twin) is Reveal and twin is not model and twin.get_params() == params
+    assert twin.overrides is not overrides  # a clone's parameters are copies
+    assert twin.set_params(**params).get_params() == params  # a round trip
+    assert twin.set_params(preset="telemetry", overrides=None) is twin
+    assert twin.preset == "telemetry" and twin.overrides is None
+    with pytest.raises(ValueError, match="Invalid parameter"):
+        twin.set_params(window=3)
+    fresh = clone(fitted)  # a clone of a fitted model is not fitted
+    assert fresh.get_params() == fitted.get_params() and not hasattr(fresh, "fitted_")
+    with pytest.raises(InputError, match="not fitted"):
+        fresh.score(_synthetic(60, seed=2))
+
+
 def test_a_bad_model_file_is_one_clear_error(fitted, tmp_path):
     good = fitted.save(tmp_path / "good.model").read_bytes()
     header_end = good.index(b"\n", len(MAGIC))

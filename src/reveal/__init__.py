@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from reveal._version import __version__
 
 #: public names and the modules that define them (imported on first access)
 _LAZY = {

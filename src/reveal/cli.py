@@ -16,7 +16,7 @@ import sys
 import warnings
 from types import ModuleType
 
-from reveal import __version__
+from reveal._version import __version__
 from reveal.commands import HelpFormatter
 from reveal.errors import RevealError, missing_package, with_log_reason
 

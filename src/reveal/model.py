@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
-from reveal import __version__
+from reveal._version import __version__
 from reveal.analyze.consensus import Consensus
 from reveal.analyze.pipeline import (
     Analysis,
@@ -73,8 +74,12 @@ def load_source(source: Source) -> Telemetry:
     return source if isinstance(source, Telemetry) else open_source(source)
 
 
-class Reveal:
+class Reveal(BaseEstimator):
     """The analysis of one host: fit on a baseline, score runs, keep the fit in a file.
+
+    A scikit-learn estimator in its parameters: they are stored as given, so
+    ``get_params(deep)``, ``set_params`` and ``sklearn.base.clone`` work (a clone is
+    unfitted). Unlike scikit-learn's, :meth:`score` returns a :class:`Report`.
 
     Parameters
     ----------
@@ -225,7 +230,7 @@ class Reveal:
         """Write the fitted model to ``path`` atomically; returns the path."""
         fitted = self._check_fitted()
         consensus = getattr(self, "consensus_", None)
-        payload = pickle.dumps({"params": self.get_params(), "fitted": fitted,
+        payload = pickle.dumps({"params": self._saved_params(), "fitted": fitted,
                                 "consensus": consensus}, protocol=pickle.HIGHEST_PROTOCOL)
         header = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION,
                   "reveal_version": __version__, "preset": fitted.config.preset,
@@ -281,8 +286,8 @@ class Reveal:
         model.consensus_ = state.get("consensus")
         return model
 
-    def get_params(self) -> dict[str, Any]:
-        """The construction parameters (scikit-learn's ``get_params``)."""
+    def _saved_params(self) -> dict[str, Any]:
+        """The construction parameters as a model file keeps them (plain dict and list)."""
         return {"preset": self.preset, "config": self.config,
                 "overrides": dict(self.overrides) if self.overrides else None,
                 "metric_set": list(self.metric_set) if self.metric_set else None}

@@ -392,6 +392,16 @@ def _cholesky(G: list[list[np.ndarray]]) -> tuple[list[list[np.ndarray]], list[n
     return R, keep
 
 
+def _factor(cols: list[np.ndarray], icpt: np.ndarray,
+            m: int) -> tuple[list[list[np.ndarray]], list[np.ndarray], int, np.ndarray]:
+    """The Cholesky factor of the Gram matrix of ``cols`` (the response last), the columns
+    it kept, the matrix's order K and the response's sum of squares (per series)."""
+    G = _gram(cols, icpt, m)
+    R, keep = _cholesky(G)
+    K = len(G)
+    return R, keep, K, G[K - 1][K - 1]
+
+
 def _search(S: _Series, p: int) -> np.ndarray:
     """Chosen lag per series.
 
@@ -409,10 +419,7 @@ def _search(S: _Series, p: int) -> np.ndarray:
     dxs = S.dx - d_shift
     level = S.x[p : n - 1] - x_shift
     cols = [level] + [dxs[p - j : n - 1 - j] for j in range(1, p + 1)] + [dxs[p : n - 1]]
-    G = _gram(cols, icpt, m)
-    R, keep = _cholesky(G)
-    K = len(G)
-    yy = G[K - 1][K - 1]
+    R, keep, K, yy = _factor(cols, icpt, m)
     rss = yy.copy()
     rank = np.zeros(yy.shape, dtype=np.int64)
     # prefix [1, x] for lag 0, then one Δx lag more per model
@@ -445,10 +452,7 @@ def _refit(S: _Series, k: int, sel: np.ndarray) -> np.ndarray:
     dxs = dx - icpt * S.dx_mean[sel]
     level = x[k : n - 1] - icpt * S.x_mean[sel]
     cols = [dxs[k - j : n - 1 - j] for j in range(1, k + 1)] + [level, dxs[k : n - 1]]
-    G = _gram(cols, icpt, m)
-    R, keep = _cholesky(G)
-    K = len(G)
-    yy = G[K - 1][K - 1]
+    R, keep, K, yy = _factor(cols, icpt, m)
     rss = yy.copy()
     rank = np.zeros(yy.shape, dtype=np.int64)
     for j in range(K - 1):

@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.analyze.evidence import Reason
 from reveal.catalog import SUBSYSTEMS, Catalog, default_catalog
 from reveal.frame import channel_metric
-
-MAD_TO_SIGMA = 1.4826
 
 
 @dataclass

@@ -30,6 +30,7 @@ from typing import Self
 import numpy as np
 
 from reveal.analyze import detectors
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.analyze.detectors import Detector
 from reveal.analyze.preprocess import RobustScaler, check_matrix
 from reveal.analyze.threshold import pot_threshold, quantile_threshold
@@ -241,7 +242,7 @@ class Ensemble:
         if robust_self_fit:
             combined = self._combine(self._raw_scores(Z))
             med = float(np.median(combined))
-            mad = float(np.median(np.abs(combined - med))) * 1.4826
+            mad = float(np.median(np.abs(combined - med))) * MAD_TO_SIGMA
             inliers = combined <= med + options.self_fit_trim_mads * max(mad, 1e-12)
             if MIN_BASELINE_WINDOWS <= inliers.sum() < len(inliers):
                 self._fit_detectors(Z[inliers], config, options)
@@ -250,7 +251,7 @@ class Ensemble:
             if spread is not None:
                 base = self.baseline_combined_
                 med = float(np.median(base))
-                mad = float(np.median(np.abs(base - med))) * 1.4826
+                mad = float(np.median(np.abs(base - med))) * MAD_TO_SIGMA
                 self.combined_threshold_ = max(float(self.combined_threshold_),
                                                med + spread * mad)
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -31,3 +32,19 @@ class WindowEvidence:
     subsystems: list[str]  # by evidence, strongest first
     subsystem_shares: dict[str, float]
     reasons: list[Reason]  # strongest first; CPU channels named by CPU, not by rank
+
+
+def weigh_subsystems(weights: dict[str, float], shares: Mapping[str, float],
+                     score: float) -> dict[str, float]:
+    """Add one flagged window to an episode's evidence by subsystem: each subsystem's share
+    of the window's explanation (``WindowEvidence.subsystem_shares``), times the window's
+    ``score``, is added to ``weights`` (changed in place and returned)."""
+    for name, share in shares.items():
+        weights[name] = weights.get(name, 0.0) + share * score
+    return weights
+
+
+def heaviest_subsystem(weights: Mapping[str, float], default: str = "unknown") -> str:
+    """The subsystem that weighs most in ``weights`` (from :func:`weigh_subsystems`; the
+    first of equals), ``default`` when there is none: the subsystem an episode is named by."""
+    return max(weights, key=weights.__getitem__) if weights else default

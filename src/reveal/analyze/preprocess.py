@@ -35,9 +35,9 @@ import warnings
 
 import numpy as np
 
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.errors import InputError
 
-MAD_TO_SIGMA = 1.4826
 ROW_CHUNK_VALUES = 4_000_000  # values transformed at a time (bounds temporaries)
 
 

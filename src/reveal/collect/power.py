@@ -152,10 +152,7 @@ class PowerProbe(FileProbe):
             idle = f"{root}/{cpu}/cpuidle"
             seen: set[str] = set()
             for state in sorted_numeric(list_dir(idle), "state"):
-                name = tidy(read_str(f"{idle}/{state}/name") or state)
-                if name in seen:
-                    name = f"{name}.{state}"
-                seen.add(name)
+                name = _unique(tidy(read_str(f"{idle}/{state}/name") or state), state, seen)
                 labels = {"cpu": cpu[3:], "state": name}
                 files.append(Source(f"{idle}/{state}/time",
                                     single_value(format_channel("cpuidle.time_us", labels))))
@@ -185,10 +182,8 @@ class PowerProbe(FileProbe):
         files = []
         seen: set[str] = set()
         for zone in sorted_numeric(list_dir(root), "thermal_zone"):
-            name = tidy(read_str(f"{root}/{zone}/type") or zone)
-            if name in seen:
-                name = f"{name}.{zone[len('thermal_zone'):]}"
-            seen.add(name)
+            name = _unique(tidy(read_str(f"{root}/{zone}/type") or zone),
+                           zone[len("thermal_zone"):], seen)
             channel = format_channel("thermal.temp_c", {"zone": name})
             files.append(Source(f"{root}/{zone}/temp", single_value(channel, 0.001)))
         return files
@@ -256,3 +251,9 @@ class PowerProbe(FileProbe):
                 + ([f"unreadable: {', '.join(unreadable[:5])}"] if unreadable else []))
 
 
+def _unique(name: str, suffix: str, seen: set[str]) -> str:
+    """``name``, or ``name.suffix`` where an earlier entry took it; remembered in ``seen``."""
+    if name in seen:
+        name = f"{name}.{suffix}"
+    seen.add(name)
+    return name

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from reveal.fleet.peers import MAD_SIGMA
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.fleet.result import HostEpisode, PeerReason
 
 
@@ -23,7 +23,7 @@ def window_cut(scores: np.ndarray, min_score: float, cut_mads: float) -> np.ndar
         pywarnings.simplefilter("ignore", RuntimeWarning)
         med = np.nanmedian(scores, axis=0)
         mad = np.nanmedian(np.abs(scores - med), axis=0)
-    return np.fmax(np.nan_to_num(med + cut_mads * MAD_SIGMA * mad, nan=min_score), min_score)
+    return np.fmax(np.nan_to_num(med + cut_mads * MAD_TO_SIGMA * mad, nan=min_score), min_score)
 
 
 def flag(scores: np.ndarray, cut: np.ndarray, windows: int) -> tuple[np.ndarray, np.ndarray]:

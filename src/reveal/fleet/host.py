@@ -13,6 +13,7 @@ import warnings as pywarnings
 
 import numpy as np
 
+from reveal.analyze.constants import LEVEL_FEATURES
 from reveal.analyze.derive import derive
 from reveal.analyze.features import compute_features
 from reveal.analyze.floors import ChannelFloor, channel_floors, feature_floors
@@ -28,8 +29,6 @@ from reveal.fleet.result import HostFeatures, OwnVerdicts
 from reveal.fleet.roles import role_names
 from reveal.frame import Telemetry, channel_metric, parse_channel
 
-#: level features left out for ``state`` channels (their level records history)
-LEVEL_FEATURES = ("mean", "median", "min", "max")
 #: rows a channel's level (for its floor) is taken from, evenly spread over the run
 LEVEL_SAMPLES = 1000
 

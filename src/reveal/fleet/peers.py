@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: robust sigma of a normal sample from its MAD
-MAD_SIGMA = 1.4826
+from reveal.analyze.constants import MAD_TO_SIGMA
+
 #: |z| from which a host counts as deviating on a column (for ``max_deviating_share``)
 DEVIATING_Z = 3.0
 
@@ -173,8 +173,8 @@ def _robust_z(x: np.ndarray, floors: np.ndarray, relative_floor: float,
         # the column's typical peer spread over the block: a moment when a few hosts
         # happen to agree closely does not make a small difference many sigmas
         pooled = np.nan_to_num(np.nanmedian(np.where(n >= min_hosts, mad, np.nan), axis=0))
-        scale = np.maximum.reduce([MAD_SIGMA * np.nan_to_num(mad),
-                                   np.broadcast_to(MAD_SIGMA * pooled, mad.shape),
+        scale = np.maximum.reduce([MAD_TO_SIGMA * np.nan_to_num(mad),
+                                   np.broadcast_to(MAD_TO_SIGMA * pooled, mad.shape),
                                    np.broadcast_to(floors, mad.shape),
                                    relative_floor * np.abs(np.nan_to_num(median)),
                                    np.full(mad.shape, 1e-9, np.float32)]).astype(np.float32)

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reveal import __version__
+from reveal._version import __version__
+from reveal.analyze.evidence import heaviest_subsystem, weigh_subsystems
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.live.scorer import LiveWindow
@@ -284,11 +285,7 @@ class EpisodeTracker:
             for ep in current if not window.flagged else []:
                 if window.end_ns - ep.end_ns >= self.resolve_after_ns:
                     events += self._resolve(ep)
-            if events:
-                self.save()
-            for e in events:
-                self.emit(e)
-            return events
+            return self._publish(events)
 
     def expire(self, now_ns: int) -> list[Event]:
         """Resolve episodes quiet for ``resolve_after_s`` by the clock (nothing is being
@@ -298,11 +295,15 @@ class EpisodeTracker:
             for ep in self.open():
                 if now_ns - ep.end_ns >= self.resolve_after_ns:
                     events += self._resolve(ep)
-            if events:
-                self.save()
-            for e in events:
-                self.emit(e)
-            return events
+            return self._publish(events)
+
+    def _publish(self, events: list[Event]) -> list[Event]:
+        """Keep the state that ``events`` changed, then hand each to ``emit``."""
+        if events:
+            self.save()
+        for e in events:
+            self.emit(e)
+        return events
 
     def _open(self, window: LiveWindow) -> Event:
         self.seq += 1
@@ -310,7 +311,7 @@ class EpisodeTracker:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start_unix))
         ev = window.evidence
         subsystem = ev.subsystems[0] if ev is not None and ev.subsystems else "unknown"
-        weights = ({k: v * window.combined for k, v in ev.subsystem_shares.items()}
+        weights = (weigh_subsystems({}, ev.subsystem_shares, window.combined)
                    if ev is not None else {})
         ep = Episode(
             id=f"{self.host}-{stamp}-{self.seq}", host=self.host, start_ns=window.start_ns,
@@ -336,10 +337,8 @@ class EpisodeTracker:
         ep.windows += 1
         ev = window.evidence
         if ev is not None:
-            for k, v in ev.subsystem_shares.items():
-                ep.weights[k] = ep.weights.get(k, 0.0) + v * window.combined
-        if ep.weights:
-            ep.subsystem = max(ep.weights, key=ep.weights.__getitem__)
+            weigh_subsystems(ep.weights, ev.subsystem_shares, window.combined)
+        ep.subsystem = heaviest_subsystem(ep.weights, default=ep.subsystem)
         if window.combined > ep.peak_score:
             ep.peak_score = window.combined
             ep.detectors = list(window.detectors)

@@ -84,9 +84,7 @@ def host_metrics(channels: list[str], row: np.ndarray) -> list[Metric]:
         if label is None:
             j = index.get(source)
             if j is not None and np.isfinite(row[j]):
-                metric = family(name, text)
-                metric.add_metric([], float(row[j]) * scale)
-                out.append(metric)
+                out.append(_single(family, name, text, float(row[j]) * scale))
             continue
         metric = family(name, text, labels=[label[1]])
         for c, j in index.items():
@@ -101,6 +99,14 @@ def host_metrics(channels: list[str], row: np.ndarray) -> list[Metric]:
         if metric.samples:
             out.append(metric)
     return out
+
+
+def _single(family: Callable[[str, str], Metric], name: str, documentation: str,
+            value: float) -> Metric:
+    """A metric family of one sample with no labels."""
+    metric = family(name, documentation)
+    metric.add_metric([], value)
+    return metric
 
 
 class WatchCollector:
@@ -137,32 +143,23 @@ class WatchCollector:
                 thr.add_metric([name], w.thresholds[name])
         yield score
         yield thr
-        flagged = GaugeMetricFamily("reveal_window_flagged", "1 when the last window "
-                                    "scored is flagged (after persistence)")
-        flagged.add_metric([], float(bool(w is not None and w.flagged)))
-        yield flagged
-        end = GaugeMetricFamily("reveal_window_end_timestamp_seconds",
-                                "Wall-clock end of the last window scored")
-        end.add_metric([], s.get("window_end_unix") or 0.0)
-        yield end
-        scored = CounterMetricFamily("reveal_windows_scored", "Windows scored")
-        scored.add_metric([], s.get("windows_scored", 0))
-        yield scored
-        nflag = CounterMetricFamily("reveal_windows_flagged", "Windows flagged")
-        nflag.add_metric([], s.get("windows_flagged", 0))
-        yield nflag
-        skipped = CounterMetricFamily("reveal_windows_skipped", "Windows never scored "
-                                      "(scoring fell too far behind)")
-        skipped.add_metric([], s.get("windows_skipped", 0))
-        yield skipped
-        lag = GaugeMetricFamily("reveal_scoring_lag_seconds", "From the end of the last "
-                                "window scored to when its verdict was ready")
-        lag.add_metric([], s.get("scoring_lag_s", 0.0))
-        yield lag
-        took = GaugeMetricFamily("reveal_scoring_duration_seconds", "Wall time of the last "
-                                 "scoring call")
-        took.add_metric([], s.get("scoring_s", 0.0))
-        yield took
+        yield _single(GaugeMetricFamily, "reveal_window_flagged",
+                      "1 when the last window scored is flagged (after persistence)",
+                      float(bool(w is not None and w.flagged)))
+        yield _single(GaugeMetricFamily, "reveal_window_end_timestamp_seconds",
+                      "Wall-clock end of the last window scored", s.get("window_end_unix") or 0.0)
+        yield _single(CounterMetricFamily, "reveal_windows_scored",
+                      "Windows scored", s.get("windows_scored", 0))
+        yield _single(CounterMetricFamily, "reveal_windows_flagged",
+                      "Windows flagged", s.get("windows_flagged", 0))
+        yield _single(CounterMetricFamily, "reveal_windows_skipped",
+                      "Windows never scored (scoring fell too far behind)",
+                      s.get("windows_skipped", 0))
+        yield _single(GaugeMetricFamily, "reveal_scoring_lag_seconds",
+                      "From the end of the last window scored to when its verdict was ready",
+                      s.get("scoring_lag_s", 0.0))
+        yield _single(GaugeMetricFamily, "reveal_scoring_duration_seconds",
+                      "Wall time of the last scoring call", s.get("scoring_s", 0.0))
 
     @staticmethod
     def _alerts(s: dict[str, Any]) -> Iterator[Metric]:
@@ -193,29 +190,24 @@ class WatchCollector:
 
     @staticmethod
     def _model(s: dict[str, Any]) -> Iterator[Metric]:
-        gen = GaugeMetricFamily("reveal_model_generation", "Models learned in this state "
-                                "directory (0: learning the first)")
-        gen.add_metric([], s.get("generation", 0))
-        yield gen
+        yield _single(GaugeMetricFamily, "reveal_model_generation",
+                      "Models learned in this state directory (0: learning the first)",
+                      s.get("generation", 0))
         age = GaugeMetricFamily("reveal_model_age_seconds", "Time since the model in use "
                                 "was learned")
         if s.get("model_age_s") is not None:
             age.add_metric([], max(0.0, s["model_age_s"]))
         yield age
-        learning = GaugeMetricFamily("reveal_learning", "1 while learning a model")
-        learning.add_metric([], float(bool(s.get("learning"))))
-        yield learning
-        left = GaugeMetricFamily("reveal_learn_remaining_seconds", "Data still to collect "
-                                 "before the model is fitted")
-        left.add_metric([], s.get("learn_remaining_s", 0.0))
-        yield left
-        channels = GaugeMetricFamily("reveal_model_channels", "Channels the model scores")
-        channels.add_metric([], s.get("model_channels", 0))
-        yield channels
-        unknown = GaugeMetricFamily("reveal_unmodelled_channels", "Channels with data that "
-                                    "the model does not know (they join at the next fit)")
-        unknown.add_metric([], len(s.get("unmodelled", [])))
-        yield unknown
+        yield _single(GaugeMetricFamily, "reveal_learning",
+                      "1 while learning a model", float(bool(s.get("learning"))))
+        yield _single(GaugeMetricFamily, "reveal_learn_remaining_seconds",
+                      "Data still to collect before the model is fitted",
+                      s.get("learn_remaining_s", 0.0))
+        yield _single(GaugeMetricFamily, "reveal_model_channels",
+                      "Channels the model scores", s.get("model_channels", 0))
+        yield _single(GaugeMetricFamily, "reveal_unmodelled_channels",
+                      "Channels with data that the model does not know (they join at the next fit)",
+                      len(s.get("unmodelled", [])))
 
     @staticmethod
     def _collector(s: dict[str, Any]) -> Iterator[Metric]:
@@ -226,26 +218,19 @@ class WatchCollector:
                  "time)", "missed_ticks"),
                 ("reveal_collector_dropped_samples", "Samples not stored (storage "
                  "failing)", "dropped_samples")):
-            metric = CounterMetricFamily(name, text)
-            metric.add_metric([], c.get(key, 0))
-            yield metric
+            yield _single(CounterMetricFamily, name, text, c.get(key, 0))
         lag = GaugeMetricFamily("reveal_collector_tick_lag_seconds", "Tick start minus its "
                                 "deadline over recent ticks", labels=["quantile"])
         for q, value in (c.get("lag_quantiles") or {}).items():
             if value == value:
                 lag.add_metric([q], value)
         yield lag
-        channels = GaugeMetricFamily("reveal_collector_channels", "Channels recorded")
-        channels.add_metric([], c.get("channels", 0))
-        yield channels
-        disk = GaugeMetricFamily("reveal_collector_bytes_on_disk_bytes", "Size of the run "
-                                 "being recorded")
-        disk.add_metric([], c.get("bytes_on_disk", 0))
-        yield disk
-        cpu = CounterMetricFamily("reveal_collector_cpu_seconds", "CPU time of the watch "
-                                  "process (collection and scoring)")
-        cpu.add_metric([], c.get("cpu_s", 0.0))
-        yield cpu
+        yield _single(GaugeMetricFamily, "reveal_collector_channels",
+                      "Channels recorded", c.get("channels", 0))
+        yield _single(GaugeMetricFamily, "reveal_collector_bytes_on_disk_bytes",
+                      "Size of the run being recorded", c.get("bytes_on_disk", 0))
+        yield _single(CounterMetricFamily, "reveal_collector_cpu_seconds",
+                      "CPU time of the watch process (collection and scoring)", c.get("cpu_s", 0.0))
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from reveal import __version__
-from reveal.analyze.evidence import Reason
+from reveal._version import __version__
+from reveal.analyze.evidence import Reason, heaviest_subsystem, weigh_subsystems
 from reveal.analyze.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
@@ -45,9 +45,8 @@ def _summarise(group: list[Anomaly]) -> Episode:
     peak = max(group, key=lambda a: a.score)
     weight: dict[str, float] = {}
     for a in group:
-        for subsystem, share in a.subsystem_shares.items():
-            weight[subsystem] = weight.get(subsystem, 0.0) + share * a.score
-    subsystem = max(weight, key=weight.__getitem__) if weight else "unknown"
+        weigh_subsystems(weight, a.subsystem_shares, a.score)
+    subsystem = heaviest_subsystem(weight)
     return Episode(min(a.start_ns for a in group), max(a.end_ns for a in group),
                    [a.window_id for a in group], peak.score, subsystem, peak.claim)
 

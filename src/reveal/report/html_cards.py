@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reveal.analyze.evidence import Reason
+from reveal.analyze.evidence import Reason, weigh_subsystems
 from reveal.catalog import default_catalog
 from reveal.report.escape import html_text
 from reveal.report.figures import SUBSYSTEM_COLOURS
@@ -88,12 +88,12 @@ def gather(anomalies: Sequence[Anomaly]) -> list[tuple[Reason, float]]:
 
 
 def subsystem_shares(anomalies: Sequence[Anomaly]) -> list[tuple[str, float]]:
-    """Evidence by subsystem over an episode: shares weighted by each window's score,
+    """Evidence by subsystem over an episode: shares weighted by each window's score
+    (:func:`reveal.analyze.evidence.weigh_subsystems`; a score below 0 counts as 0),
     normalised to 1, strongest first."""
     weight: dict[str, float] = {}
     for a in anomalies:
-        for name, share in a.subsystem_shares.items():
-            weight[name] = weight.get(name, 0.0) + share * max(a.score, 0.0)
+        weigh_subsystems(weight, a.subsystem_shares, max(a.score, 0.0))
     total = sum(weight.values())
     if not total > 0:
         return []

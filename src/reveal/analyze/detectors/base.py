@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from reveal.analyze.preprocess import MAD_TO_SIGMA, check_matrix
+from reveal.analyze.constants import MAD_TO_SIGMA
+from reveal.analyze.preprocess import check_matrix
 from reveal.errors import InputError
 
 if TYPE_CHECKING:

@@ -1,0 +1,10 @@
+"""Constants the analysis and the fleet share, each written once (a leaf module: it imports
+nothing)."""
+
+#: a robust sigma from a median absolute deviation: σ ≈ 1.4826 · MAD for a normal sample
+#: (1 / Φ⁻¹(3/4))
+MAD_TO_SIGMA = 1.4826
+
+#: features that describe a window's level; ``state`` channels (see the catalog) keep only
+#: the others (spread, trend, shape): their level records history, their change activity
+LEVEL_FEATURES = ("mean", "median", "min", "max")
