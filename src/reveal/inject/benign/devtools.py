@@ -6,6 +6,7 @@ the repository, the sources and binaries, or the installed package.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import ClassVar
 
@@ -111,8 +112,6 @@ class PackageInstall(BenignActivity):
         reason = super().check()
         if reason:
             return reason
-        import importlib.util
-
         if importlib.util.find_spec("pip") is None:
             return "pip is not installed for this interpreter"
         return None
