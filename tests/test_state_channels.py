@@ -27,8 +27,10 @@ def _run(seconds: float, seed: int, reshape_at: float | None = None) -> Telemetr
         blocks[a + 30:] += 600
     dirty = 5e6 + 1e5 * rng.normal(size=n)
     busy = np.clip(40 + 3 * rng.normal(size=n), 0, 100)
+    # a small host (512 MiB): 600 order-2 blocks (9.4 MiB) are then a change that matters
     return Telemetry("host", ts, np.column_stack([blocks, dirty, busy]),
-                     [BUDDY, "mem.Dirty", "derived.cpu_busy_pct"], {"interval_s": 0.1})
+                     [BUDDY, "mem.Dirty", "derived.cpu_busy_pct"],
+                     {"interval_s": 0.1, "mem_total_bytes": 512 * 2**20, "n_cpus": 1})
 
 
 def _flagged(report, lo_s: float, hi_s: float) -> np.ndarray:
@@ -44,8 +46,17 @@ def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     reasons = {r.metric for a in report.anomalies if 38e9 <= a.start_ns < 43e9
                for r in a.reasons}
     assert "buddy.free_blocks" in reasons
-    # with its level features, the same channel keeps flagging long after
-    levels = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True))
+    # with its level features and no steady state adopted, the same channel keeps
+    # flagging long after
+    levels = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True,
+                                                      settle_s=0.0))
     with_levels = analyze(run, base, model=Reveal(config=levels))
     assert _flagged(with_levels, 50, 120).mean() > 0.8
     assert with_levels.channels["features"] > report.channels["features"]
+    # adopted once it held still: named once as a new steady state, then quiet
+    settled = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True))
+    adopted = analyze(run, base, model=Reveal(config=settled))
+    assert _flagged(adopted, 70, 120).mean() < 0.05
+    assert len(adopted.steady_states) == 1
+    assert adopted.steady_states[0].changes[0][0] == BUDDY
+    assert 37e9 <= adopted.steady_states[0].since_ns <= 46e9  # reshaped at 40–43 s

@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from reveal.analyze.attribute import ROBUST_Z_CAP
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.analyze.evidence import Reason, WindowEvidence
 from reveal.analyze.windows import span_sums
 from reveal.frame import Telemetry, channel_metric
@@ -151,7 +152,7 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
     tail_scale = np.array([(lv[2] - lv[0]) / TAIL_SIGMAS if sign.tail and len(lv) > 2 else 0.0
                            for lv, sign in zip(level, signs, strict=True)])
     least = np.array([s.least for s in signs])
-    scale = np.maximum.reduce([1.4826 * mad, tail_scale, least / DIRECT_Z])
+    scale = np.maximum.reduce([MAD_TO_SIGMA * mad, tail_scale, least / DIRECT_Z])
     with np.errstate(invalid="ignore"):
         z = (means - med) / scale
         shown = (means >= least) & (z >= DIRECT_Z)

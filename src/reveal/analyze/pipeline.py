@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.attribute import MAD_TO_SIGMA, attribute
+from reveal.analyze.attribute import attribute
+from reveal.analyze.constants import LEVEL_FEATURES, MAD_TO_SIGMA
 from reveal.analyze.derive import derive
 from reveal.analyze.direct import baseline_levels, direct_signs, lead_with
 from reveal.analyze.ensemble import (
@@ -137,11 +138,6 @@ def reason_scales(fitted: FittedAnalysis) -> np.ndarray | None:
     least = (np.zeros(len(fitted.mad)) if fitted.floors is None
              else np.asarray(fitted.floors, dtype=np.float64))
     return np.where(varied, np.maximum(least, scaler.scale_), least)
-
-
-#: Features that describe a window's level; ``state`` channels (see the catalog) keep only
-#: the others (spread, trend, shape): their level records history, their change activity.
-LEVEL_FEATURES = ("mean", "median", "min", "max")
 
 
 def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
@@ -552,7 +548,7 @@ def led_by_sign(evidence: list[WindowEvidence],
 
 def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                       values: np.ndarray, columns: tuple[str, ...], subsystems: Sequence[str],
-                      signed: set[int]) -> list[WindowEvidence]:
+                      signed: set[int], ranks: _Ranks) -> list[WindowEvidence]:
     """Each window's evidence with the change that names the cause first (see
     :func:`reveal.analyze.significance.lead_with_cause`); unchanged where the model judges
     surprise alone."""
@@ -564,7 +560,8 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
     cells = significant_cells(values[rows], fitted.median, scale, least)
     return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
                             fitted.column_features, subsystems,
-                            keep_first=e.window_id in signed)
+                            keep_first=e.window_id in signed,
+                            name=functools.partial(ranks.name, window=int(w)))
             for i, (e, w) in enumerate(zip(evidence, rows, strict=True))]
 
 
@@ -594,14 +591,15 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         windows = max(1, round(config.detect.settle_s / stride_seconds(fitted.window,
                                                                          interval)))
         least = np.asarray(fitted.significance, dtype=np.float64)
-        held = (steady_windows(values, cells, least, _state_columns(fitted), windows)
-                if config.detect.settle_s > 0 else np.zeros(len(values), dtype=bool))
+        held, holding = (steady_windows(values, cells, least, _state_columns(fitted),
+                                        windows) if config.detect.settle_s > 0
+                         else (np.zeros(len(values), dtype=bool),) * 2)
         matters = cells.any(axis=1)
-        steady = steady_states(verdicts.flagged & matters & held, cells, values,
-                               fitted.median, least, fitted.column_channels,
-                               fm.windows.start_ns, windows)
-        verdicts = dataclasses.replace(verdicts,
-                                       flagged=verdicts.flagged & matters & ~held)
+        flagged = verdicts.flagged & matters & ~held
+        steady = steady_states(holding, cells, values, fitted.median, least,
+                               fitted.column_channels, fm.windows.start_ns, windows,
+                               flagged=verdicts.flagged & held)
+        verdicts = dataclasses.replace(verdicts, flagged=flagged)
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}))
     if signs.shown.any():
@@ -634,8 +632,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         evidence = _lead_with_causes(fitted, evidence, values, tuple(columns),
                                      _column_subsystems(tuple(columns), catalog,
                                                         tuple(sorted(irqs.items()))),
-                                     {w for w, r in signs.reasons.items()
-                                      if r and w in led_by_sign(evidence, signs.reasons)})
+                                     led_by_sign(evidence, signs.reasons), ranks)
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,

@@ -17,8 +17,8 @@ CPU time (ticks/s, ns/s, µs/s)  :data:`CPU_SHARE` of all CPUs for a host or cgr
                                 :data:`ONE_CPU_SHARE` of one CPU for a per-CPU channel
 busy / utilisation %            the same shares in percentage points (per CPU or total)
 stall time (PSI µs/s, %)        :data:`STALL_SHARE` of wall time
-disk bytes/s, sectors/s, KiB/s  :data:`DISK_SHARE` of what the device can do: the larger of
-                                :data:`DEFAULT_DISK_BPS` and the most the baseline showed
+disk bytes/s, sectors/s, KiB/s, :data:`DISK_SHARE` of what the device can do: the larger of
+pages dirtied, written, swapped :data:`DEFAULT_DISK_BPS` and the most the baseline showed
 disk I/O time (ms/s, util %)    :data:`DISK_SHARE` of wall time
 disk operations/s, I/Os         :data:`DISK_SHARE` of :data:`DEFAULT_DISK_IOPS`
 network bytes/s                 :data:`LINK_SHARE` of the link (``net.speed_mbps``, else
@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analyze.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.frame import Telemetry, channel_metric, parse_channel
 
@@ -83,6 +84,10 @@ EVENT_COST_S = {"interrupts": 2e-6, "softirqs": 2e-6, "IPIs": 2e-6, "switches": 
                 "datagrams": 2e-6, "connections": 20e-6, "stalls": 20e-6,
                 "failures": 20e-6, "kills": 1e-3, "hits": 1e-6, "nodes": 1e-6}
 DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
+#: Page counters that are disk traffic (dirtied pages are written back, swapped pages go
+#: to disk): judged against the disk's throughput, not as CPU work.
+DISK_PAGE_METRICS = ("vmstat.nr_dirtied", "vmstat.nr_written", "vmstat.pswp*",
+                     "cgroup.memory.stat.pgpg*")
 MEMORY_BYTE_UNITS = ("bytes (kernel kB × 1024)",)
 HUGE_PAGE_METRICS = ("hugepages.*", "mem.HugePages_*")
 #: Metrics whose movement follows from a cause elsewhere: CPUs entering idle states more
@@ -94,8 +99,6 @@ SIDE_EFFECT_METRICS = ("cpuidle.*", "irq.count", "cpu.intr", "softirq.*", "softn
                        "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
                        "cpufreq.*")
 JOB_LABELS = ("cgroup", "netns", "container", "pod")
-SHAPE_FEATURES = ("skewness", "kurtosis", "autocorr_lag1", "adf_stat")
-UNFLOORED_UNITS = ("scaled",)
 
 
 def is_side_effect(metric: str) -> bool:
@@ -218,10 +221,12 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
                      f"{DISK_SHARE:.0%} of the device's time")
     elif metric.startswith("derived.net_") and metric.endswith("_util_pct"):
         out = Matter(100.0 * LINK_SHARE, f"{LINK_SHARE:.0%} of the link (points)")
-    elif metric.startswith(("derived.disk_", "disk.sectors", "vmstat.pgpg")):
+    elif metric.startswith(("derived.disk_", "disk.sectors", "vmstat.pgpg")) or \
+            any(fnmatchcase(metric, p) for p in DISK_PAGE_METRICS):
         dev = _label(channel, "dev")
-        device = max(DEFAULT_DISK_BPS, (capacity.disk_bps or {}).get(dev, 0.0))
-        scale = {"512-byte sectors": 512.0, "KiB": 1024.0}.get(unit, 1.0)
+        device = max(DEFAULT_DISK_BPS, (capacity.disk_bps or {}).get(dev, 0.0)
+                     if dev else max((capacity.disk_bps or {}).values(), default=0.0))
+        scale = {"512-byte sectors": 512.0, "KiB": 1024.0, "pages": PAGE_BYTES}.get(unit, 1.0)
         out = Matter(DISK_SHARE * device / scale,
                      f"{DISK_SHARE:.0%} of {device / 1e6:,.0f} MB/s the device can do")
     elif unit in DISK_OP_UNITS:
@@ -305,12 +310,13 @@ def gate_active(least: np.ndarray) -> bool:
 def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np.ndarray,
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
-                    keep_first: bool = False) -> Any:
+                    keep_first: bool = False, name: Any = None) -> Any:
     """``evidence`` (a :class:`reveal.analyze.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:data:`SIDE_EFFECT_METRICS`), the largest (in units of its least change) in
     the window's leading subsystem, else in any subsystem. Side effects follow it.
-    ``keep_first``: the first reason is a direct sign and keeps its place."""
+    ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
+    channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
     from dataclasses import replace
 
     from reveal.analyze.evidence import Reason
@@ -330,6 +336,8 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \
         else int(np.argmax(size))
     channel, feature = channels[pick], features[pick]
+    if name is not None:
+        channel = name(channel)
     reasons = list(evidence.reasons)
     first = reasons[:1] if keep_first else []
     rest = reasons[1:] if keep_first else reasons

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from reveal.analyze.constants import LEVEL_FEATURES
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric
 
 #: Seconds a changed level must hold still before it is a new steady state.
 SETTLE_S = 20.0
 STATE_KINDS = ("gauge", "state")
-LEVEL_FEATURES = ("mean", "median", "min", "max")
 #: Gauges that are rates or shares of time in disguise: never adopted as a state.
 RATE_GAUGES = ("derived.cpu_busy_pct", "derived.disk_*", "derived.net_*", "derived.ipc",
                "derived.*_ratio", "derived.cgroup_throttled_pct", "psi.*", "cgroup.psi.*",
@@ -85,21 +85,26 @@ def held_still(values: np.ndarray, least: np.ndarray, windows: int) -> np.ndarra
 
 
 def steady_windows(values: np.ndarray, cells: np.ndarray, least: np.ndarray,
-                   state: np.ndarray, windows: int) -> np.ndarray:
+                   state: np.ndarray, windows: int) -> tuple[np.ndarray, np.ndarray]:
     """(W,) windows whose changes that matter (``cells``) are all levels of state-like
-    gauges (``state``) that have held still for ``windows`` windows."""
+    gauges (``state``) that have held still for ``windows`` windows, and (W,) windows
+    where some such changed level holds still (whatever else changed)."""
+    none = np.zeros(values.shape[0], dtype=bool)
     if not cells.any():
-        return np.zeros(values.shape[0], dtype=bool)
+        return none, none
     finite = np.isfinite(least) & (least > 0)
     still = held_still(values, np.where(finite, least, np.inf), windows) & state & finite
-    return cells.any(axis=1) & ~(cells & ~still).any(axis=1)
+    return cells.any(axis=1) & ~(cells & ~still).any(axis=1), (cells & still).any(axis=1)
 
 
 def steady_states(steady: np.ndarray, cells: np.ndarray, values: np.ndarray,
                   median: np.ndarray, least: np.ndarray, channels: Sequence[str],
-                  start_ns: np.ndarray, windows: int) -> list[SteadyState]:
-    """One :class:`SteadyState` per stretch of consecutive steady windows, naming the
-    levels that changed most (in units of their least change) in its first window."""
+                  start_ns: np.ndarray, windows: int,
+                  flagged: np.ndarray | None = None) -> list[SteadyState]:
+    """One :class:`SteadyState` per stretch of consecutive windows where a changed level
+    holds (``steady``; ``flagged``: only stretches where the detectors flagged some
+    window), naming the levels that changed most (in units of their least change) in its
+    first window."""
     out: list[SteadyState] = []
     idx = np.flatnonzero(steady)
     if idx.size == 0:
@@ -107,6 +112,8 @@ def steady_states(steady: np.ndarray, cells: np.ndarray, values: np.ndarray,
     breaks = np.flatnonzero(np.diff(idx) > 1)
     for first, last in zip(np.r_[idx[0], idx[breaks + 1]], np.r_[idx[breaks], idx[-1]],
                            strict=True):
+        if flagged is not None and not flagged[first:last + 1].any():
+            continue
         ks = np.flatnonzero(cells[first])
         with np.errstate(divide="ignore", invalid="ignore"):
             size = np.abs(values[first, ks] - median[ks]) / least[ks]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.errors import RevealError
 from reveal.frame import Telemetry
 from reveal.inject.faults import FAULTS
@@ -111,7 +112,7 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         med = np.nanmedian(y, axis=0)
-        mad = 1.4826 * np.nanmedian(np.abs(y - med), axis=0)
+        mad = MAD_TO_SIGMA * np.nanmedian(np.abs(y - med), axis=0)
         # MAD alone makes a gauge that drifts slowly (VmallocUsed, load averages) look
         # extreme; the baseline's std is the floor.
         spread = np.fmax(mad, np.nanstd(y, axis=0))
