@@ -82,6 +82,11 @@ SIGNS: tuple[Sign, ...] = (
 _BY_METRIC = {s.metric: s for s in SIGNS}
 
 
+def is_sign(metric: str) -> bool:
+    """Whether ``metric`` carries direct evidence (a sign, see :data:`SIGNS`)."""
+    return metric in _BY_METRIC
+
+
 @functools.lru_cache(maxsize=16)
 def _sign_columns(channels: tuple[str, ...]) -> tuple[np.ndarray, tuple[Sign, ...]]:
     """Columns of ``channels`` that carry a sign, and each one's sign."""

@@ -526,6 +526,33 @@ def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarr
     return significant_cells(values, fitted.median, significance_scales(fitted), least)
 
 
+def settle_windows(fitted: FittedAnalysis, interval_s: float) -> int:
+    """Windows a changed level must hold still to be a new steady state (0: never)."""
+    settle = fitted.config.detect.settle_s
+    if settle <= 0:
+        return 0
+    return max(1, round(settle / stride_seconds(fitted.window, interval_s)))
+
+
+def held_levels(fitted: FittedAnalysis, values: np.ndarray, cells: np.ndarray,
+                history: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(W,) windows of ``values`` whose changes that matter (``cells``) are all levels
+    that held still (a new steady state), and (W,) windows where some changed level holds
+    (see :mod:`reveal.analyze.steady`). ``history``: feature rows of the windows just
+    before (the live scorer's), so that a level can be seen to hold across calls."""
+    windows = settle_windows(fitted, fitted.interval_s)
+    none = np.zeros(len(values), dtype=bool)
+    if windows == 0:
+        return none, none
+    least = np.asarray(fitted.significance, dtype=np.float64)
+    before = 0 if history is None else len(history)
+    if before:
+        values = np.vstack([history, values])
+        cells = np.vstack([np.zeros(history.shape, dtype=bool), cells])
+    held, holding = steady_windows(values, cells, least, _state_columns(fitted), windows)
+    return held[before:], holding[before:]
+
+
 @functools.lru_cache(maxsize=8)
 def _state_columns_of(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
     return state_columns(channels, features)
@@ -583,23 +610,22 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     persistence = persistence_windows(config.detect.persistence_s,
                                       stride_seconds(fitted.window, interval))
     ensemble = fitted.ensemble
-    verdicts = ensemble.score(values, persistence)
+    cells = significant_cells_of(fitted, values)
+    # judged for significance, a window must stay above the threshold *and* matter for
+    # ``persistence`` windows in a row (as the live scorer applies it, across calls)
+    verdicts = ensemble.score(values, 1 if cells is not None else persistence)
     warnings += [w for w in verdicts.warnings if w not in warnings]
     steady: list[SteadyState] = []
-    cells = significant_cells_of(fitted, values)
     if cells is not None:
-        windows = max(1, round(config.detect.settle_s / stride_seconds(fitted.window,
-                                                                         interval)))
-        least = np.asarray(fitted.significance, dtype=np.float64)
-        held, holding = (steady_windows(values, cells, least, _state_columns(fitted),
-                                        windows) if config.detect.settle_s > 0
-                         else (np.zeros(len(values), dtype=bool),) * 2)
+        held, holding = held_levels(fitted, values, cells)
         matters = cells.any(axis=1)
-        flagged = verdicts.flagged & matters & ~held
-        steady = steady_states(holding, cells, values, fitted.median, least,
-                               fitted.column_channels, fm.windows.start_ns, windows,
+        steady = steady_states(holding, cells, values, fitted.median,
+                               np.asarray(fitted.significance, dtype=np.float64),
+                               fitted.column_channels, fm.windows.start_ns,
+                               settle_windows(fitted, fitted.interval_s),
                                flagged=verdicts.flagged & held)
-        verdicts = dataclasses.replace(verdicts, flagged=flagged)
+        verdicts = dataclasses.replace(
+            verdicts, flagged=persistent(verdicts.flagged & matters & ~held, persistence))
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}))
     if signs.shown.any():

@@ -25,12 +25,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reveal.analyze.direct import is_sign
 from reveal.analyze.ensemble import persistence_windows, persistent
 from reveal.analyze.evidence import WindowEvidence
 from reveal.analyze.pipeline import (
     FittedAnalysis,
     analyse,
+    held_levels,
     rows_per_window,
+    settle_windows,
+    significant_cells_of,
     stride_seconds,
     usable_channels,
     window_config,
@@ -135,6 +139,10 @@ class LiveScorer:
         self.skipped = 0
         # whether each of the last persistence − 1 windows scored was above the threshold
         self._recent: deque[bool] = deque(maxlen=max(self.persistence - 1, 1))
+        # the feature rows of the last windows scored, to see a changed level hold still
+        # across calls (a new steady state, see reveal.analyze.steady)
+        self._rows: deque[np.ndarray] = deque(
+            maxlen=max(settle_windows(self.fitted, self.fitted.interval_s) - 1, 1))
 
     # -- where windows are -------------------------------------------------------------
     def rows_of(self, window_id: int) -> tuple[int, int]:
@@ -165,6 +173,7 @@ class LiveScorer:
         if first < reachable:  # their rows are gone: a gap in the verdicts
             self.skipped += reachable - first
             self._recent.clear()
+            self._rows.clear()
             first = reachable
             if first >= closed:
                 self.next_window = first
@@ -181,9 +190,29 @@ class LiveScorer:
         self.next_window = last + 1
         return self._verdicts(first, analysis)
 
+    def _held(self, analysis) -> np.ndarray | None:
+        """(W,) windows of ``analysis`` that are a new steady state once the windows
+        scored before are seen too (None: the model judges surprise alone)."""
+        values = analysis.features.values
+        cells = significant_cells_of(self.fitted, values)
+        history = np.array(self._rows) if self._rows else None
+        for row in values:
+            self._rows.append(row)
+        if cells is None or history is None:
+            return None
+        return held_levels(self.fitted, values, cells, history)[0]
+
     def _verdicts(self, first: int, analysis) -> list[LiveWindow]:
         v = analysis.verdicts
         above = np.asarray(v.flagged, dtype=bool)  # persistence 0: above the threshold
+        held = self._held(analysis)
+        if held is not None and held.any():
+            signed = [e.window_id for e in analysis.evidence
+                      if any(is_sign(r.metric) for r in e.reasons)]
+            held[signed] = False  # a direct sign is flagged whatever else holds
+            above = above & ~held
+            analysis = dataclasses.replace(
+                analysis, evidence=[e for e in analysis.evidence if not held[e.window_id]])
         history = list(self._recent) if self.persistence > 1 else []
         pad = max(self.persistence - 1 - len(history), 0)
         joined = np.r_[np.zeros(pad, dtype=bool), np.asarray(history, dtype=bool), above]
