@@ -23,9 +23,9 @@ disk I/O time (ms/s, util %)    :data:`DISK_SHARE` of wall time
 disk operations/s, I/Os         :data:`DISK_SHARE` of :data:`DEFAULT_DISK_IOPS`
 network bytes/s                 :data:`LINK_SHARE` of the link (``net.speed_mbps``, else
                                 :data:`DEFAULT_LINK_BPS`); packets/s in 1,500-byte packets
-event rates (interrupts,        the rate that costs :data:`CPU_SHARE` of all CPUs at the
-softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), per-CPU
-page moves, forks, ...)         channels :data:`ONE_CPU_SHARE` of one CPU
+event rates (interrupts,        the rate that costs :data:`ONE_CPU_SHARE` of one CPU at the
+softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), on a host
+page moves, forks, ...)         of any size
 tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
 other units (sockets, MHz, ...) :data:`RELATIVE_SHARE` of the baseline level
 normalised units (``scaled``)   none: labelled data has no capacity, surprise alone decides
@@ -241,7 +241,8 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         out = Matter(LINK_SHARE * link / per, words + (" in packets" if per > 1 else ""))
     elif unit in EVENT_COST_S or unit == "packets":
         cost = EVENT_COST_S.get(unit, 2e-6)
-        out = Matter(cpus / cost, f"{cpu_words} at {cost * 1e6:g} µs per event")
+        out = Matter(ONE_CPU_SHARE / cost,
+                     f"{ONE_CPU_SHARE:.0%} of one CPU at {cost * 1e6:g} µs per event")
     elif unit == "tasks":
         out = Matter(max(1.0, TASK_SHARE * capacity.n_cpus),
                      f"{TASK_SHARE:g} task per CPU")
