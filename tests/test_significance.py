@@ -28,13 +28,21 @@ def _matter(channel: str, level: float = 0.0, capacity: Capacity = HOST) -> Matt
 
 
 def test_memory_is_judged_against_the_hosts_memory_not_the_baseline_level():
-    huge = _matter("mem.FileHugePages", level=2 * 2**20)
+    huge = _matter("mem.AnonHugePages", level=2 * 2**20)
     assert huge.least == pytest.approx(0.01 * 24 * GIB)  # 2 MB of 24 GiB does not matter
     assert "memory" in huge.rule
-    small_host = _matter("mem.FileHugePages", capacity=Capacity(memory_bytes=2 * GIB))
+    small_host = _matter("mem.AnonHugePages", capacity=Capacity(memory_bytes=2 * GIB))
     assert small_host.least == pytest.approx(0.01 * 2 * GIB)
     pages = _matter("vmstat.nr_dirty")
     assert pages.least == pytest.approx(0.01 * 24 * GIB / 4096)
+
+
+def test_memory_moving_between_free_and_cache_never_matters_alone():
+    for metric in ("mem.Cached", "mem.MemFree", "mem.FileHugePages",
+                   "buddy.free_blocks{node=0,order=3,zone=Normal}"):
+        assert np.isinf(_matter(metric, level=8 * GIB).least), metric
+    assert np.isfinite(_matter("mem.MemAvailable").least)
+    assert np.isfinite(_matter("mem.Dirty").least)
 
 
 def test_cpu_time_is_judged_against_the_cpus_there_are():
@@ -63,10 +71,16 @@ def test_the_jobs_own_channels_are_also_judged_against_the_jobs_use():
 
 def test_labelled_data_has_no_capacity_and_shapes_never_matter_alone():
     assert _matter("smd.cpu_r", level=0.5).least == 0.0
-    least = feature_matters(["a"] * 5, ["mean", "std", "slope", "sum", "kurtosis"],
-                            {"a": Matter(10.0, "")}, rows_per_window=30)
-    assert least[:4] == pytest.approx([10.0, 5.0, 10.0 / 30, 300.0])
-    assert np.isinf(least[4])
+    features = ["mean", "std", "slope", "sum", "kurtosis", "median", "max"]
+    every = feature_matters(["a"] * 7, features, {"a": Matter(10.0, "")}, rows_per_window=30,
+                            sustained=False)
+    assert every[[0, 1, 2, 3, 5, 6]] == pytest.approx([10.0, 5.0, 10.0 / 30, 300.0, 10.0, 10.0])
+    assert np.isinf(every[4])
+    # by default a change must last: only the median and an event count's sum can matter
+    sustained = feature_matters(["a"] * 7, features, {"a": Matter(10.0, "")},
+                                rows_per_window=30)
+    assert sustained[[3, 5]] == pytest.approx([300.0, 10.0])
+    assert np.isinf(sustained[[0, 1, 2, 4, 6]]).all()
 
 
 def test_capacity_comes_from_the_runs_meta_or_its_channels():
@@ -94,12 +108,12 @@ def _flagged(base: Telemetry, run: Telemetry, significance: bool) -> tuple[int, 
 
 
 def test_a_flat_channel_that_moves_by_what_does_not_matter_flags_nothing():
-    """2 MB of file huge pages gone on a 24 GiB host: surprise alone flags it (the
+    """2 MB of transparent huge pages gone on a 24 GiB host: surprise alone flags it (the
     baseline never moved), the least change that matters does not."""
     base = ar1_host(120.0, seed=3)
     run = ar1_host(60.0, seed=4, start_s=200.0)
-    base = _with(base, {"mem.FileHugePages": np.full(base.n_samples, 2.0 * 2**20)})
-    run = _with(run, {"mem.FileHugePages": np.zeros(run.n_samples)})
+    base = _with(base, {"mem.AnonHugePages": np.full(base.n_samples, 2.0 * 2**20)})
+    run = _with(run, {"mem.AnonHugePages": np.zeros(run.n_samples)})
     surprise, _ = _flagged(base, run, significance=False)
     matters, _ = _flagged(base, run, significance=True)
     assert surprise > 20  # the gate is what keeps it quiet
@@ -127,16 +141,17 @@ def test_a_change_that_matters_is_flagged_and_leads_the_claim_before_its_side_ef
 
 
 def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
-    """The page cache loses 3 GiB at 20 s and stays there: the change is flagged until it
-    has held still for ``settle_s``, then named once as a new steady state."""
+    """A process frees 3 GiB of anonymous memory at 20 s and the level stays there: the
+    change is flagged until it has held still for ``settle_s``, then named once as a new
+    steady state."""
     base = ar1_host(120.0, seed=7)
     run = ar1_host(90.0, seed=8, start_s=200.0)
     rng = np.random.default_rng(9)
-    cached_base = 8 * GIB + rng.normal(0, 2e6, base.n_samples)
-    cached_run = 8 * GIB + rng.normal(0, 2e6, run.n_samples)
-    cached_run[200:] -= 3 * GIB
-    base = _with(base, {"mem.Cached": cached_base})
-    run = _with(run, {"mem.Cached": cached_run})
+    anon_base = 8 * GIB + rng.normal(0, 2e6, base.n_samples)
+    anon_run = 8 * GIB + rng.normal(0, 2e6, run.n_samples)
+    anon_run[200:] -= 3 * GIB
+    base = _with(base, {"mem.AnonPages": anon_base})
+    run = _with(run, {"mem.AnonPages": anon_run})
     _, report = _flagged(base, run, significance=True)
     flagged = np.asarray(report.windows.flagged)
     start = (np.asarray(report.windows.start_ns) - 200e9) / 1e9
@@ -144,7 +159,7 @@ def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
     assert not flagged[start >= 45].any()  # once settled, nothing more
     assert len(report.steady_states) == 1
     note = report.steady_states[0]
-    assert note.changes[0][0] == "mem.Cached"
+    assert note.changes[0][0] == "mem.AnonPages"
     assert "less than in the baseline" in note.claim and "steady since" in note.claim
     assert 17 <= (note.since_ns - 200e9) / 1e9 <= 24  # the first window that holds it
     again = type(report).from_dict(report.to_dict())

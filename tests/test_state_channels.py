@@ -27,10 +27,8 @@ def _run(seconds: float, seed: int, reshape_at: float | None = None) -> Telemetr
         blocks[a + 30:] += 600
     dirty = 5e6 + 1e5 * rng.normal(size=n)
     busy = np.clip(40 + 3 * rng.normal(size=n), 0, 100)
-    # a small host (512 MiB): 600 order-2 blocks (9.4 MiB) are then a change that matters
     return Telemetry("host", ts, np.column_stack([blocks, dirty, busy]),
-                     [BUDDY, "mem.Dirty", "derived.cpu_busy_pct"],
-                     {"interval_s": 0.1, "mem_total_bytes": 512 * 2**20, "n_cpus": 1})
+                     [BUDDY, "mem.Dirty", "derived.cpu_busy_pct"], {"interval_s": 0.1})
 
 
 def _flagged(report, lo_s: float, hi_s: float) -> np.ndarray:
@@ -38,9 +36,18 @@ def _flagged(report, lo_s: float, hi_s: float) -> np.ndarray:
     return np.asarray(report.windows.flagged)[(start >= lo_s) & (start < hi_s)]
 
 
+def _surprise(config: AnalyzeConfig | None = None) -> Reveal:
+    """The detectors' verdicts on surprise alone: what these tests are about (free lists
+    are memory moving between free and free, which never matters on its own: see
+    tests/test_significance.py)."""
+    config = config or AnalyzeConfig()
+    return Reveal(config=dataclasses.replace(
+        config, detect=dataclasses.replace(config.detect, significance=False)))
+
+
 def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     base, run = _run(300, seed=1), _run(120, seed=2, reshape_at=40)
-    report = analyze(run, base)
+    report = analyze(run, base, model=_surprise())
     assert _flagged(report, 38, 43).any()  # while the free lists are being reshaped
     assert _flagged(report, 50, 120).mean() < 0.05  # afterwards: a new arrangement
     reasons = {r.metric for a in report.anomalies if 38e9 <= a.start_ns < 43e9
@@ -48,15 +55,9 @@ def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     assert "buddy.free_blocks" in reasons
     # with its level features and no steady state adopted, the same channel keeps
     # flagging long after
-    levels = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True,
-                                                      settle_s=0.0))
-    with_levels = analyze(run, base, model=Reveal(config=levels))
+    levels = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True))
+    with_levels = analyze(run, base, model=_surprise(levels))
     assert _flagged(with_levels, 50, 120).mean() > 0.8
     assert with_levels.channels["features"] > report.channels["features"]
-    # adopted once it held still: named once as a new steady state, then quiet
-    settled = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True))
-    adopted = analyze(run, base, model=Reveal(config=settled))
-    assert _flagged(adopted, 70, 120).mean() < 0.05
-    assert len(adopted.steady_states) == 1
-    assert adopted.steady_states[0].changes[0][0] == BUDDY
-    assert 37e9 <= adopted.steady_states[0].since_ns <= 46e9  # reshaped at 40–43 s
+    # judged on what matters, the free lists' arrangement alone is no anomaly
+    assert not analyze(run, base, model=Reveal(config=levels)).anomalies

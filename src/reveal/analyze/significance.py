@@ -28,19 +28,25 @@ softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), on
 page moves, forks, ...)         of any size
 tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
 other units (sockets, MHz, ...) :data:`RELATIVE_SHARE` of the baseline level
-normalised units (``scaled``)   none: labelled data has no capacity, surprise alone decides
+normalised units (``scaled``),  none: labelled data has no capacity, surprise alone decides
+metrics not in the catalog
 ==============================  ===========================================================
 
 Channels of the job's own cgroup or network namespace are also judged against the job's use:
 the least change is at most :data:`JOB_SHARE` of the baseline level (a job that sends
 2 MB/s loses something when it sends 1 MB/s, whatever the link can carry).
 
-Per feature column: levels (mean, median, minimum, maximum) take the channel's least change;
-the within-window spread half of it (a swing of ±half is a change of the whole); the slope
-that change over one window; the event sum that rate over the window's rows. Shape features
-(skewness, kurtosis, rhythm, steadiness) are dimensionless: they never make a window
-significant on their own. Capacities come from the baseline's meta data (``mem_total_bytes``,
-``n_cpus``) or, where absent, from its channels.
+Memory that moves between free and reclaimable (page cache, buffers, reclaimable slab,
+free pages and free lists, :data:`COMPOSITION_METRICS`) never matters on its own: the host
+loses nothing when the page cache is dropped and refilled; what matters shows in available
+and anonymous memory, dirty pages and the disk traffic of the refill.
+
+Per feature column (:func:`feature_matters`): a change must last through most of a window,
+so only a window's median (and an event count's sum, the rate over the window's rows) can
+make it significant (:data:`SUSTAINED_FEATURES`); a burst shorter than half a window moves
+the mean, peak and spread but is not a performance anomaly. Shape features are
+dimensionless and never significant. Capacities come from the baseline's meta data
+(``mem_total_bytes``, ``n_cpus``) or, where absent, from its channels.
 """
 
 from __future__ import annotations
@@ -99,6 +105,26 @@ SIDE_EFFECT_METRICS = ("cpuidle.*", "irq.count", "cpu.intr", "softirq.*", "softn
                        "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
                        "cpufreq.*")
 JOB_LABELS = ("cgroup", "netns", "container", "pod")
+#: Features whose change lasts through most of a window: the median (and an event
+#: count's sum over the window). A burst shorter than half a window (a checkpoint's
+#: fsync, a compile, a cron minute) moves a window's mean, peak and spread but not its
+#: median, and is no performance anomaly; a fault that holds moves the median.
+SUSTAINED_FEATURES = ("median", "sum")
+#: Memory that moves between free and reclaimable (page cache, buffers, reclaimable
+#: slab, free pages and their free lists) and virtual commitments: the host loses nothing
+#: when they move, so they never matter on their own. What matters is judged on available
+#: memory, anonymous memory, dirty and writeback pages, and the disk traffic a refill
+#: causes.
+COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
+                       "mem.Inactive", "mem.Active_file", "mem.Inactive_file",
+                       "mem.SReclaimable", "mem.KReclaimable", "mem.Mapped",
+                       "mem.FileHugePages", "mem.FilePmdMapped", "mem.Committed_AS",
+                       "mem.VmallocUsed", "vmstat.nr_free_pages", "vmstat.nr_file_pages",
+                       "vmstat.nr_active_file", "vmstat.nr_inactive_file",
+                       "vmstat.nr_slab_reclaimable", "vmstat.nr_mapped",
+                       "vmstat.nr_file_hugepages", "vmstat.nr_file_pmdmapped",
+                       "vmstat.workingset_nodes", "buddy.*", "cgroup.memory.stat.cache",
+                       "cgroup.memory.stat.mapped_file")
 
 
 def is_side_effect(metric: str) -> bool:
@@ -182,10 +208,13 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     metric = channel_metric(channel)
     unit, kind = info.unit, info.kind
     memory = capacity.memory_bytes
-    if unit in UNFLOORED_UNITS or kind == "static":
-        return Matter(0.0, "none (no capacity: surprise alone)")
+    if unit in UNFLOORED_UNITS or kind == "static" or (not unit and not info.priority):
+        # normalised data, configuration, or a metric the catalog does not know
+        return Matter(0.0, "none (no unit or capacity: surprise alone)")
     cpus, cpu_words = _cpu_share(channel, capacity.n_cpus)
     out: Matter | None = None
+    if any(fnmatchcase(metric, p) for p in COMPOSITION_METRICS):
+        return Matter(np.inf, "never alone: memory moving between free and reclaimable")
     if any(fnmatchcase(metric, p) for p in HUGE_PAGE_METRICS) and unit == "pages":
         out = Matter(max(1.0, MEMORY_SHARE * memory / HUGE_PAGE_BYTES),
                      f"{MEMORY_SHARE:.0%} of memory in huge pages")
@@ -269,15 +298,19 @@ def channel_matters(d_base: Telemetry, channels: Sequence[str],
 
 
 def feature_matters(column_channels: Sequence[str], column_features: Sequence[str],
-                    matters: Mapping[str, Matter], rows_per_window: float) -> np.ndarray:
+                    matters: Mapping[str, Matter], rows_per_window: float,
+                    sustained: bool = True) -> np.ndarray:
     """Per feature column, the least change that matters in the feature's units: ``inf``
-    for shape features (never significant alone), 0 where the channel has no rule."""
+    for shape features (never significant alone), 0 where the channel has no rule.
+    ``sustained``: only a window's median (and an event count's sum) can matter, so
+    that a change must last through most of the window (:data:`SUSTAINED_FEATURES`)."""
     rows = max(float(rows_per_window), 1.0)
     out = np.zeros(len(column_channels), dtype=np.float64)
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         m = matters.get(channel)
         least = m.least if m is not None else 0.0
-        if feature in SHAPE_FEATURES:
+        if feature in SHAPE_FEATURES or (sustained and m is not None and least > 0
+                                         and feature not in SUSTAINED_FEATURES):
             out[k] = np.inf
         elif feature == "std":
             out[k] = least / 2.0
