@@ -92,6 +92,7 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
     later = [e for e in report.episodes if e.start_ns >= episode.end_ns]
     return {
         "kind": episode.kind, "subsystem": episode.subsystem, "intensity": episode.intensity,
+        "windows": int(flagged.size), "flagged": int(flagged.sum()),
         "windows_before": int(before.sum()), "flagged_before": int((before & flagged).sum()),
         "windows_after": int(after.sum()), "flagged_after": int((after & flagged).sum()),
         "windows_after10": int(after10.sum()),
@@ -100,7 +101,8 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
         "attributed": scored[0].attributed, "attribution_ok": bool(scored[0].attribution_ok),
         "first_claim_subsystem": first_subsystem,
         "first_claim_ok": first_subsystem == episode.subsystem, "first_claim": claim,
-        "episodes_after_fault": len(later),
+        "episodes_after_fault": len(later), "episodes": len(report.episodes),
+        "steady_states": [n.claim for n in report.steady_states],
         "aftermath_claims": [e.claim for e in later][:3],
     }
 
@@ -140,6 +142,9 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     return {
         "runs": n,
+        "flag_share": round(sum(r["flagged"] for r in rows)
+                            / max(sum(r["windows"] for r in rows), 1), 4),
+        "episodes": sum(r["episodes"] for r in rows),
         "before_flag_share": round(sum(r["flagged_before"] for r in rows) / max(wb, 1), 4),
         "after_flag_share": round(sum(r["flagged_after"] for r in rows) / max(wa, 1), 4),
         "after10_flag_share": round(sum(r["flagged_after10"] for r in rows) / max(wa10, 1), 4),
