@@ -76,9 +76,9 @@ def test_labelled_data_has_no_capacity_and_shapes_never_matter_alone():
                             sustained=False)
     assert every[[0, 1, 2, 3, 5, 6]] == pytest.approx([10.0, 5.0, 10.0 / 30, 300.0, 10.0, 10.0])
     assert np.isinf(every[4])
-    # by default a change must last: only the median and an event count's sum can matter
+    # sustained: a change must last, only the median and an event count's sum can matter
     sustained = feature_matters(["a"] * 7, features, {"a": Matter(10.0, "")},
-                                rows_per_window=30)
+                                rows_per_window=30, sustained=True)
     assert sustained[[3, 5]] == pytest.approx([300.0, 10.0])
     assert np.isinf(sustained[[0, 1, 2, 4, 6]]).all()
 

@@ -40,6 +40,9 @@ class DetectConfig:
     # a window is an anomaly only when some change in it also matters in its unit against
     # the host's capacity (reveal.analyze.significance); off: surprise alone decides
     significance: bool = True
+    # with significance: only a window's median (and an event count's sum) can matter, so
+    # that a change must last through most of a window (reveal.analyze.significance)
+    sustained: bool = False
     # seconds a changed level of a state-like gauge must hold still to be a new steady
     # state, named once instead of flagged (reveal.analyze.steady; 0: never adopted)
     settle_s: float = 20.0

@@ -402,7 +402,8 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     for name, originals in ranks.sources.items():  # a CPU rank: the group's largest
         per_channel[name] = max((per_channel[c] for c in originals), key=lambda m: m.least)
     significance = (feature_matters(fm.channels, fm.features, per_channel,
-                                    rows_per_window(window, interval))
+                                    rows_per_window(window, interval),
+                                    sustained=config.detect.sustained)
                     if config.detect.significance else None)
     fit_values = fm.values
     if floors is not None:

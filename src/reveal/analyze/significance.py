@@ -41,12 +41,14 @@ free pages and free lists, :data:`COMPOSITION_METRICS`) never matters on its own
 loses nothing when the page cache is dropped and refilled; what matters shows in available
 and anonymous memory, dirty pages and the disk traffic of the refill.
 
-Per feature column (:func:`feature_matters`): a change must last through most of a window,
-so only a window's median (and an event count's sum, the rate over the window's rows) can
-make it significant (:data:`SUSTAINED_FEATURES`); a burst shorter than half a window moves
-the mean, peak and spread but is not a performance anomaly. Shape features are
-dimensionless and never significant. Capacities come from the baseline's meta data
-(``mem_total_bytes``, ``n_cpus``) or, where absent, from its channels.
+Per feature column (:func:`feature_matters`): levels (mean, median, minimum, maximum) take
+the channel's least change, the within-window spread half of it, the slope that change
+over one window, an event sum that rate over the window's rows. With ``sustained``
+(``DetectConfig.sustained``) a change must last through most of a window: only a window's
+median (and an event count's sum) can make it significant (:data:`SUSTAINED_FEATURES`); a
+burst shorter than half a window moves the mean, peak and spread but not the median.
+Shape features are dimensionless and never significant. Capacities come from the
+baseline's meta data (``mem_total_bytes``, ``n_cpus``) or, where absent, from its channels.
 """
 
 from __future__ import annotations
@@ -299,7 +301,7 @@ def channel_matters(d_base: Telemetry, channels: Sequence[str],
 
 def feature_matters(column_channels: Sequence[str], column_features: Sequence[str],
                     matters: Mapping[str, Matter], rows_per_window: float,
-                    sustained: bool = True) -> np.ndarray:
+                    sustained: bool = False) -> np.ndarray:
     """Per feature column, the least change that matters in the feature's units: ``inf``
     for shape features (never significant alone), 0 where the channel has no rule.
     ``sustained``: only a window's median (and an event count's sum) can matter, so
