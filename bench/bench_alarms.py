@@ -64,19 +64,9 @@ def record(out: Path, faults: tuple[str, ...], intensity: str, baseline_s: float
          "recorded_s": round(time.monotonic() - started, 1)}, indent=1) + "\n")
 
 
-def _first_claim_subsystem(report: Any, overlapping: np.ndarray) -> tuple[str | None, str]:
-    """Subsystem of the leading reason's channel, and the claim, of the first flagged window
-    overlapping the fault."""
-    by_id = {a.window_id: a for a in report.anomalies}
-    for w in np.flatnonzero(overlapping):
-        anomaly = by_id.get(int(w))
-        if anomaly is not None and anomaly.reasons:
-            return anomaly.reasons[0].subsystem, anomaly.claim
-    return None, ""
-
-
 def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
     """The figures of one run (see the module's docstring)."""
+    from reveal.inject.benign.suite import first_claim
     from reveal.inject.scoring import score_report
 
     w = report.windows
@@ -88,7 +78,7 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
     after10 = start >= episode.end_ns + int(10e9)
     overlapping = (start < episode.end_ns) & (end > episode.start_ns)
     scored, _ = score_report(report, [episode])
-    first_subsystem, claim = _first_claim_subsystem(report, overlapping & flagged)
+    first_subsystem, claim = first_claim(report, overlapping & flagged)
     later = [e for e in report.episodes if e.start_ns >= episode.end_ns]
     return {
         "kind": episode.kind, "subsystem": episode.subsystem, "intensity": episode.intensity,

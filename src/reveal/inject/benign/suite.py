@@ -97,7 +97,7 @@ def score_run(report: Any, episode: Episode) -> dict[str, Any]:
     flagged = np.asarray(w.flagged, dtype=bool)
     since = end > episode.start_ns
     informational = episode.kind in BENIGN and is_informational(episode.kind)
-    first = _first_claim(report, since & flagged)
+    first = first_claim(report, since & flagged)
     return {
         "kind": episode.kind, "subsystem": episode.subsystem, "informational": informational,
         "activity_s": round(episode.duration_s, 2),
@@ -112,7 +112,7 @@ def score_run(report: Any, episode: Episode) -> dict[str, Any]:
     }
 
 
-def _first_claim(report: Any, mask: np.ndarray) -> tuple[str | None, str]:
+def first_claim(report: Any, mask: np.ndarray) -> tuple[str | None, str]:
     """Subsystem of the leading reason and the claim of the first window in ``mask``."""
     by_id = {a.window_id: a for a in report.anomalies}
     for w in np.flatnonzero(mask):
