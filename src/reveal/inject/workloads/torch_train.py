@@ -1,7 +1,8 @@
-"""Reference workload: a small CNN trained on CPU with PyTorch (one thread).
+"""Reference workload: a small CNN trained with PyTorch (one CPU thread).
 
 Writes synthetic sample files to ``--data-dir``, then trains with a DataLoader that reads
-them back from disk every epoch, until ``--duration`` seconds pass or SIGTERM.
+them back from disk every epoch, until ``--duration`` seconds pass or SIGTERM. The model
+runs on the CPU, or on a GPU with ``--device cuda`` (batches are copied to it each step).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ def make_dataset(paths: list[Path]):  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = base_parser(__doc__ or "").parse_args(argv)
+    parser = base_parser(__doc__ or "")
+    parser.add_argument("--device", default="cpu",
+                        help="where the model runs: cpu (default), cuda or cuda:N")
+    args = parser.parse_args(argv)
     import torch
     from torch.utils.data import DataLoader
 
@@ -60,14 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_samples(args.data_dir, args.samples)
     loader = DataLoader(make_dataset(paths), batch_size=args.batch, shuffle=True,
                         num_workers=0)
-    model = build_model()
+    device = torch.device(args.device)
+    model = build_model().to(device)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     progress = Progress(args.progress_every, workload="torch_train")
     stop.arm()
-    loss = torch.tensor(0.0)
+    loss = torch.tensor(0.0, device=device)
     while not stop:
         for images, labels in loader:
             optimiser.zero_grad()
+            images, labels = images.to(device), labels.to(device)
             loss = torch.nn.functional.cross_entropy(model(images), labels)
             loss.backward()
             optimiser.step()

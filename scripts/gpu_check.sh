@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Checks Reveal's GPU paths on a host with an NVIDIA GPU, its driver, nvidia-smi and a
+# CUDA build of PyTorch, and keeps what it saw in OUTDIR:
+#   host.txt         GPU, driver, kernel, PyTorch, bpftrace and BTF as this host has them
+#   pytest.txt       tests/test_gpu_real.py (the gpu and gpu_procs probes against nvidia-smi)
+#   nvml.json        every NVML answer the gpu probe uses, recorded under a training load
+#   nvml_procs.json  the per-process answers the gpu_procs probe uses, same moment
+#   smi.csv          nvidia-smi's own readings every 0.5 s during the two recordings
+#   runs.tgz         a baseline and a fault run (a second process contends for the GPU
+#                    from FAULT_AT_S for FAULT_S seconds), their analysis (report.json,
+#                    report.html, analyze.txt) and the training job's progress lines
+# Usage: bash scripts/gpu_check.sh OUTDIR   (BASELINE_S, RUN_S, FAULT_AT_S, FAULT_S in s)
+set -u
+out=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-python3}
+export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+baseline_s=${BASELINE_S:-75} run_s=${RUN_S:-60} fault_at_s=${FAULT_AT_S:-20} fault_s=${FAULT_S:-20}
+work=$(mktemp -d)
+runs=$work/runs
+mkdir -p "$runs"
+step() { echo "== $* ($(date +%T))"; }
+cleanup() { kill "${train:-}" "${smi:-}" 2>/dev/null; wait 2>/dev/null; }
+trap cleanup EXIT
+
+step host
+{
+  uname -a
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm,pcie.link.gen.max,pcie.link.width.max --format=csv
+  "$py" -c "import torch, pynvml; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.version.cuda)"
+  command -v bpftrace || echo "bpftrace: not installed"
+  ls -l /sys/kernel/btf/vmlinux 2>&1
+  echo "perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid 2>&1)"
+  "$py" -c "import torch, glob, os; print('libcudart', glob.glob(os.path.dirname(torch.__file__) + '/../nvidia/*/lib/libcudart*'))"
+} 2>&1 | tee "$out/host.txt"
+nvidia-smi -q > "$out/nvidia-smi-q.txt" 2>&1
+
+step "C extension"
+(cd "$here" && "$py" setup.py -q build_ext --inplace) > "$work/build.log" 2>&1 \
+  || echo "C extension not built: the collector uses its pure-Python readers"
+
+step "GPU tests"
+(cd "$here" && "$py" -m pytest -q -p no:cacheprovider tests/test_gpu_real.py) 2>&1 | tee "$out/pytest.txt"
+
+step "training job on the GPU"
+"$py" -m reveal.inject.workloads.torch_train --device cuda --duration 900 \
+  --data-dir "$work/data" > "$runs/train.jsonl" 2>&1 &
+train=$!
+sleep 10
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,temperature.gpu,clocks.sm,clocks.mem --format=csv -lms 500 > "$out/smi.csv" 2>&1 &
+smi=$!
+
+step "NVML recording"
+"$py" "$here/tests/fixtures/nvml/record_nvml.py" "$out/nvml.json" --ticks 4 --interval 0.2 \
+  --procs "$out/nvml_procs.json" 2>&1 | tail -5
+
+step "baseline (${baseline_s} s)"
+"$py" -m reveal collect --duration "$baseline_s" --out "$runs/baseline" --quiet 2>&1 | tail -5
+step "fault run (${run_s} s; GPU contention at ${fault_at_s} s for ${fault_s} s)"
+(sleep "$fault_at_s"; date +%s.%N > "$runs/fault_start"
+ "$py" - "$fault_s" <<'EOF'
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:
+    a = (a @ a).clamp_(-1, 1)
+    torch.cuda.synchronize()
+EOF
+ date +%s.%N > "$runs/fault_end") &
+contend=$!
+"$py" -m reveal collect --duration "$run_s" --out "$runs/fault" --quiet 2>&1 | tail -5
+wait "$contend"
+
+step analysis
+"$py" -m reveal analyze "$runs/fault" --baseline "$runs/baseline" --json "$runs/report.json" \
+  --html "$runs/report.html" > "$runs/analyze.txt" 2>&1
+tail -40 "$runs/analyze.txt"
+cleanup
+tar czf "$out/runs.tgz" -C "$work" runs
+ls -l "$out"
+step done
