@@ -32,6 +32,7 @@ from reveal.collect.probe import ProbeUnavailable
 from reveal.frame import parse_channel
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nvml_procs" / "h100_mig_x2.json"
+H200 = FIXTURE.with_name("h200_x1.json")  # captured from a real H200 (the other is by hand)
 
 _spec = importlib.util.spec_from_file_location(
     "ebpf_workload", Path(__file__).parent / "fixtures" / "ebpf" / "workload.py")
@@ -166,6 +167,32 @@ def test_no_nvml_here_is_reported_unavailable() -> None:
     with pytest.raises(ProbeUnavailable, match="NVML could not start"):
         probe.open()
     assert probe.status == "unavailable" and "NVML" in probe.reason
+
+
+def test_a_captured_h200_process_replays_with_its_memory_and_sm_use() -> None:
+    """The answers a real H200 gave about a PyTorch process (MIG off): the process's
+    memory in bytes and its SM use, the newest samples only at each poll."""
+    fixture = json.loads(H200.read_text())
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        replay = ProcReplay(fixture, {"python3": live.pid})
+        probe = GpuProcessProbe(nvml=replay, **HOUR)
+        probe.open()
+        assert probe.status == "ok", probe.reason
+        out = np.full(len(probe.channels), -1.0)
+        probe.read(out)
+        got = _by_labels(probe.channels, out)
+        pid = str(live.pid)
+        assert got[("gpu.proc.mem_used_bytes", "0", pid)] == 893386752
+        assert got[("gpu.proc.sm_util", "0", pid)] == 4.0
+        replay.tick = 3
+        _poll(probe)
+        probe.read(out)
+        assert _by_labels(probe.channels, out)[("gpu.proc.sm_util", "0", pid)] == 5.0
+        probe.close()
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_replayed_processes_memory_utilisation_and_mig(workers) -> None:

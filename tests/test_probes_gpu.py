@@ -33,6 +33,7 @@ from reveal.frame import channel_metric
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 H100 = FIXTURES / "h100_sxm5_x2.json"
 H100_MIG = FIXTURES / "h100_mig_x1.json"
+H200 = FIXTURES / "h200_x1.json"  # captured from a real H200 (the others are written by hand)
 
 _spec = importlib.util.spec_from_file_location("nvml_replay", FIXTURES / "replay.py")
 assert _spec is not None and _spec.loader is not None
@@ -92,7 +93,7 @@ def _settled(probe: GpuProbe) -> dict[str, float]:
 
 def test_fixtures_follow_nvml_types(h100: dict[str, Any]) -> None:
     """The fixtures hold only names the real bindings know, with NVML's value types."""
-    for path in (H100, H100_MIG):
+    for path in sorted(FIXTURES.glob("*.json")):
         fixture = json.loads(path.read_text())
         for dev in fixture["devices"]:
             recs = dev["calls"] + [c for m in dev.get("mig_devices", []) for c in m["calls"]]
@@ -152,6 +153,31 @@ def test_channels_identity_and_values(h100: dict[str, Any], opened: Any) -> None
     for _ in range(100):
         _read(probe)
     assert sum(nvml.calls.values()) - sum(before.values()) < 100 * 10  # pollers only
+
+
+def test_a_captured_h200_replays_with_what_it_lacks_named(opened: Any) -> None:
+    """NVML's answers from a real H200 in a virtual machine: no fan, no NVLink peers and no
+    retired pages (rows are remapped) are named as unsupported, GPM is there, and the
+    values are the captured ones in the catalog's units."""
+    fixture = json.loads(H200.read_text())
+    probe, _ = opened(fixture)
+    assert probe.status == "ok", probe.reason
+    assert probe.info["gpus"][0]["name"] == "NVIDIA H200"
+    assert probe.info["driver_version"] == "580.159.04"
+    for gone in ("gpu.fan_pct{gpu=0}", "gpu.retired_pages_sbe{gpu=0}",
+                 "gpu.nvlink_crc_flit_errors{gpu=0}"):
+        assert gone not in probe.channels
+        assert any(entry.startswith(gone + ": ") for entry in probe.info["unsupported"]), gone
+    assert not any(c.startswith("gpu.nvlink_tx_kib") for c in probe.channels)
+    values = _settled(probe)
+    assert values["gpu.mem_total_bytes{gpu=0}"] == 150754820096.0  # 143771 MiB in nvidia-smi
+    assert values["gpu.power_limit_mw{gpu=0}"] == 700000.0
+    assert 124000.0 <= values["gpu.power_mw{gpu=0}"] <= 124100.0
+    assert values["gpu.mem_clock_mhz{gpu=0}"] == 3201.0
+    assert values["gpu.remapped_rows_unc{gpu=0}"] == 0.0
+    assert 1.0 < values["gpu.sm_active_pct{gpu=0}"] < 1.5  # GPM, percent
+    catalog = default_catalog()
+    assert all(catalog.lookup(c) is not None for c in probe.channels)
 
 
 def test_reads_never_wait_for_nvml(h100: dict[str, Any], opened: Any) -> None:
