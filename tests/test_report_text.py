@@ -174,8 +174,8 @@ def test_analyze_prints_plain_text_into_a_pipe(runs, tmp_path, capsys, monkeypat
     assert "\x1b" not in text and "\\" not in text
     assert f"all are in the JSON report, {out}" in text
     assert f"above {payload['decision']['combined_threshold']:.3g}" in text
-    assert "CPU busy percentage" in text and re.search(r"CPU busy percentage [^|]* \d+(\.\d+)? %",
-                                                       text)  # in the channel's unit
+    assert "CPU busy percentage" in text and re.search(
+        r"CPU busy percentage [^|]*[ ±]\d+(\.\d+)? %", text)  # in the channel's unit
     assert main(["analyze", str(fault), "--baseline", str(base), "--limit", "2",
                  "--quiet"]) == 0
     assert "JSON report" not in capsys.readouterr().out
