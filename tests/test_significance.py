@@ -9,7 +9,9 @@ import pytest
 from reveal.analyze.significance import (
     Capacity,
     Matter,
+    change_size,
     channel_matter,
+    channel_matters,
     feature_matters,
     host_capacity,
 )
@@ -94,6 +96,51 @@ def test_capacity_comes_from_the_runs_meta_or_its_channels():
     assert host_capacity(bare).memory_bytes == 4 * GIB
 
 
+def test_a_gpu_is_judged_against_its_own_memory_power_and_time():
+    """GPU activity in points of the GPU, memory against that GPU's memory and power against
+    its power limit (both from the baseline's static channels), a process's share against
+    the GPU rather than its own small level."""
+    n = 50
+    channels = {"gpu.mem_total_bytes{gpu=0}": 141e9, "gpu.power_limit_mw{gpu=0}": 700e3,
+                "gpu.mem_total_bytes{gpu=1}": 80e9}
+    tel = Telemetry("h", np.arange(n, dtype=np.int64) * 100_000_000,
+                    np.column_stack([np.full(n, v) for v in channels.values()]),
+                    list(channels), {"mem_total_bytes": 24 * GIB, "n_cpus": 4})
+    cap = host_capacity(tel)
+    assert cap.gpu_memory_bytes == {"0": 141e9, "1": 80e9} and cap.gpu_power_mw == {"0": 700e3}
+    assert _matter("gpu.kernel_active_pct{gpu=0}", 4.0, cap).least == pytest.approx(5.0)
+    assert _matter("gpu.mem_used_bytes{gpu=1}", 1e9, cap).least == pytest.approx(0.8e9)
+    assert _matter("gpu.power_mw{gpu=0}", 127e3, cap).least == pytest.approx(35e3)
+    assert _matter("gpu.temp_c{gpu=0}", 34.0, cap).least == pytest.approx(5.0)
+    assert _matter("gpu.sm_clock_mhz{gpu=0}", 1980.0, cap).least == pytest.approx(99.0)
+    process = _matter("gpu.proc.sm_util{cgroup=/job,comm=python3,gpu=0,pid=7}", 3.0, cap)
+    assert process.least == pytest.approx(5.0)  # not 25 % of its 3 %
+
+
+def test_a_part_of_a_cgroups_memory_is_judged_against_the_cgroups_whole_memory():
+    n = 50
+    channels = {"cgroup.memory.current{cgroup=job}": 8 * GIB,
+                "cgroup.memory.stat.shmem{cgroup=job}": 20e6,
+                "cgroup.memory.stat.shmem{cgroup=other}": 20e6}
+    tel = Telemetry("h", np.arange(n, dtype=np.int64) * 100_000_000,
+                    np.column_stack([np.full(n, v) for v in channels.values()]),
+                    list(channels), {"mem_total_bytes": 24 * GIB, "n_cpus": 4})
+    _, matters = channel_matters(tel, list(channels))
+    current, shmem, lone = matters
+    assert shmem.least == pytest.approx(current.least)  # 1 % of 24 GiB, under 25 % of 8 GiB
+    assert shmem.least > 100 * 20e6 * 0.25 / 100 and "memory" in shmem.rule
+    assert lone.least == pytest.approx(0.25 * 20e6)  # no whole on record: its own level
+
+
+def test_a_spread_is_sized_as_a_spread_not_squared():
+    """A variance column moves by the square of its spread: sized by its square root, a
+    spread from ±2 to ±18 (8 least changes of ±2) ranks below a level shift of 19 least."""
+    row, median = np.array([18.0**2, 98.0]), np.array([2.0**2, 4.0])
+    least = np.array([(5.0 / 2) ** 2, 5.0])
+    sizes = change_size(row, median, least, ["variance", "mean"])
+    assert sizes[0] == pytest.approx((18 - 2) / 2.5) and sizes[1] == pytest.approx(94 / 5)
+
+
 def _with(tel: Telemetry, channels: dict[str, np.ndarray]) -> Telemetry:
     meta = dict(tel.meta, mem_total_bytes=24 * GIB, n_cpus=2)
     return Telemetry(tel.host, tel.timestamps_ns,
@@ -138,6 +185,30 @@ def test_a_change_that_matters_is_flagged_and_leads_the_claim_before_its_side_ef
     assert all(m == "derived.cpu_busy_pct" for m in leads), leads
     clean = [a for a in report.anomalies if a.end_ns <= 200e9 + 19e9]
     assert not clean
+
+
+def test_a_gpu_taken_by_another_process_is_named_by_the_gpus_time_not_a_process_spread():
+    """A second process fills the GPU (kernel-active 5 % → 98 %) while the tenant's own
+    per-process SM share, steady at 3 % ± 0.5, jumps about under NVML's time slicing. The
+    claim names the GPU's kernel-active time by its level, not the process's spread."""
+    base = ar1_host(120.0, seed=7)
+    run = ar1_host(60.0, seed=8, start_s=200.0)
+    rng = np.random.default_rng(9)
+    proc = "gpu.proc.sm_util{cgroup=/job,comm=python3,gpu=0,pid=7}"
+    busy = 5.0 + rng.normal(0, 1, run.n_samples)
+    busy[200:400] = 98.0 + rng.normal(0, 0.5, 200)
+    share = 3.0 + rng.normal(0, 0.5, run.n_samples)
+    share[200:400] = rng.choice([3.0, 40.0, 98.0], 200)
+    base = _with(base, {"gpu.kernel_active_pct{gpu=0}": 5.0 + rng.normal(0, 1, base.n_samples),
+                        proc: 3.0 + rng.normal(0, 0.5, base.n_samples)})
+    run = _with(run, {"gpu.kernel_active_pct{gpu=0}": busy, proc: share})
+    flagged, report = _flagged(base, run, significance=True)
+    assert flagged > 5
+    inside = [a for a in report.anomalies if 23e9 + 200e9 <= a.start_ns < 37e9 + 200e9]
+    assert inside
+    leads = [(a.reasons[0].metric, a.reasons[0].feature) for a in inside]
+    assert all(m == "gpu.kernel_active_pct" and f in ("mean", "median", "min", "max")
+               for m, f in leads), leads
 
 
 def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():

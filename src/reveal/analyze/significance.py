@@ -27,6 +27,14 @@ event rates (interrupts,        the rate that costs :data:`ONE_CPU_SHARE` of one
 softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), on a host
 page moves, forks, ...)         of any size
 tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
+GPU activity % (kernels, SMs,   :data:`GPU_SHARE` of the GPU in percentage points
+tensor cores, DRAM; per process)
+GPU memory bytes                :data:`GPU_MEMORY_SHARE` of that GPU's memory
+                                (``gpu.mem_total_bytes``, else :data:`DEFAULT_GPU_MEMORY_BYTES`)
+GPU power (mW, energy mJ/s)     :data:`GPU_SHARE` of that GPU's power limit
+                                (``gpu.power_limit_mw``, else :data:`DEFAULT_GPU_POWER_MW`)
+GPU temperatures (°C)           :data:`GPU_TEMP_C`
+GPU clocks (MHz)                :data:`CLOCK_SHARE` of the baseline clock (a throttle)
 other units (sockets, MHz, ...) :data:`RELATIVE_SHARE` of the baseline level
 normalised units (``scaled``),  none: labelled data has no capacity, surprise alone decides
 metrics not in the catalog
@@ -34,7 +42,11 @@ metrics not in the catalog
 
 Channels of the job's own cgroup or network namespace are also judged against the job's use:
 the least change is at most :data:`JOB_SHARE` of the baseline level (a job that sends
-2 MB/s loses something when it sends 1 MB/s, whatever the link can carry).
+2 MB/s loses something when it sends 1 MB/s, whatever the link can carry); GPU channels
+are judged against the GPU alone (a job's processes usually have it to themselves, and a
+per-process share of a few percent is within NVML's sampling noise). A part of a
+cgroup's memory (``cgroup.memory.stat.*`` bytes: anon, file, shmem, ...) is judged against
+the cgroup's whole memory (``cgroup.memory.current``), not against the part itself.
 
 Memory that moves between free and reclaimable (page cache, buffers, reclaimable slab,
 free pages and free lists, :data:`COMPOSITION_METRICS`) never matters on its own: the host
@@ -62,6 +74,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analyze.constants import LEVEL_FEATURES
 from reveal.analyze.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.frame import Telemetry, channel_metric, parse_channel
@@ -73,6 +86,12 @@ STALL_SHARE = 0.05
 DISK_SHARE = 0.05
 LINK_SHARE = 0.01
 TASK_SHARE = 0.5
+GPU_SHARE = 0.05
+GPU_MEMORY_SHARE = 0.01
+GPU_TEMP_C = 5.0
+CLOCK_SHARE = 0.05
+DEFAULT_GPU_MEMORY_BYTES = 16.0 * 2**30
+DEFAULT_GPU_POWER_MW = 300e3
 RELATIVE_SHARE = 0.25
 JOB_SHARE = 0.25
 #: Window robust z (against the detectors' scale of the column) a significant change must
@@ -107,6 +126,8 @@ SIDE_EFFECT_METRICS = ("cpuidle.*", "irq.count", "cpu.intr", "softirq.*", "softn
                        "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
                        "cpufreq.*")
 JOB_LABELS = ("cgroup", "netns", "container", "pod")
+#: A cgroup's whole memory, against which its parts (``cgroup.memory.stat.*``) are judged.
+CGROUP_MEMORY_WHOLE = ("cgroup.memory.current", "cgroup.memory.usage_bytes")
 #: Features whose change lasts through most of a window: the median (and an event
 #: count's sum over the window). A burst shorter than half a window (a checkpoint's
 #: fsync, a compile, a cron minute) moves a window's mean, peak and spread but not its
@@ -143,11 +164,15 @@ class Capacity:
     n_cpus: int = 1
     link_bps: Mapping[str, float] | None = None
     disk_bps: Mapping[str, float] | None = None
+    gpu_memory_bytes: Mapping[str, float] | None = None  # by the ``gpu`` label
+    gpu_power_mw: Mapping[str, float] | None = None  # enforced power limit, by ``gpu``
 
     def to_dict(self) -> dict[str, Any]:
         return {"memory_bytes": self.memory_bytes, "n_cpus": self.n_cpus,
                 "link_bytes_per_s": dict(self.link_bps or {}),
-                "disk_bytes_per_s": dict(self.disk_bps or {})}
+                "disk_bytes_per_s": dict(self.disk_bps or {}),
+                "gpu_memory_bytes": dict(self.gpu_memory_bytes or {}),
+                "gpu_power_limit_mw": dict(self.gpu_power_mw or {})}
 
 
 def _label(channel: str, key: str) -> str:
@@ -169,9 +194,16 @@ def host_capacity(d_base: Telemetry) -> Capacity:
                           if channel_metric(c) == "cpu.user" and _label(c, "cpu")}) or 1
         links: dict[str, float] = {}
         disks: dict[str, float] = {}
+        gpu_memory: dict[str, float] = {}
+        gpu_power: dict[str, float] = {}
         for channel, i in index.items():
             metric = channel_metric(channel)
-            if metric == "net.speed_mbps":
+            if metric in ("gpu.mem_total_bytes", "gpu.power_limit_mw"):
+                top = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
+                if math.isfinite(top) and top > 0:
+                    mine = gpu_memory if metric == "gpu.mem_total_bytes" else gpu_power
+                    mine[_label(channel, "gpu")] = top
+            elif metric == "net.speed_mbps":
                 speed = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
                 if math.isfinite(speed) and speed > 0:
                     links[_label(channel, "iface")] = speed * 1e6 / 8.0
@@ -182,7 +214,7 @@ def host_capacity(d_base: Telemetry) -> Capacity:
                     disks[dev] = max(disks.get(dev, 0.0), top)
     if not math.isfinite(memory) or memory <= 0:
         memory = DEFAULT_MEMORY_BYTES
-    return Capacity(memory, max(n_cpus, 1), links, disks)
+    return Capacity(memory, max(n_cpus, 1), links, disks, gpu_memory, gpu_power)
 
 
 @dataclass(frozen=True)
@@ -204,9 +236,34 @@ def _cpu_share(channel: str, n_cpus: int) -> tuple[float, str]:
     return CPU_SHARE * n_cpus, f"{CPU_SHARE:.0%} of {n_cpus} CPUs"
 
 
+def _gpu_matter(channel: str, metric: str, unit: str, kind: str, level: float,
+                capacity: Capacity) -> Matter | None:
+    """The least change of a GPU channel that matters, or None for the general rules."""
+    gpu = _label(channel, "gpu")
+    if unit == "percent" and metric != "gpu.fan_pct":
+        return Matter(100.0 * GPU_SHARE, f"{GPU_SHARE:.0%} of the GPU (points)")
+    if unit == "bytes" and kind == "gauge":
+        total = (capacity.gpu_memory_bytes or {}).get(gpu, DEFAULT_GPU_MEMORY_BYTES)
+        return Matter(GPU_MEMORY_SHARE * total,
+                      f"{GPU_MEMORY_SHARE:.0%} of the GPU's {total / 2**30:,.0f} GiB")
+    if metric in ("gpu.power_mw", "gpu.energy_mj"):
+        limit = (capacity.gpu_power_mw or {}).get(gpu, DEFAULT_GPU_POWER_MW)
+        return Matter(GPU_SHARE * limit,
+                      f"{GPU_SHARE:.0%} of the GPU's {limit / 1e3:,.0f} W power limit")
+    if unit == "°C":
+        return Matter(GPU_TEMP_C, f"{GPU_TEMP_C:g} °C")
+    if unit == "MHz" and math.isfinite(level):
+        return Matter(CLOCK_SHARE * abs(level), f"{CLOCK_SHARE:.0%} of the baseline clock")
+    return None
+
+
 def channel_matter(channel: str, info: MetricInfo, level: float,
-                   capacity: Capacity) -> Matter:
-    """The least change of ``channel`` that matters (see the module's table)."""
+                   capacity: Capacity, job_level: float | None = None) -> Matter:
+    """The least change of ``channel`` that matters (see the module's table).
+
+    ``level`` is the channel's baseline level; ``job_level`` the level of the whole its
+    job-labelled share belongs to (a cgroup's memory for a part of it), else ``level``.
+    """
     metric = channel_metric(channel)
     unit, kind = info.unit, info.kind
     memory = capacity.memory_bytes
@@ -217,7 +274,10 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     out: Matter | None = None
     if any(fnmatchcase(metric, p) for p in COMPOSITION_METRICS):
         return Matter(np.inf, "never alone: memory moving between free and reclaimable")
-    if any(fnmatchcase(metric, p) for p in HUGE_PAGE_METRICS) and unit == "pages":
+    if metric.startswith("gpu.") and (
+            gpu := _gpu_matter(channel, metric, unit, kind, level, capacity)) is not None:
+        out = gpu
+    elif any(fnmatchcase(metric, p) for p in HUGE_PAGE_METRICS) and unit == "pages":
         out = Matter(max(1.0, MEMORY_SHARE * memory / HUGE_PAGE_BYTES),
                      f"{MEMORY_SHARE:.0%} of memory in huge pages")
     elif unit in MEMORY_BYTE_UNITS or (unit == "bytes" and kind == "gauge"
@@ -280,8 +340,10 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     if out is None:
         level = abs(level) if math.isfinite(level) else 0.0
         out = Matter(RELATIVE_SHARE * level, f"{RELATIVE_SHARE:.0%} of the baseline level")
-    if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(level) and level > 0:
-        job = JOB_SHARE * abs(level)
+    whole = level if job_level is None else job_level
+    if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(whole) and whole > 0 \
+            and not metric.startswith("gpu."):  # a GPU is judged against itself
+        job = JOB_SHARE * abs(whole)
         if job < out.least:
             out = Matter(job, f"{JOB_SHARE:.0%} of the job's own use")
     return out
@@ -292,10 +354,21 @@ def channel_matters(d_base: Telemetry, channels: Sequence[str],
     """The host's capacity and the least change that matters of each of ``channels``."""
     catalog = catalog or default_catalog()
     capacity = host_capacity(d_base)
+    wholes = [c for c in d_base.channels if channel_metric(c) in CGROUP_MEMORY_WHOLE]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         levels = np.nanmedian(d_base.select(list(channels)).values, axis=0) if channels else []
-    return capacity, [channel_matter(c, catalog.lookup(channel_metric(c)), float(lv), capacity)
+        whole_levels = np.nanmedian(d_base.select(wholes).values, axis=0) if wholes else []
+    cgroup_memory = {_label(c, "cgroup"): float(lv)
+                     for c, lv in zip(wholes, whole_levels, strict=True) if math.isfinite(lv)}
+
+    def job_level(channel: str) -> float | None:
+        if channel_metric(channel).startswith("cgroup.memory.stat."):
+            return cgroup_memory.get(_label(channel, "cgroup"))
+        return None
+
+    return capacity, [channel_matter(c, catalog.lookup(channel_metric(c)), float(lv), capacity,
+                                     job_level(c))
                       for c, lv in zip(channels, levels, strict=True)]
 
 
@@ -343,14 +416,30 @@ def gate_active(least: np.ndarray) -> bool:
     return bool(finite.size and (finite > 0).any())
 
 
+def change_size(row: np.ndarray, median: np.ndarray, least: np.ndarray,
+                features: Sequence[str]) -> np.ndarray:
+    """How many least changes that matter each column moved, in the channel's own unit:
+    a variance column is compared as a spread (square roots), so that a spread does not
+    outgrow a level shift by being squared."""
+    variance = np.array([f == "variance" for f in features], dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        moved = np.where(variance, np.abs(np.sqrt(np.maximum(row, 0.0))
+                                          - np.sqrt(np.maximum(median, 0.0))),
+                         np.abs(row - median))
+        unit = np.where(variance, np.sqrt(np.maximum(least, 0.0)), least)
+        return moved / np.where(unit > 0, unit, np.nan)
+
+
 def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np.ndarray,
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
                     keep_first: bool = False, name: Any = None) -> Any:
     """``evidence`` (a :class:`reveal.analyze.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
-    effects (:data:`SIDE_EFFECT_METRICS`), the largest (in units of its least change) in
-    the window's leading subsystem, else in any subsystem. Side effects follow it.
+    effects (:data:`SIDE_EFFECT_METRICS`), those that last through most of the window (a
+    median that moved) where there are any, the largest (:func:`change_size`) in the
+    window's leading subsystem, else in any subsystem, named by its level where a level of
+    it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
     from dataclasses import replace
@@ -364,13 +453,20 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                       and np.isfinite(least[k]) for k in range(len(channels))])
     if not cause.any():
         return evidence
-    with np.errstate(divide="ignore", invalid="ignore"):
-        size = np.abs(row - median) / np.where(least > 0, least, np.nan)
+    size = change_size(row, median, least, features)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
+    # a change that lasts through most of the window (its median moved) before a burst
+    lasting = np.array([f == "median" for f in features]) & cause
+    pool = lasting if lasting.any() else cause
     lead = evidence.subsystems[0] if evidence.subsystems else None
-    in_lead = np.array([s == lead for s in subsystems]) & cause
+    in_lead = np.array([s == lead for s in subsystems]) & pool
     pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \
-        else int(np.argmax(size))
+        else int(np.argmax(np.where(pool, size, -1.0)))
+    # within the channel, a level that matters says more than a spread or a slope
+    levels = np.array([channels[k] == channels[pick] and features[k] in LEVEL_FEATURES
+                       for k in range(len(channels))]) & cause
+    if levels.any():
+        pick = int(np.argmax(np.where(levels, size, -1.0)))
     channel, feature = channels[pick], features[pick]
     if name is not None:
         channel = name(channel)
