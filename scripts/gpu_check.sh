@@ -7,9 +7,11 @@
 #   nvml_procs.json  the per-process answers the gpu_procs probe uses, same moment
 #   smi.csv          nvidia-smi's own readings every 0.5 s during the two recordings
 #   runs.tgz         a baseline and a fault run (a second process contends for the GPU
-#                    from FAULT_AT_S for FAULT_S seconds), their analysis (report.json,
+#                    from FAULT_AT_S for FAULT_S seconds: FAULT_KIND=matmul, bf16 matrix
+#                    products, or copy, 32 GiB held and copied), their analysis (report.json,
 #                    report.html, analyze.txt) and the training job's progress lines
-# Usage: bash scripts/gpu_check.sh OUTDIR   (BASELINE_S, RUN_S, FAULT_AT_S, FAULT_S in s)
+# Usage: bash scripts/gpu_check.sh OUTDIR   (BASELINE_S, RUN_S, FAULT_AT_S, FAULT_S in s,
+#        FAULT_KIND, SKIP_TESTS=1 to leave out the tests and the NVML recording)
 set -u
 out=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
 mkdir -p "$out"
@@ -17,6 +19,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python3}
 export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 baseline_s=${BASELINE_S:-75} run_s=${RUN_S:-60} fault_at_s=${FAULT_AT_S:-20} fault_s=${FAULT_S:-20}
+fault_kind=${FAULT_KIND:-matmul}
 work=$(mktemp -d)
 runs=$work/runs
 mkdir -p "$runs"
@@ -41,8 +44,10 @@ step "C extension"
 (cd "$here" && "$py" setup.py -q build_ext --inplace) > "$work/build.log" 2>&1 \
   || echo "C extension not built: the collector uses its pure-Python readers"
 
-step "GPU tests"
-(cd "$here" && "$py" -m pytest -q -p no:cacheprovider tests/test_gpu_real.py) 2>&1 | tee "$out/pytest.txt"
+if [ -z "${SKIP_TESTS:-}" ]; then
+  step "GPU tests"
+  (cd "$here" && "$py" -m pytest -q -p no:cacheprovider tests/test_gpu_real.py) 2>&1 | tee "$out/pytest.txt"
+fi
 
 step "training job on the GPU"
 "$py" -m reveal.inject.workloads.torch_train --device cuda --duration 900 \
@@ -52,21 +57,31 @@ sleep 10
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,temperature.gpu,clocks.sm,clocks.mem --format=csv -lms 500 > "$out/smi.csv" 2>&1 &
 smi=$!
 
-step "NVML recording"
-"$py" "$here/tests/fixtures/nvml/record_nvml.py" "$out/nvml.json" --ticks 4 --interval 0.2 \
-  --procs "$out/nvml_procs.json" 2>&1 | tail -5
+if [ -z "${SKIP_TESTS:-}" ]; then
+  step "NVML recording"
+  "$py" "$here/tests/fixtures/nvml/record_nvml.py" "$out/nvml.json" --ticks 4 --interval 0.2 \
+    --procs "$out/nvml_procs.json" 2>&1 | tail -5
+fi
 
 step "baseline (${baseline_s} s)"
 "$py" -m reveal collect --duration "$baseline_s" --out "$runs/baseline" --quiet 2>&1 | tail -5
-step "fault run (${run_s} s; GPU contention at ${fault_at_s} s for ${fault_s} s)"
+step "fault run (${run_s} s; GPU contention ($fault_kind) at ${fault_at_s} s for ${fault_s} s)"
 (sleep "$fault_at_s"; date +%s.%N > "$runs/fault_start"
- "$py" - "$fault_s" <<'EOF'
+ "$py" - "$fault_s" "$fault_kind" <<'EOF'
 import sys, time, torch
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 deadline = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < deadline:
-    a = (a @ a).clamp_(-1, 1)
-    torch.cuda.synchronize()
+if sys.argv[2] == "copy":  # hold 32 GiB and copy it back and forth: memory and DRAM
+    a = torch.empty(16 * 2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    while time.monotonic() < deadline:
+        b.copy_(a)
+        a.copy_(b)
+        torch.cuda.synchronize()
+else:  # bf16 matrix products: the SMs
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    while time.monotonic() < deadline:
+        a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
 EOF
  date +%s.%N > "$runs/fault_end") &
 contend=$!
