@@ -52,8 +52,9 @@ def test_repro_refuses_a_single_run(tmp_path: Path, capsys) -> None:  # type: ig
 
 
 def test_windows_agreement_between_granularities(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    base = _run(tmp_path / "base", seed=1, seconds=150)
-    run = _run(tmp_path / "run", seed=2, seconds=120, spike=(50.0, 65.0))
+    gauges = ["derived.cpu_busy_pct{cpu=0}", "mem.MemFree", "net.rx_bytes{iface=e$th|0}"]
+    base = _run(tmp_path / "base", seed=1, seconds=150, channels=gauges)
+    run = _run(tmp_path / "run", seed=2, seconds=120, spike=(50.0, 65.0), channels=gauges)
     out = tmp_path / "windows.json"
     assert main(["compare", "windows", str(run), "--baseline", str(base), "--json",
                  str(out)]) == 0

@@ -33,7 +33,8 @@ def _telemetry(seed: int, seconds: float, spike: tuple[float, float] | None) -> 
         inside = (t >= spike[0]) & (t < spike[1])
         busy[inside] += 50
     ts = (np.arange(n) * 0.1 * S).astype(np.int64) + 100 * S
-    return Telemetry("host", ts, np.column_stack([busy, rx, free]),
+    ticks = np.cumsum(busy / 10.0)  # USER_HZ ticks (100 per CPU-second) at 10 samples/s
+    return Telemetry("host", ts, np.column_stack([ticks, rx, free]),
                      ["cpu.user{cpu=0}", f"net.rx_bytes{{iface={TENANT}}}", "mem.MemFree"],
                      {"interval_s": 0.1})
 

@@ -92,8 +92,9 @@ def test_command_on_runs_in_process(runs, tmp_path):
     payload = json.loads((tmp_path / "f.json").read_text())
     assert payload["summary"]["flagged_hosts"] == ["host-1"]
     episode = payload["episodes"][0]
-    # the host's own baseline (a clean run of it) sees the drop too
-    assert episode["own_share"] is not None and episode["own_share"] > 0.5
+    # the host's own baseline (a clean run of it) sees the drop too: until the new level
+    # has held for detect.settle_s (20 s of the 40 s drop) and is named a steady state
+    assert episode["own_share"] is not None and episode["own_share"] > 0.3
     assert "its own baseline agrees" in episode["claim"]
     assert any("no own baseline" in w for w in payload["warnings"])
     assert (out / "heatmap.png").exists() and (out / "report.md").exists()

