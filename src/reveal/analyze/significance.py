@@ -65,6 +65,7 @@ baseline's meta data (``mem_total_bytes``, ``n_cpus``) or, where absent, from it
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -416,12 +417,20 @@ def gate_active(least: np.ndarray) -> bool:
     return bool(finite.size and (finite > 0).any())
 
 
+@functools.lru_cache(maxsize=16)
+def _feature_kinds(features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks over feature columns, made once per column set: variance, median, level."""
+    return (np.array([f == "variance" for f in features], dtype=bool),
+            np.array([f == "median" for f in features], dtype=bool),
+            np.array([f in LEVEL_FEATURES for f in features], dtype=bool))
+
+
 def change_size(row: np.ndarray, median: np.ndarray, least: np.ndarray,
                 features: Sequence[str]) -> np.ndarray:
     """How many least changes that matter each column moved, in the channel's own unit:
     a variance column is compared as a spread (square roots), so that a spread does not
     outgrow a level shift by being squared."""
-    variance = np.array([f == "variance" for f in features], dtype=bool)
+    variance = _feature_kinds(tuple(features))[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         moved = np.where(variance, np.abs(np.sqrt(np.maximum(row, 0.0))
                                           - np.sqrt(np.maximum(median, 0.0))),
@@ -456,15 +465,15 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     size = change_size(row, median, least, features)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
     # a change that lasts through most of the window (its median moved) before a burst
-    lasting = np.array([f == "median" for f in features]) & cause
+    _, is_median, is_level = _feature_kinds(tuple(features))
+    lasting = is_median & cause
     pool = lasting if lasting.any() else cause
     lead = evidence.subsystems[0] if evidence.subsystems else None
     in_lead = np.array([s == lead for s in subsystems]) & pool
     pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \
         else int(np.argmax(np.where(pool, size, -1.0)))
     # within the channel, a level that matters says more than a spread or a slope
-    levels = np.array([channels[k] == channels[pick] and features[k] in LEVEL_FEATURES
-                       for k in range(len(channels))]) & cause
+    levels = (np.asarray(channels) == channels[pick]) & is_level & cause
     if levels.any():
         pick = int(np.argmax(np.where(levels, size, -1.0)))
     channel, feature = channels[pick], features[pick]
