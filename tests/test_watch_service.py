@@ -310,6 +310,7 @@ def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
         "--listen", f"127.0.0.1:{port}", "--threshold-factor", "0.001", "--score-every", "2",
         "--alertmanager", f"http://127.0.0.1:{free_port()}",
         "--alert-webhook", f"http://127.0.0.1:{free_port()}/hook"], tmp_path / "w.log")
+    busy = hog()  # a real anomaly, so that windows are flagged and alerts are sent
     try:
         def scored():
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
@@ -320,7 +321,7 @@ def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
             failures = float(values.get('reveal_alert_sink_failures_total{sink="webhook"}', 0))
             return n >= 8 and failures >= 1 and values
 
-        values = wait_for("windows scored while the sinks fail", scored, 60)
+        values = wait_for("windows scored while the sinks fail", scored, 90)
         assert float(values["reveal_windows_flagged_total"]) >= 1
         queued = float(values['reveal_alert_sink_queue_length{sink="alertmanager"}'])
         assert queued <= 1000
@@ -330,6 +331,8 @@ def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
         watch.proc.send_signal(signal.SIGTERM)
         assert watch.proc.wait(60) == 0
     finally:
+        busy.kill()
+        busy.wait()
         if watch.proc.poll() is None:
             watch.proc.kill()
         watch.proc.wait()
