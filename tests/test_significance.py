@@ -247,3 +247,68 @@ def test_a_rate_that_stays_different_is_never_adopted():
     start = (np.asarray(report.windows.start_ns) - 200e9) / 1e9
     assert flagged[start >= 45].mean() > 0.9
     assert not report.steady_states
+
+
+def _window(reasons):
+    from reveal.analyze.evidence import WindowEvidence
+
+    return WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "network"],
+                          {"cpu": 0.6, "network": 0.4}, reasons)
+
+
+def _reason(channel, feature, subsystem, value, median, z, contribution=0.1):
+    from reveal.analyze.evidence import Reason
+    from reveal.frame import channel_metric
+
+    return Reason(channel, channel_metric(channel), feature, subsystem, contribution,
+                  value, median, z)
+
+
+BUSY, RETRANS = "derived.cpu_busy_pct{cpu=1}", "snmp.Tcp.RetransSegs{netns=job}"
+
+
+def test_less_work_done_is_no_cause_when_a_rise_also_matters():
+    """A job's CPU busy falling (where it waits) and retransmits rising (why), both
+    changes that matter: the claim leads with the retransmits, in a CPU-led window."""
+    from reveal.analyze.significance import lead_with_cause
+
+    channels, features = [BUSY, RETRANS], ["median", "sum"]
+    row = np.array([18.0, 3000.0])
+    median = np.array([89.0, 500.0])
+    least = np.array([5.0, 100.0])
+    scale = np.array([10.0, 100.0])
+    evidence = _window([_reason(BUSY, "median", "cpu", 18.0, 89.0, -7.1, 0.5),
+                        _reason(RETRANS, "sum", "network", 3000.0, 500.0, 25.0, 0.2)])
+    led = lead_with_cause(evidence, row, np.array([True, True]), least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert led.reasons[0].channel == RETRANS
+    # CPU busy rising (another process took the CPU) stays a cause and leads its window
+    row_up = np.array([100.0, 3000.0])
+    evidence_up = _window([_reason(BUSY, "median", "cpu", 100.0, 89.0, 4.0, 0.5),
+                           _reason(RETRANS, "sum", "network", 3000.0, 500.0, 25.0, 0.2)])
+    led = lead_with_cause(evidence_up, row_up, np.array([True, True]), least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert led.reasons[0].channel == BUSY
+
+
+def test_only_falls_that_matter_yield_to_a_surprising_rise():
+    """Only the CPU busy fall matters (the retransmits' rise is below its least change),
+    but the retransmit rate rose 5.9 robust sigmas: it goes first, the fall follows. A
+    spread that rose is no level and is passed over; with no surprising rise the fall
+    keeps the lead."""
+    from reveal.analyze.significance import lead_with_cause
+
+    channels, features = [BUSY, RETRANS], ["median", "mean"]
+    row, median = np.array([18.0, 246.0]), np.array([89.0, 47.7])
+    least, scale = np.array([5.0, 1e6]), np.array([10.0, 33.0])
+    cells = np.array([True, False])
+    spread = _reason("psi.cpu.some.total", "variance", "cpu", 1e10, 1e9, 24.0, 0.3)
+    fall = _reason(BUSY, "median", "cpu", 18.0, 89.0, -7.1, 0.0)
+    rise = _reason(RETRANS, "mean", "network", 246.0, 47.7, 5.9, 0.0)
+    led = lead_with_cause(_window([fall, spread, rise]), row, cells, least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert [r.channel for r in led.reasons] == [RETRANS, BUSY, "psi.cpu.some.total"]
+    small = _reason(RETRANS, "mean", "network", 60.0, 47.7, 1.0, 0.0)
+    led = lead_with_cause(_window([fall, spread, small]), row, cells, least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert led.reasons[0].channel == BUSY

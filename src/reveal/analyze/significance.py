@@ -98,6 +98,9 @@ JOB_SHARE = 0.25
 #: Window robust z (against the detectors' scale of the column) a significant change must
 #: also reach: large in its unit and outside the baseline's own spread.
 SIGNIFICANT_Z = 3.0
+#: Features a claim may lead with when only falls that are no cause matter (a window's
+#: level over most of it, not one sample's extreme).
+RISE_FEATURES = ("mean", "median", "sum")
 DEFAULT_MEMORY_BYTES = 16.0 * 2**30
 DEFAULT_DISK_BPS = 100e6
 DEFAULT_DISK_IOPS = 1000.0
@@ -126,6 +129,25 @@ SIDE_EFFECT_METRICS = ("cpuidle.*", "irq.count", "cpu.intr", "softirq.*", "softn
                        "vmstat.pgrefill", "vmstat.pglazyfree*", "loadavg.*",
                        "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
                        "cpufreq.*")
+#: Work done (CPU time used, instructions, bytes and packets moved, GPU activity) and
+#: waiting (stall pressure, retransmits, throttling). Less work done is where a job waits,
+#: not why; less waiting is no slowdown. A claim leads with such a fall only when the window
+#: holds no other change that matters (a rise in retransmits, throttling, pressure...).
+FALL_NOT_CAUSE_METRICS = (
+    # waiting
+    "psi.*", "cgroup.psi.*", "snmp.Tcp.RetransSegs", "derived.cgroup_throttled_pct",
+    "cgroup.cpu.nr_throttled", "cgroup.cpu.throttled_usec", "cpu.procs_running",
+    "cpu.procs_blocked",
+    # work done
+    "derived.cpu_busy_pct", "cpu.user", "cpu.system", "cpu.nice", "cgroup.cpu.usage_usec",
+    "cgroup.cpu.user_usec", "cgroup.cpu.system_usec", "perf.task_clock", "perf.cpu_clock",
+    "perf.instructions", "perf.cycles", "derived.ipc", "derived.net_*", "net.rx_bytes",
+    "net.tx_bytes", "net.rx_packets", "net.tx_packets", "derived.disk_*_bytes_per_s",
+    "derived.disk_util_pct", "disk.sectors_read", "disk.sectors_written",
+    "disk.reads_completed", "disk.writes_completed", "gpu.kernel_active_pct",
+    "gpu.sm_active_pct", "gpu.sm_util", "gpu.sm_occupancy_pct", "gpu.tensor_active_pct",
+    "gpu.dram_bw_util_pct", "gpu.mem_util", "gpu.proc.sm_util", "gpu.proc.mem_util",
+    "gpu.power_mw", "gpu.energy_mj")
 JOB_LABELS = ("cgroup", "netns", "container", "pod")
 #: A cgroup's whole memory, against which its parts (``cgroup.memory.stat.*``) are judged.
 CGROUP_MEMORY_WHOLE = ("cgroup.memory.current", "cgroup.memory.usage_bytes")
@@ -154,6 +176,13 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
 def is_side_effect(metric: str) -> bool:
     """Whether ``metric`` usually moves as a consequence of a cause elsewhere."""
     return any(fnmatchcase(metric, p) for p in SIDE_EFFECT_METRICS)
+
+
+@functools.lru_cache(maxsize=4096)
+def fall_is_not_cause(metric: str) -> bool:
+    """Whether a fall of ``metric`` is a symptom or a relief, never the cause of a slowdown
+    (:data:`FALL_NOT_CAUSE_METRICS`)."""
+    return any(fnmatchcase(metric, p) for p in FALL_NOT_CAUSE_METRICS)
 
 
 @dataclass(frozen=True)
@@ -439,14 +468,26 @@ def change_size(row: np.ndarray, median: np.ndarray, least: np.ndarray,
         return moved / np.where(unit > 0, unit, np.nan)
 
 
+def _surprising_rise(reasons: Sequence[Any]) -> Any:
+    """The first of ``reasons`` whose window mean, median or sum rose at least
+    :data:`SIGNIFICANT_Z` robust sigmas above the baseline, not a side effect (None if
+    none)."""
+    for r in reasons:
+        if (r.feature in RISE_FEATURES and r.value > r.baseline_median
+                and r.robust_z >= SIGNIFICANT_Z and not is_side_effect(r.metric)):
+            return r
+    return None
+
+
 def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np.ndarray,
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
                     keep_first: bool = False, name: Any = None) -> Any:
     """``evidence`` (a :class:`reveal.analyze.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
-    effects (:data:`SIDE_EFFECT_METRICS`), those that last through most of the window (a
-    median that moved) where there are any, the largest (:func:`change_size`) in the
+    effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
+    no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline), those that last through most of the
+    window (a median that moved) where there are any, the largest (:func:`change_size`) in the
     window's leading subsystem, else in any subsystem, named by its level where a level of
     it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
@@ -462,6 +503,18 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                       and np.isfinite(least[k]) for k in range(len(channels))])
     if not cause.any():
         return evidence
+    # less work done is where the job waits, less waiting no slowdown: others go first
+    with np.errstate(invalid="ignore"):
+        relief = np.array([fall_is_not_cause(m) for m in metrics]) & (row < median)
+    if (cause & ~relief).any():
+        cause &= ~relief
+    else:  # only falls that are no cause matter: a surprising rise elsewhere goes first
+        rise = _surprising_rise(evidence.reasons[1:] if keep_first else evidence.reasons)
+        if rise is not None:
+            reasons = list(evidence.reasons)
+            first = reasons[:1] if keep_first else []
+            rest = [r for r in reasons[len(first):] if r is not rise]
+            return replace(evidence, reasons=[*first, rise, *rest])
     size = change_size(row, median, least, features)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
     # a change that lasts through most of the window (its median moved) before a burst
