@@ -486,8 +486,9 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     """``evidence`` (a :class:`reveal.analyze.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
-    no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline), those that last through most of the
-    window (a median that moved) where there are any, the largest (:func:`change_size`) in the
+    no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline; with only such falls,
+    the first surprising rise among the reasons leads), those that last through most of
+    the window (a median that moved) where there are any, the largest (:func:`change_size`) in the
     window's leading subsystem, else in any subsystem, named by its level where a level of
     it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
