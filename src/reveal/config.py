@@ -30,6 +30,8 @@ class DetectConfig:
     # (1 + floor(persistence_s / stride) consecutive windows; 0: every window on its own)
     persistence_s: float = 1.0
     pca_variance: float = 0.95  # share of variance the PCA subspace keeps
+    # pca_error (PE): how many of the largest per-column errors are averaged (1: the max)
+    pca_error_top: int = 1
     iforest_trees: int = 200
     gmm_max_components: int = 6
     random_state: int = 0

@@ -16,6 +16,8 @@ name (module)        tag       score
 ``zscore``           ``Z``     mean |z| over columns (robust z against the baseline median / MAD)
 ``pca_mahalanobis``  ``MAHA``  Mahalanobis distance (Hotelling T²) in the PCA subspace keeping
                                ``variance`` of the baseline variance, plus the residual
+``pca_error``        ``PE``    each column's PCA reconstruction error on its own held-out
+                               baseline scale; the largest (or mean of the ``top`` largest)
 ``iforest``          ``IF``    Isolation Forest (scikit-learn), mean isolation "surprise" in
                                (0, 1]
 ``gmm``              ``GMM``   Gaussian mixture in the PCA subspace, components chosen by BIC;
@@ -30,6 +32,7 @@ from reveal.analyze.detectors import registry
 from reveal.analyze.detectors.base import Detector
 from reveal.analyze.detectors.gmm import GMM
 from reveal.analyze.detectors.iforest import IsolationForest
+from reveal.analyze.detectors.pca_error import PCAError
 from reveal.analyze.detectors.pca_mahalanobis import PCAMahalanobis
 from reveal.analyze.detectors.registry import get, names, register, unregister
 from reveal.analyze.detectors.zscore import ZScore
@@ -38,6 +41,7 @@ __all__ = [
     "GMM",
     "Detector",
     "IsolationForest",
+    "PCAError",
     "PCAMahalanobis",
     "ZScore",
     "get",

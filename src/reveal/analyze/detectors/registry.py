@@ -15,7 +15,7 @@ from reveal.analyze.detectors.base import Detector
 from reveal.errors import InputError
 
 #: modules of this package that define the built-in detectors (imported in this order)
-BUILTIN_MODULES = ("zscore", "pca_mahalanobis", "iforest", "gmm")
+BUILTIN_MODULES = ("zscore", "pca_mahalanobis", "iforest", "gmm", "pca_error")
 
 _REGISTRY: dict[str, type[Detector]] = {}
 
