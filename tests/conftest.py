@@ -1,4 +1,5 @@
-"""Shared fixtures: the labelled data root (skips cleanly when ../shared/data is absent)."""
+"""Shared fixtures: the labelled data root (skips cleanly when ../shared/data is absent);
+the skip guard (:mod:`skip_guard`) is loaded for every run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
+import skip_guard
 from reveal.store.labelled import default_data_root
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    skip_guard.register(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
