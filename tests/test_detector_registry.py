@@ -11,6 +11,7 @@ from reveal.analyze.detectors import (
     GMM,
     Detector,
     IsolationForest,
+    PCAError,
     PCAMahalanobis,
     ZScore,
     register,
@@ -46,17 +47,17 @@ def farthest():
 
 
 def test_builtins_are_registered_in_order():
-    assert detectors.names() == ("zscore", "pca_mahalanobis", "iforest", "gmm")
-    assert detectors.names() == DetectConfig().detectors
+    assert detectors.names() == ("zscore", "pca_mahalanobis", "iforest", "gmm", "pca_error")
+    assert detectors.names()[:4] == DetectConfig().detectors  # pca_error: not by default
     assert [detectors.get(n) for n in detectors.names()] == [ZScore, PCAMahalanobis,
-                                                            IsolationForest, GMM]
-    assert [cls.tag for cls in (ZScore, PCAMahalanobis, IsolationForest, GMM)] == \
-        ["Z", "MAHA", "IF", "GMM"]
+                                                            IsolationForest, GMM, PCAError]
+    assert [cls.tag for cls in (ZScore, PCAMahalanobis, IsolationForest, GMM, PCAError)] == \
+        ["Z", "MAHA", "IF", "GMM", "PE"]
 
 
 def test_unknown_name_lists_the_known_ones():
     with pytest.raises(InputError, match="unknown detector 'nope'; known: zscore, "
-                                         "pca_mahalanobis, iforest, gmm"):
+                                         "pca_mahalanobis, iforest, gmm, pca_error"):
         detectors.get("nope")
 
 

@@ -23,7 +23,7 @@ class PCAError(Detector):
     by the mean of the ``top`` largest (one column far off is enough).
 
     The principal subspace is fitted on the baseline; a window's error in column ``j`` is
-    ``|x_j − x̂_j|``, turned into ``e_j = max(|r_j| − m_j, 0) / s_j`` with ``m_j``, ``s_j``
+    ``|r_j| = |x_j − x̂_j|``, turned into ``e_j = (|r_j| − m_j) / s_j`` with ``m_j``, ``s_j``
     the median and robust scale (1.4826 · MAD) of that column's error on baseline windows
     the subspace did not see (``folds`` contiguous folds, each scored by a subspace fitted
     on the others: an in-sample error is smaller than a new window's, most of all on a
@@ -31,14 +31,14 @@ class PCAError(Detector):
     ``e_j``. Sum-type scores (MAHA's distance, Z's mean) let many quiet columns drown one
     broken one; here a column's error counts in the units of its own baseline error.
 
-    Explanation: the ``e_j`` themselves.
+    Explanation: ``max(e_j, 0)``.
 
     Parameters
     ----------
     variance : float
         Share of the baseline variance the subspace keeps.
     max_components : int or None
-        Upper bound on the subspace dimension.
+        Upper bound on the subspace dimension (never more than half the columns).
     top : int
         How many of the largest per-column errors are averaged (1: the maximum).
     folds : int
@@ -78,11 +78,18 @@ class PCAError(Detector):
                    min_variance=min_variance, **cls.shared_settings(config, options))
 
     def _subspace(self, X: np.ndarray) -> PCASubspace:
-        return PCASubspace(self.variance, self.max_components, self.min_variance).fit(X)
+        """The principal subspace of ``X``, at most half the columns wide: a subspace that
+        spans every column leaves no error to score."""
+        half = max(1, X.shape[1] // 2)
+        most = half if self.max_components is None else min(self.max_components, half)
+        return PCASubspace(self.variance, most, self.min_variance).fit(X)
 
     @staticmethod
     def _error(pca: PCASubspace, X: np.ndarray) -> np.ndarray:
-        """``|x − x̂|`` (n, K) of windows ``X`` against subspace ``pca``."""
+        """``|x − x̂|`` (n, K) of windows ``X`` against subspace ``pca`` (exactly 0 where the
+        subspace spans every column: what is left is rounding)."""
+        if pca.n_components_ >= X.shape[1]:
+            return np.zeros(X.shape, dtype=X.dtype)
         mean = pca.mean_.astype(X.dtype)
         comps = pca.components_.astype(X.dtype)
         Xc = X - mean
@@ -107,10 +114,12 @@ class PCAError(Detector):
         self.error_center_, self.error_scale_ = robust_center_scale(held)
 
     def _normalised(self, X: np.ndarray) -> np.ndarray:
+        """``(|r| − m) / s`` per column (n, K); negative where a column fits better than
+        its baseline median error."""
         e = self._error(self.pca_, X)
         e -= self.error_center_.astype(X.dtype)
         e /= self.error_scale_.astype(X.dtype)
-        return np.maximum(e, 0, out=e)
+        return e
 
     def _score_block(self, X: np.ndarray) -> np.ndarray:
         e = self._normalised(X)
@@ -124,4 +133,4 @@ class PCAError(Detector):
         return blockwise(X, self._score_block)
 
     def _explain(self, X: np.ndarray) -> np.ndarray:
-        return self._normalised(X).astype(np.float64)
+        return np.maximum(self._normalised(X), 0.0).astype(np.float64)
