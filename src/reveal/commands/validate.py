@@ -62,7 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dropped, a container started), each in its own run beside the workload with its "
         "own baseline; scored on the share of windows flagged (target ≤ 1 %). --faults "
         "picks kinds, --baseline-seconds the baselines (default 90), --episode-seconds how "
-        "long a held activity lasts (default 20), --quick three kinds with 45 s recordings")
+        "long a held activity lasts (default 20), --quick three kinds with 45 s recordings. "
+        "With --live: every kind in turn beside one running `reveal watch` that learned "
+        "--baseline-seconds (default 600; 60 with --quick), --gap-seconds apart (default "
+        "30), scored on its alert episodes (target ≤ 1; OUT/benign_live.json and .md)")
     benign.add_argument("--benign", action="store_true",
                         help="run the benign-change suite instead of the fault suite "
                              "(results: OUT/benign.json and OUT/benign.md)")
@@ -169,21 +172,54 @@ def _run_benign(args: argparse.Namespace) -> int:
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.paths import check_writable_dir
 
-    for given, flag in ((args.live, "--live"), (args.intensities, "--intensities"),
-                        (args.repetitions, "--repetitions"), (args.gap_seconds, "--gap-seconds")):
+    for given, flag in ((args.intensities, "--intensities"),
+                        (args.repetitions, "--repetitions"),
+                        (args.clean_seconds, "--clean-seconds")):
         if given:
             raise RevealError(f"{flag} does not apply to --benign (one run per kind, "
                               "each with its own baseline)")
+    for given, flag in ((args.gap_seconds, "--gap-seconds"),
+                        (args.score_every, "--score-every")):
+        if given is not None and not args.live:
+            raise RevealError(f"{flag} applies to --benign with --live only")
+    if args.live and args.reanalyse is not None:
+        raise RevealError("--live scores a running watch; it cannot --reanalyse recorded runs")
     options = BenignOptions.quick_suite() if args.quick else BenignOptions()
     changes = {"kinds": args.faults, "baseline_s": args.baseline_seconds,
                "run_s": args.run_seconds, "at_s": args.activity_at,
                "activity_s": args.episode_seconds, "workload": args.workload}
+    if args.live and args.baseline_seconds is None:  # the watch's own learn
+        from reveal.inject.benign.live import LEARN_S, QUICK_LEARN_S
+
+        changes["baseline_s"] = QUICK_LEARN_S if args.quick else LEARN_S
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
 
     def say(message: str) -> None:
         if not args.quiet:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
+    if args.live:
+        from reveal.inject.benign import live
+        from reveal.inject.benign.suite import build_scenario
+        from reveal.inject.live_suite import MIN_GAP_S, RESOLVE_AFTER_S
+
+        build_scenario(options)  # option errors before anything runs
+        score_every = 5 if args.score_every is None else args.score_every
+        if score_every < 1:
+            raise RevealError("--score-every must be at least 1")
+        gap = live.GAP_S if args.gap_seconds is None else args.gap_seconds
+        if gap < MIN_GAP_S:
+            raise RevealError(f"--gap-seconds must be at least {MIN_GAP_S:g} with --live "
+                              f"(an alert resolves {RESOLVE_AFTER_S:g} s after its last "
+                              f"flagged window)")
+        check_writable_dir(args.out)
+        install_signal_handlers()
+        result = live.run_live_benign(options, args.out, say, gap_s=gap,
+                                      score_every=score_every)
+        json_path, md_path = live.write_result(result, args.out)
+        print(md_path.read_text(encoding="utf-8"))
+        print(f"written: {json_path}, {md_path}")
+        return 0
     if args.reanalyse is not None:
         out = args.reanalyse if args.out == Path("validate-out") else args.out
         check_writable_dir(out)
