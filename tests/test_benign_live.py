@@ -25,6 +25,8 @@ def test_alert_episodes_are_counted_over_the_whole_span_and_matched_to_kinds() -
     alerts = [Alert(105 * S, "firing", "a1", "cpu", "Processes created rose to <i>900/s</i>"),
               Alert(112 * S, "update", "a1", "cpu", ""),
               Alert(118 * S, "resolved", "a1", "cpu", ""),
+              Alert(151 * S, "notice", "n1", "network", "A new network interface appeared: "
+                    "rvb<x> (4 channels, recorded, not scored until the next fit)"),
               Alert(180 * S, "firing", "a2", "memory", "between two kinds"),
               Alert(500 * S, "firing", "a3", "cpu", "after the span")]
     scenario = LiveScenario("benign", "torch_train", episodes, alerts, 60 * S, 300 * S)
@@ -37,6 +39,8 @@ def test_alert_episodes_are_counted_over_the_whole_span_and_matched_to_kinds() -
     assert cron["alerted"] and cron["alert_s"] == pytest.approx(5.0)
     assert cron["alerted_subsystem"] == "cpu" and interface["informational"]
     assert not interface["alerted"] and not checkpoint["alerted"]
+    assert interface["notices"] and not cron["notices"]
+    assert (total["informational_noted"], total["notices"]) == (1, 1)
     assert [a["id"] for a in summary["alerts"]] == ["a1", "a2"]
     result = {"host": "h<b>", "quick": False, "started": "t", "elapsed_s": 1.0,
               "workloads": {"benign": "torch_train"}, "skipped": [],
@@ -45,7 +49,7 @@ def test_alert_episodes_are_counted_over_the_whole_span_and_matched_to_kinds() -
     text = render_markdown(result)
     assert "| Alert episodes over 4.0 min of scoring, all 3 kinds | 2 | ≤ 1 | **not met** |" \
         in text
-    assert "<i>" not in text and "<b>" not in text  # tenant-made text is escaped
+    assert "<i>" not in text and "<b>" not in text and "<x>" not in text  # escaped
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -44,6 +44,7 @@ from reveal.live.alerts import EpisodeTracker, Event
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
 from reveal.live.fitproc import fit_in_child
+from reveal.live.notices import appeared, notice_event
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import AlertmanagerSink, JsonLinesSink, Sink, WebhookSink
 from reveal.model import Reveal
@@ -168,6 +169,8 @@ class Watch:
         self.scoring_s = 0.0
         self.unmodelled: list[str] = []
         self._reported: set[str] = set()
+        #: (label, value) of the things the model knows or a notice named (None: not read)
+        self._known_things: set[tuple[str, str]] | None = None
         self._layouts_seen = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -528,6 +531,7 @@ class Watch:
         self._use_model(model, origin=max(origin - 1, 0))
         self._layouts_seen = -1  # which channels are unmodelled now is asked again
         self._reported = set()
+        self._known_things = None
         trim_heap()  # the fit's rows and features are freed: give their pages back
 
     def _maybe_refit(self, now_ns: int) -> None:
@@ -589,6 +593,25 @@ class Watch:
             self.notify("warning", f"{len(new)} channels appeared that the model does not "
                                    f"know (e.g. {', '.join(new[:3])}); they are recorded but "
                                    f"not scored until the next fit (--relearn)")
+            self._announce(new)
+
+    def _announce(self, new: list[str]) -> None:
+        """A ``notice`` event, once, for each container, cgroup, pod, network namespace or
+        interface among ``new`` channels that the model does not know
+        (:mod:`reveal.live.notices`); to the sinks that take notes."""
+        assert self.scorer is not None and self.tracker is not None
+        if self._known_things is None:
+            self._known_things = set(appeared(self.scorer.fitted.baseline_channels))
+        for (label, value), channels in appeared(new).items():
+            if (label, value) in self._known_things:
+                continue
+            self._known_things.add((label, value))
+            event = notice_event(self.host, label, value, channels)
+            self.tracker.counts["notice"] = self.tracker.counts.get("notice", 0) + 1
+            self.notify("info", f"notice: {event['claim']}")
+            for sink in self.sinks:
+                if sink.takes_notices:
+                    sink.submit(event)
 
     def _dispatch(self, event: Event) -> None:
         kind = event["event"]

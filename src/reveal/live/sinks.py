@@ -38,6 +38,8 @@ class Sink:
     """Counters every sink keeps (the exporter publishes them)."""
 
     name = "sink"
+    #: whether informational ``notice`` events go to this sink (see reveal.live.notices)
+    takes_notices = True
 
     def __init__(self, on_delivered: Delivered | None = None, notify: Notify = _quiet) -> None:
         self.on_delivered = on_delivered or (lambda _s, _e: None)
@@ -194,6 +196,7 @@ class AlertmanagerSink(HttpSink):
     """
 
     name = "alertmanager"
+    takes_notices = False  # every Alertmanager alert may page: notes go elsewhere
 
     def __init__(self, url: str, *args: Any, **kwargs: Any) -> None:
         base = url.rstrip("/")

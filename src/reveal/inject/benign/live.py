@@ -8,9 +8,10 @@ each recorded in ``events.jsonl`` like a fault. Scored as an operator's pager se
 - **alert episodes**: the distinct alerts that fired (``firing`` events) from the start of
   scoring to the end, wherever they fell (target: at most 1 over all kinds together);
 - per kind, whether an alert fired or was updated while it ran or within ``settle_s``
-  after, with the alert's subsystem and claim; informational kinds (a container appeared,
-  a new interface) are reported on their own, as an operator wants a note there rather than
-  an alarm.
+  after, with the alert's subsystem and claim, and the notes (``notice`` events,
+  :mod:`reveal.live.notices`) the watch sent meanwhile; informational kinds (a container
+  appeared, a new interface) are reported on their own, as an operator wants a note there
+  rather than an alarm.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def score_live_benign(sc: LiveScenario, settle_s: float) -> dict[str, Any]:
         hits = sorted((a for a in sc.alerts if a.event in ("firing", "update")
                        and ep.start_ns <= a.received_ns <= hi), key=lambda a: a.received_ns)
         first = hits[0] if hits else None
+        notes = [a for a in sc.alerts if a.event == "notice"
+                 and ep.start_ns <= a.received_ns <= hi]
         rows.append({
             "kind": ep.kind, "subsystem": ep.subsystem,
             "informational": ep.kind in BENIGN and is_informational(ep.kind),
@@ -55,12 +58,16 @@ def score_live_benign(sc: LiveScenario, settle_s: float) -> dict[str, Any]:
             "alerted": first is not None,
             "alert_s": round((first.received_ns - ep.start_ns) / 1e9, 2) if first else None,
             "alerted_subsystem": first.subsystem if first else None,
-            "claim": first.claim if first else None})
+            "claim": first.claim if first else None,
+            "notices": [a.claim for a in notes]})
     informational = [r for r in rows if r["informational"]]
     total = {"kinds": len(rows), "alert_episodes": len({a.id for a in fired}),
              "kinds_alerted": sum(r["alerted"] for r in rows),
              "informational_kinds": len(informational),
              "informational_alerted": sum(r["alerted"] for r in informational),
+             "informational_noted": sum(bool(r["notices"]) for r in informational),
+             "notices": sum(a.event == "notice" for a in sc.alerts
+                            if sc.scored_from_ns <= a.received_ns <= sc.scored_to_ns),
              "scored_s": round((sc.scored_to_ns - sc.scored_from_ns) / 1e9, 1)}
     return {"total": total, "rows": rows,
             "alerts": [{**a.to_dict(), "since_scoring_s": round(
@@ -99,14 +106,15 @@ def render_markdown(res: dict[str, Any]) -> str:
              f"{markdown(str(res['workloads'].get(SCENARIO)))}. `reveal watch` learned "
              f"{res['settings']['baseline_s']:g} s, then every kind ran in turn, "
              f"{res['settings']['gap_s']:g} s apart.", "",
-             "| Kind | Subsystem | Informational | Activity (s) | Alert | Claim |",
-             "|---|---|---|---|---|---|"]
+             "| Kind | Subsystem | Informational | Activity (s) | Alert | Claim | Notes |",
+             "|---|---|---|---|---|---|---|"]
     for r in res["summary"]["rows"]:
         alert = (f"{r['alert_s']:.1f} s in, {r['alerted_subsystem']}" if r["alerted"]
                  else "none")
         lines.append(f"| {r['kind']} | {r['subsystem']} | "
                      f"{'yes' if r['informational'] else ''} | {r['activity_s']:g} | {alert} | "
-                     f"{markdown(r['claim'] or '–', 160)} |")
+                     f"{markdown(r['claim'] or '–', 160)} | "
+                     f"{markdown('; '.join(r['notices']) or '–', 160)} |")
     met = "met" if res["met"]["alert_episodes"] else "**not met**"
     lines += ["", "| Measure | Value | Target | |", "|---|---|---|---|",
               f"| Alert episodes over {total['scored_s'] / 60:.1f} min of scoring, all "
@@ -115,7 +123,9 @@ def render_markdown(res: dict[str, Any]) -> str:
               f"| Kinds during which an alert fired or was updated | "
               f"{total['kinds_alerted']} of {total['kinds']} | | |",
               f"| Informational kinds alerted | {total['informational_alerted']} of "
-              f"{total['informational_kinds']} | a note, not an alarm | |"]
+              f"{total['informational_kinds']} | a note, not an alarm | |",
+              f"| Informational kinds noted | {total['informational_noted']} of "
+              f"{total['informational_kinds']} ({total['notices']} notes in all) | | |"]
     if res["summary"]["alerts"]:
         lines += ["", "## Alerts", "", "| After scoring began (s) | Subsystem | Claim |",
                   "|---|---|---|"]
