@@ -47,6 +47,16 @@ def test_memory_moving_between_free_and_cache_never_matters_alone():
     assert np.isfinite(_matter("mem.Dirty").least)
 
 
+def test_sockets_are_judged_against_the_local_ports_even_from_a_flat_zero():
+    """A few sockets in TIME_WAIT (a webhook post leaves some for 60 s) never matter on a
+    host; a job's own sockets are judged against the job's own use."""
+    tw = _matter("sockstat.TCP.tw", level=0.0)
+    assert tw.least == pytest.approx(0.05 * 28232) and "local ports" in tw.rule
+    assert _matter("sockstat.TCP.inuse", level=4000.0).least == pytest.approx(tw.least)
+    job = _matter("sockstat.TCP.inuse{netns=job}", level=12.0)
+    assert job.least == pytest.approx(3.0) and "job" in job.rule
+
+
 def test_cpu_time_is_judged_against_the_cpus_there_are():
     total = _matter("derived.cpu_busy_pct")
     one = _matter("derived.cpu_busy_pct{cpu=3}")

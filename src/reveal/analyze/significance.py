@@ -27,6 +27,8 @@ event rates (interrupts,        the rate that costs :data:`ONE_CPU_SHARE` of one
 softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), on a host
 page moves, forks, ...)         of any size
 tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
+sockets (in use, TIME_WAIT,     :data:`SOCKET_SHARE` of the local ports
+orphans, UDP, ...)              (:data:`DEFAULT_LOCAL_PORTS`)
 GPU activity % (kernels, SMs,   :data:`GPU_SHARE` of the GPU in percentage points
 tensor cores, DRAM; per process)
 GPU memory bytes                :data:`GPU_MEMORY_SHARE` of that GPU's memory
@@ -95,6 +97,11 @@ DEFAULT_GPU_MEMORY_BYTES = 16.0 * 2**30
 DEFAULT_GPU_POWER_MW = 300e3
 RELATIVE_SHARE = 0.25
 JOB_SHARE = 0.25
+#: Sockets: a share of the local ports a host can hold open at once (Linux's default
+#: ``net.ipv4.ip_local_port_range``, 32768–60999): what TIME_WAIT and open sockets
+#: exhaust. A job's own sockets (its network namespace) are judged against its own use.
+SOCKET_SHARE = 0.05
+DEFAULT_LOCAL_PORTS = 28232.0
 #: Window robust z (against the detectors' scale of the column) a significant change must
 #: also reach: large in its unit and outside the baseline's own spread.
 SIGNIFICANT_Z = 3.0
@@ -367,6 +374,9 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     elif unit == "tasks":
         out = Matter(max(1.0, TASK_SHARE * capacity.n_cpus),
                      f"{TASK_SHARE:g} task per CPU")
+    elif unit == "sockets":
+        out = Matter(SOCKET_SHARE * DEFAULT_LOCAL_PORTS,
+                     f"{SOCKET_SHARE:.0%} of {DEFAULT_LOCAL_PORTS:,.0f} local ports")
     if out is None:
         level = abs(level) if math.isfinite(level) else 0.0
         out = Matter(RELATIVE_SHARE * level, f"{RELATIVE_SHARE:.0%} of the baseline level")
