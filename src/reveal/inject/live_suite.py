@@ -243,6 +243,9 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         job.start()
         time.sleep(WARMUP_S)
         log = here / "watch.log"
+        # a fresh state directory: a model an earlier suite left there would be loaded, not
+        # learned, and the suite would score that model
+        shutil.rmtree(here / "state", ignore_errors=True)
         watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
                                             scenario.interval_s, receiver.url,
                                             score_every), stdout=log)
