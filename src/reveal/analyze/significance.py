@@ -478,6 +478,13 @@ def change_size(row: np.ndarray, median: np.ndarray, least: np.ndarray,
         return moved / np.where(unit > 0, unit, np.nan)
 
 
+@functools.lru_cache(maxsize=16)
+def _fall_not_cause_columns(channels: tuple[str, ...]) -> np.ndarray:
+    """Mask over feature columns, made once per column set: the channel's fall is no
+    cause (:func:`fall_is_not_cause`)."""
+    return np.array([fall_is_not_cause(channel_metric(c)) for c in channels], dtype=bool)
+
+
 def _surprising_rise(reasons: Sequence[Any]) -> Any:
     """The first of ``reasons`` whose window mean, median or sum rose at least
     :data:`SIGNIFICANT_Z` robust sigmas above the baseline, not a side effect (None if
@@ -516,7 +523,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
         return evidence
     # less work done is where the job waits, less waiting no slowdown: others go first
     with np.errstate(invalid="ignore"):
-        relief = np.array([fall_is_not_cause(m) for m in metrics]) & (row < median)
+        relief = _fall_not_cause_columns(tuple(channels)) & (row < median)
     if (cause & ~relief).any():
         cause &= ~relief
     else:  # only falls that are no cause matter: a surprising rise elsewhere goes first

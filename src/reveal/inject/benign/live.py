@@ -16,7 +16,6 @@ each recorded in ``events.jsonl`` like a fault. Scored as an operator's pager se
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from dataclasses import asdict
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal.inject.benign import BENIGN, is_informational
-from reveal.inject.benign.suite import SCENARIO, BenignOptions, build_scenario
+from reveal.inject.benign.suite import SCENARIO, BenignOptions, build_scenario, write_pair
 from reveal.inject.live_suite import LiveScenario, run_live_scenario
 from reveal.inject.scenario import Say
 from reveal.report.escape import markdown
@@ -139,8 +138,4 @@ def render_markdown(res: dict[str, Any]) -> str:
 
 def write_result(res: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     """Write ``benign_live.json`` and ``benign_live.md`` into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / RESULT_JSON, out_dir / RESULT_MD
-    json_path.write_text(json.dumps(res, indent=2, default=str) + "\n", encoding="utf-8")
-    md_path.write_text(render_markdown(res), encoding="utf-8")
-    return json_path, md_path
+    return write_pair(res, render_markdown(res), out_dir, RESULT_JSON, RESULT_MD)

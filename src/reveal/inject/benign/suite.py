@@ -271,13 +271,19 @@ def render_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_pair(res: dict[str, Any], text: str, out_dir: Path, json_name: str,
+               md_name: str) -> tuple[Path, Path]:
+    """Write ``res`` as JSON and ``text`` (its Markdown) into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / json_name, out_dir / md_name
+    json_path.write_text(json.dumps(res, indent=2, default=str) + "\n", encoding="utf-8")
+    md_path.write_text(text, encoding="utf-8")
+    return json_path, md_path
+
+
 def write_result(res: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     """Write ``benign.json`` and ``benign.md`` into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / RESULT_JSON, out_dir / RESULT_MD
-    json_path.write_text(json.dumps(res, indent=2, default=str) + "\n", encoding="utf-8")
-    md_path.write_text(render_markdown(res), encoding="utf-8")
-    return json_path, md_path
+    return write_pair(res, render_markdown(res), out_dir, RESULT_JSON, RESULT_MD)
 
 
 __all__ = ["BenignOptions", "build_scenario", "reanalyse",
