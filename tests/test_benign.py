@@ -364,7 +364,9 @@ def test_benign_option_errors_are_one_line(tmp_path: Path, capsys) -> None:  # t
                  str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "meteor" in err and "\n" not in err
-    assert main(["validate", "--benign", "--live", "--out", str(tmp_path)]) == 2
+    assert main(["validate", "--benign", "--live", "--reanalyse", str(tmp_path),
+                 "--out", str(tmp_path)]) == 2
+    assert "--reanalyse" in capsys.readouterr().err
     assert main(["validate", "--activity-at", "5", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "benign.json").exists()
 
