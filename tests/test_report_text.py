@@ -179,3 +179,21 @@ def test_analyze_prints_plain_text_into_a_pipe(runs, tmp_path, capsys, monkeypat
     assert main(["analyze", str(fault), "--baseline", str(base), "--limit", "2",
                  "--quiet"]) == 0
     assert "JSON report" not in capsys.readouterr().out
+
+
+def test_an_episodes_claim_speaks_of_the_subsystem_it_is_named_by():
+    """The peak window is led by the GPU, but memory weighs most over the episode: the
+    episode is named memory, and its claim is the strongest window memory led, not the
+    peak's GPU claim (a real H200 run read "memory: GPU PCIe receive throughput rose")."""
+    def anomaly(w: int, score: float, lead: str, claim: str) -> Anomaly:
+        shares = {"memory": 0.7, "gpu": 0.3} if lead == "memory" else {"gpu": 0.55,
+                                                                       "memory": 0.45}
+        return Anomaly(w, w * S, w * S + 3 * S, score, ["Z"], sorted(shares, key=lambda s:
+                       -shares[s]), shares, [], claim)
+
+    group = [anomaly(0, 5.0, "memory", "Anonymous memory rose (5)."),
+             anomaly(1, 6.0, "memory", "Anonymous memory rose (6)."),
+             anomaly(2, 7.0, "gpu", "GPU PCIe receive throughput rose (7).")]
+    (episode,) = episodes(group)
+    assert episode.subsystem == "memory" and episode.peak_score == 7.0
+    assert episode.claim == "Anonymous memory rose (6)."

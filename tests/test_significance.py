@@ -127,6 +127,36 @@ def test_a_gpu_is_judged_against_its_own_memory_power_and_time():
     assert process.least == pytest.approx(5.0)  # not 25 % of its 3 %
 
 
+def test_gpu_pcie_throughput_is_judged_against_the_link_not_its_baseline_level():
+    """A real H200 training job moved 16 MB/s over PCIe and 28.7 MB/s a few seconds later:
+    a +75 % change of a level, but 0.05 % of the PCIe 5.0 x16 link, which does not matter.
+    The link comes from the baseline's generation and width (the largest it can train
+    to, else the current state), else a PCIe 4.0 x16 link is assumed."""
+    n = 20
+    channels = {"gpu.pcie_gen_max{gpu=0}": 5.0, "gpu.pcie_width_max{gpu=0}": 16.0,
+                "gpu.pcie_gen{gpu=1}": 3.0, "gpu.pcie_width{gpu=1}": 8.0}
+    tel = Telemetry("h", np.arange(n, dtype=np.int64) * 100_000_000,
+                    np.column_stack([np.full(n, v) for v in channels.values()]),
+                    list(channels), {"mem_total_bytes": 24 * GIB, "n_cpus": 4})
+    cap = host_capacity(tel)
+    assert cap.gpu_pcie_bps == pytest.approx({"0": 16 * 3938e6, "1": 8 * 984.6e6})
+    least = _matter("gpu.pcie_tx_kbps{gpu=0}", 16.3e3, cap).least  # KB/s
+    assert least == pytest.approx(0.01 * 16 * 3938e6 / 1e3)
+    assert 28.7e3 - 16.3e3 < least < 6e6  # a 6 GB/s loader would matter
+    assert _matter("gpu.pcie_rx_kbps{gpu=1}", 1e3, cap).least == pytest.approx(
+        0.01 * 8 * 984.6e6 / 1e3)
+    assert _matter("gpu.pcie_rx_kbps{gpu=7}", 1e3, cap).least == pytest.approx(
+        0.01 * 16 * 1969e6 / 1e3)
+
+
+def test_threads_that_exist_never_matter_alone():
+    """A collector's 26 threads leaving a container's cgroup (122 → 96 tasks) is no cost;
+    runnable tasks still are judged against the CPUs."""
+    assert _matter("cgroup.pids.current{cgroup=/job}", 122.0).least == np.inf
+    assert _matter("loadavg.tasks", 900.0).least == np.inf
+    assert _matter("cpu.procs_running", 2.0).least == pytest.approx(2.0)
+
+
 def test_a_part_of_a_cgroups_memory_is_judged_against_the_cgroups_whole_memory():
     n = 50
     channels = {"cgroup.memory.current{cgroup=job}": 8 * GIB,
@@ -322,3 +352,28 @@ def test_only_falls_that_matter_yield_to_a_surprising_rise():
     led = lead_with_cause(_window([fall, spread, small]), row, cells, least, scale, median,
                           channels, features, ["cpu", "network"])
     assert led.reasons[0].channel == BUSY
+
+
+def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
+    """The CPU fall is no cause while the retransmits rise: the window the detectors gave
+    60 % to CPU is attributed to the network, where its claim is, and its shares still sum
+    as before. A window whose leading subsystem holds a change that matters keeps its
+    order; so does one where no subsystem with a share holds one."""
+    from reveal.analyze.significance import attribute_to_changes, lead_with_cause
+
+    channels, features = [BUSY, RETRANS], ["median", "sum"]
+    row, median = np.array([18.0, 3000.0]), np.array([89.0, 500.0])
+    least, scale = np.array([5.0, 100.0]), np.array([10.0, 100.0])
+    evidence = _window([_reason(BUSY, "median", "cpu", 18.0, 89.0, -7.1, 0.5),
+                        _reason(RETRANS, "sum", "network", 3000.0, 500.0, 25.0, 0.2)])
+    led = lead_with_cause(evidence, row, np.array([True, True]), least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert led.subsystems[0] == "network" and led.reasons[0].subsystem == "network"
+    assert sum(led.subsystem_shares.values()) == pytest.approx(1.0)
+    assert set(led.subsystem_shares) == {"network"}
+    row_up = np.array([100.0, 3000.0])
+    led = lead_with_cause(evidence, row_up, np.array([True, True]), least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert led.subsystems == ["cpu", "network"] and led.subsystem_shares == {
+        "cpu": 0.6, "network": 0.4}
+    assert attribute_to_changes(evidence, {"gpu"}) is evidence

@@ -97,6 +97,25 @@ def test_a_change_of_subsystem_is_sent_at_once_with_a_claim_of_its_own(tmp_path)
     assert update["peak_score"] == 5.0
 
 
+def test_an_alert_is_never_named_by_a_subsystem_its_claim_does_not_speak_of(tmp_path):
+    """Memory outweighs the GPU over the episode (many small shares), but every window's
+    claim speaks of the GPU (seen on a real H200: "memory: GPU kernel-active time went
+    from 5 % to 99 %"): the alert is named by the heaviest subsystem that led a window."""
+    t = tracker(tmp_path / "alerts.json")
+    t.load()
+    events = []
+    for k in range(6):
+        reason = Reason("gpu.kernel_active_pct{gpu=0}", "gpu.kernel_active_pct", "median",
+                        "gpu", 0.3, 99.0, 5.0, 40.0)
+        evidence = WindowEvidence(k, k * S, k * S + 3 * S, 6.0, ["Z"], ["gpu", "memory"],
+                                  {"memory": 0.6, "gpu": 0.4}, [reason])
+        events += t.observe(LiveWindow(k, k * S, k * S + 3 * S, 6.0, 1.0, True, True,
+                                       {"Z": 1.0}, {"Z": 0.5}, ["Z"], evidence,
+                                       "GPU kernel-active time rose."))
+    assert events and all(e["subsystem"] == "gpu" for e in events)
+    assert t.open()[0].weights["memory"] > t.open()[0].weights["gpu"]
+
+
 def test_a_state_from_before_relabelling_sends_no_update_for_it(tmp_path):
     """An open episode saved without the subsystem last sent (an older watch) is taken as
     having sent its subsystem: the next window of that subsystem sends nothing."""

@@ -37,6 +37,9 @@ GPU power (mW, energy mJ/s)     :data:`GPU_SHARE` of that GPU's power limit
                                 (``gpu.power_limit_mw``, else :data:`DEFAULT_GPU_POWER_MW`)
 GPU temperatures (°C)           :data:`GPU_TEMP_C`
 GPU clocks (MHz)                :data:`CLOCK_SHARE` of the baseline clock (a throttle)
+GPU PCIe throughput (KB/s)      :data:`LINK_SHARE` of the GPU's PCIe link in one direction
+                                (``gpu.pcie_gen_max`` × ``gpu.pcie_width_max``, else the
+                                current link, else :data:`DEFAULT_PCIE_BPS`)
 other units (sockets, MHz, ...) :data:`RELATIVE_SHARE` of the baseline level
 normalised units (``scaled``),  none: labelled data has no capacity, surprise alone decides
 metrics not in the catalog
@@ -49,6 +52,11 @@ are judged against the GPU alone (a job's processes usually have it to themselve
 per-process share of a few percent is within NVML's sampling noise). A part of a
 cgroup's memory (``cgroup.memory.stat.*`` bytes: anon, file, shmem, ...) is judged against
 the cgroup's whole memory (``cgroup.memory.current``), not against the part itself.
+
+Threads that exist (a cgroup's ``pids.current``, the host's scheduling entities), running
+or not, never matter on their own (:data:`EXISTENCE_METRICS`): a worker pool
+started or a process that exits changes them by tens at no cost; what threads cost shows
+in runnable tasks, CPU time, memory and the fork rate.
 
 Memory that moves between free and reclaimable (page cache, buffers, reclaimable slab,
 free pages and free lists, :data:`COMPOSITION_METRICS`) never matters on its own: the host
@@ -112,6 +120,9 @@ DEFAULT_MEMORY_BYTES = 16.0 * 2**30
 DEFAULT_DISK_BPS = 100e6
 DEFAULT_DISK_IOPS = 1000.0
 DEFAULT_LINK_BPS = 125e6  # 1 Gbit/s
+#: Bytes/s one PCIe lane carries in one direction, by link generation (after line coding).
+PCIE_LANE_BPS = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969e6, 5: 3938e6, 6: 7563e6}
+DEFAULT_PCIE_BPS = 16 * PCIE_LANE_BPS[4]  # a PCIe 4.0 x16 link
 PACKET_BYTES = 1500.0
 PAGE_BYTES = 4096.0
 HUGE_PAGE_BYTES = 2.0 * 2**20
@@ -178,6 +189,8 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "vmstat.nr_file_hugepages", "vmstat.nr_file_pmdmapped",
                        "vmstat.workingset_nodes", "buddy.*", "cgroup.memory.stat.cache",
                        "cgroup.memory.stat.mapped_file")
+#: Counts of threads that exist, running or sleeping: never a cost on their own.
+EXISTENCE_METRICS = ("cgroup.pids.current", "loadavg.tasks")
 
 
 def is_side_effect(metric: str) -> bool:
@@ -203,13 +216,15 @@ class Capacity:
     disk_bps: Mapping[str, float] | None = None
     gpu_memory_bytes: Mapping[str, float] | None = None  # by the ``gpu`` label
     gpu_power_mw: Mapping[str, float] | None = None  # enforced power limit, by ``gpu``
+    gpu_pcie_bps: Mapping[str, float] | None = None  # one direction of the link, by ``gpu``
 
     def to_dict(self) -> dict[str, Any]:
         return {"memory_bytes": self.memory_bytes, "n_cpus": self.n_cpus,
                 "link_bytes_per_s": dict(self.link_bps or {}),
                 "disk_bytes_per_s": dict(self.disk_bps or {}),
                 "gpu_memory_bytes": dict(self.gpu_memory_bytes or {}),
-                "gpu_power_limit_mw": dict(self.gpu_power_mw or {})}
+                "gpu_power_limit_mw": dict(self.gpu_power_mw or {}),
+                "gpu_pcie_bytes_per_s": dict(self.gpu_pcie_bps or {})}
 
 
 def _label(channel: str, key: str) -> str:
@@ -233,9 +248,14 @@ def host_capacity(d_base: Telemetry) -> Capacity:
         disks: dict[str, float] = {}
         gpu_memory: dict[str, float] = {}
         gpu_power: dict[str, float] = {}
+        pcie: dict[str, dict[str, float]] = {}  # gpu -> metric -> its largest value
         for channel, i in index.items():
             metric = channel_metric(channel)
-            if metric in ("gpu.mem_total_bytes", "gpu.power_limit_mw"):
+            if metric in PCIE_LINK_METRICS:
+                top = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
+                if math.isfinite(top) and top > 0:
+                    pcie.setdefault(_label(channel, "gpu"), {})[metric] = top
+            elif metric in ("gpu.mem_total_bytes", "gpu.power_limit_mw"):
                 top = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
                 if math.isfinite(top) and top > 0:
                     mine = gpu_memory if metric == "gpu.mem_total_bytes" else gpu_power
@@ -251,7 +271,21 @@ def host_capacity(d_base: Telemetry) -> Capacity:
                     disks[dev] = max(disks.get(dev, 0.0), top)
     if not math.isfinite(memory) or memory <= 0:
         memory = DEFAULT_MEMORY_BYTES
-    return Capacity(memory, max(n_cpus, 1), links, disks, gpu_memory, gpu_power)
+    return Capacity(memory, max(n_cpus, 1), links, disks, gpu_memory, gpu_power,
+                    {gpu: bps for gpu, link in pcie.items() if (bps := pcie_bps(link)) > 0})
+
+
+PCIE_LINK_METRICS = ("gpu.pcie_gen_max", "gpu.pcie_width_max", "gpu.pcie_gen",
+                     "gpu.pcie_width")
+
+
+def pcie_bps(link: Mapping[str, float]) -> float:
+    """Bytes/s of one direction of a PCIe link from its generation and width (the
+    maximum the link can train to where known, else its current state; 0 if unknown)."""
+    gen = int(link.get("gpu.pcie_gen_max") or link.get("gpu.pcie_gen") or 0)
+    width = link.get("gpu.pcie_width_max") or link.get("gpu.pcie_width") or 0.0
+    lane = PCIE_LANE_BPS.get(gen, PCIE_LANE_BPS[max(PCIE_LANE_BPS)] if gen > 6 else 0.0)
+    return lane * float(width)
 
 
 @dataclass(frozen=True)
@@ -287,6 +321,10 @@ def _gpu_matter(channel: str, metric: str, unit: str, kind: str, level: float,
         limit = (capacity.gpu_power_mw or {}).get(gpu, DEFAULT_GPU_POWER_MW)
         return Matter(GPU_SHARE * limit,
                       f"{GPU_SHARE:.0%} of the GPU's {limit / 1e3:,.0f} W power limit")
+    if metric in ("gpu.pcie_tx_kbps", "gpu.pcie_rx_kbps"):
+        link = (capacity.gpu_pcie_bps or {}).get(gpu, DEFAULT_PCIE_BPS)
+        return Matter(LINK_SHARE * link / 1e3,
+                      f"{LINK_SHARE:.0%} of the GPU's {link / 1e9:,.1f} GB/s PCIe link")
     if unit == "°C":
         return Matter(GPU_TEMP_C, f"{GPU_TEMP_C:g} °C")
     if unit == "MHz" and math.isfinite(level):
@@ -311,6 +349,8 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     out: Matter | None = None
     if any(fnmatchcase(metric, p) for p in COMPOSITION_METRICS):
         return Matter(np.inf, "never alone: memory moving between free and reclaimable")
+    if metric in EXISTENCE_METRICS:
+        return Matter(np.inf, "never alone: threads that exist, running or not")
     if metric.startswith("gpu.") and (
             gpu := _gpu_matter(channel, metric, unit, kind, level, capacity)) is not None:
         out = gpu
@@ -485,6 +525,19 @@ def _fall_not_cause_columns(channels: tuple[str, ...]) -> np.ndarray:
     return np.array([fall_is_not_cause(channel_metric(c)) for c in channels], dtype=bool)
 
 
+#: Time spent waiting for a resource (pressure stall information): it rises because
+#: something uses the resource, and a claim names that use first where it matters too.
+WAITING_METRICS = ("psi.*", "cgroup.psi.*")
+
+
+@functools.lru_cache(maxsize=16)
+def _waiting_columns(channels: tuple[str, ...]) -> np.ndarray:
+    """Mask over feature columns, made once per column set: time spent waiting
+    (:data:`WAITING_METRICS`)."""
+    return np.array([any(fnmatchcase(channel_metric(c), p) for p in WAITING_METRICS)
+                     for c in channels], dtype=bool)
+
+
 def _surprising_rise(reasons: Sequence[Any]) -> Any:
     """The first of ``reasons`` whose window mean, median or sum rose at least
     :data:`SIGNIFICANT_Z` robust sigmas above the baseline, not a side effect (None if
@@ -494,6 +547,25 @@ def _surprising_rise(reasons: Sequence[Any]) -> Any:
                 and r.robust_z >= SIGNIFICANT_Z and not is_side_effect(r.metric)):
             return r
     return None
+
+
+def attribute_to_changes(evidence: Any, changed: set[str]) -> Any:
+    """``evidence`` attributed among the subsystems in ``changed`` (those holding a change
+    that matters and names a cause): the others give up their share of the explanation
+    and the rest is scaled to sum as before, so that a window, and an episode weighed
+    from its windows, is named by a subsystem whose change matters, the one its claim
+    speaks of. Unchanged when no subsystem of ``changed`` holds a share."""
+    from dataclasses import replace
+
+    shares = {s: v for s, v in evidence.subsystem_shares.items() if s in changed and v > 0}
+    total = sum(shares.values())
+    if total <= 0 or len(shares) == len(evidence.subsystem_shares):
+        return evidence
+    scale = sum(evidence.subsystem_shares.values()) / total
+    shares = {s: v * scale for s, v in shares.items()}
+    order = sorted(shares, key=lambda s: -shares[s])
+    return replace(evidence, subsystem_shares=shares,
+                   subsystems=[*order, *(s for s in evidence.subsystems if s not in shares)])
 
 
 def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np.ndarray,
@@ -533,12 +605,18 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
             first = reasons[:1] if keep_first else []
             rest = [r for r in reasons[len(first):] if r is not rise]
             return replace(evidence, reasons=[*first, rise, *rest])
+    # time spent waiting follows from what uses the resource: that use goes first
+    waiting = _waiting_columns(tuple(channels))
+    if (cause & ~waiting).any():
+        cause &= ~waiting
     size = change_size(row, median, least, features)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
     # a change that lasts through most of the window (its median moved) before a burst
     _, is_median, is_level = _feature_kinds(tuple(features))
     lasting = is_median & cause
     pool = lasting if lasting.any() else cause
+    if not keep_first:
+        evidence = attribute_to_changes(evidence, {subsystems[k] for k in np.flatnonzero(cause)})
     lead = evidence.subsystems[0] if evidence.subsystems else None
     in_lead = np.array([s == lead for s in subsystems]) & pool
     pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \

@@ -97,7 +97,11 @@ class Episode:
 
     def follow_lead(self) -> None:
         """Take the claim and reasons of the strongest window led by the episode's
-        subsystem (kept as they are when it led none)."""
+        subsystem. When that subsystem led no window, the episode is named by the
+        heaviest subsystem that led one, so that its name and its claim agree (kept as
+        they are when no window has a claim)."""
+        if self.subsystem not in self.leads and self.leads:
+            self.subsystem = max(self.leads, key=lambda s: self.weights.get(s, 0.0))
         best = self.leads.get(self.subsystem)
         if best is not None:
             self.claim, self.reasons = best["claim"], best["reasons"]

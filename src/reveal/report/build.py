@@ -47,8 +47,12 @@ def _summarise(group: list[Anomaly]) -> Episode:
     for a in group:
         weigh_subsystems(weight, a.subsystem_shares, a.score)
     subsystem = heaviest_subsystem(weight)
+    # the claim speaks of the subsystem the episode is named by: the strongest window
+    # that subsystem led (the peak when it led none)
+    led = [a for a in group if a.subsystems and a.subsystems[0] == subsystem and a.claim]
+    told = max(led, key=lambda a: a.score) if led else peak
     return Episode(min(a.start_ns for a in group), max(a.end_ns for a in group),
-                   [a.window_id for a in group], peak.score, subsystem, peak.claim)
+                   [a.window_id for a in group], peak.score, subsystem, told.claim)
 
 
 def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
