@@ -187,3 +187,20 @@ def test_locations_read_as_words():
     assert claim(reason("buddy.free_blocks{node=0,order=3,zone=Normal}", "std", 40, 2, 6.0)) \
         .startswith("Free memory blocks of one size order on NUMA node 0 (order 3, zone Normal) "
                     "varied by ±40 blocks")
+
+
+def test_a_claim_names_a_metric_by_its_whole_noun_phrase():
+    """A claim cuts a catalog description at its first parenthesis: a description must not
+    go on after one ("GPU memory (HBM) temperature" read "GPU memory rose to 41 °C")."""
+    from reveal.catalog import default_catalog
+    from reveal.report.claims import _short
+
+    def goes_on(description: str) -> bool:
+        after = (description.split(" (", 1)[1].split(")", 1) + [""])[1].strip()
+        return bool(after) and after[0] not in ",;:."
+
+    cut = [e.name for e in default_catalog().entries()
+           if " (" in (e.description or "") and goes_on(e.description)]
+    assert cut == []
+    assert _short(default_catalog().lookup("gpu.mem_temp_c").description) == \
+        "GPU memory temperature"

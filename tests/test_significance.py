@@ -357,8 +357,9 @@ def test_only_falls_that_matter_yield_to_a_surprising_rise():
 def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
     """The CPU fall is no cause while the retransmits rise: the window the detectors gave
     60 % to CPU is attributed to the network, where its claim is, and its shares still sum
-    as before. A window whose leading subsystem holds a change that matters keeps its
-    order; so does one where no subsystem with a share holds one."""
+    as before. Changes that last through the window (medians) outweigh bursts (sums); a
+    window where every subsystem with a share holds a lasting change keeps its shares, and
+    one where none does keeps them too."""
     from reveal.analyze.significance import attribute_to_changes, lead_with_cause
 
     channels, features = [BUSY, RETRANS], ["median", "sum"]
@@ -374,6 +375,10 @@ def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
     row_up = np.array([100.0, 3000.0])
     led = lead_with_cause(evidence, row_up, np.array([True, True]), least, scale, median,
                           channels, features, ["cpu", "network"])
-    assert led.subsystems == ["cpu", "network"] and led.subsystem_shares == {
-        "cpu": 0.6, "network": 0.4}
+    assert led.subsystems == ["cpu", "network"] and led.reasons[0].channel == BUSY
+    # a busy CPU all window long outweighs the retransmits' burst (a sum, no median)
+    assert led.subsystem_shares == {"cpu": 1.0}
+    both = lead_with_cause(evidence, row_up, np.array([True, True]), least, scale, median,
+                           channels, ["median", "median"], ["cpu", "network"])
+    assert both.subsystem_shares == {"cpu": 0.6, "network": 0.4}
     assert attribute_to_changes(evidence, {"gpu"}) is evidence

@@ -616,7 +616,9 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     lasting = is_median & cause
     pool = lasting if lasting.any() else cause
     if not keep_first:
-        evidence = attribute_to_changes(evidence, {subsystems[k] for k in np.flatnonzero(cause)})
+        # among the changes the claim is chosen from: a change that lasts through most
+        # of the window outweighs a burst elsewhere
+        evidence = attribute_to_changes(evidence, {subsystems[k] for k in np.flatnonzero(pool)})
     lead = evidence.subsystems[0] if evidence.subsystems else None
     in_lead = np.array([s == lead for s in subsystems]) & pool
     pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \
