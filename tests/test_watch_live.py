@@ -248,3 +248,37 @@ def test_a_new_steady_state_is_adopted_live_as_in_the_batch():
     assert not flagged[start >= 65].any()
     assert len(report.steady_states) == 1
     _assert_same(live, report)
+
+
+def test_a_window_that_holds_a_change_that_matters_is_scored_at_once():
+    """Windows scored five at a time, but a CPU hog from 60 s is scored as its windows
+    close, not up to four strides later; verdicts, evidence and claims are those of the
+    batch report either way, and the quiet windows before it wait for their batch."""
+    model = Reveal().fit(_synthetic(600, seed=1))
+    run = _synthetic(120, seed=3, fault=(60, 80))
+    run.meta.update(mem_total_bytes=24 * 2**30, n_cpus=2)
+    report = model.score(run)
+    late_at: list[int] = []
+    early_at: list[int] = []
+    late = replay(model, run, chunk_rows=1, score_every=5, scored_at=late_at)
+    early = replay(model, run, chunk_rows=1, score_every=5, early=True, scored_at=early_at)
+    _assert_same(late, report)
+    _assert_same(early, report)
+    scorer = LiveScorer(model)
+    closes = [scorer.rows_of(x.window_id)[1] for x in early]  # rows when each closed
+    first = next(i for i, x in enumerate(early) if x.flagged)
+    assert early_at[first] == closes[first]  # scored as it closed
+    assert late_at[first] > closes[first] or late_at[first - 1] > closes[first - 1]
+    start = (np.array([x.start_ns for x in early]) - run.timestamps_ns[0]) / 1e9
+    quiet = np.flatnonzero(start < 50)
+    assert sum(early_at[i] == closes[i] for i in quiet) <= len(quiet) // 5 + 1
+
+
+def test_a_model_that_judges_surprise_alone_is_never_scored_early():
+    model = Reveal(overrides={"detect.significance": False}).fit(_synthetic(600, seed=1))
+    run = _synthetic(60, seed=3, fault=(20, 40))
+    at: list[int] = []
+    live = replay(model, run, chunk_rows=1, score_every=5, early=True, scored_at=at)
+    scorer = LiveScorer(model)
+    assert live and all(at[i] != scorer.rows_of(x.window_id)[1] or (x.window_id + 1) % 5 == 0
+                        for i, x in enumerate(live))

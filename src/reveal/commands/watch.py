@@ -92,8 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score-every", type=int, default=5, metavar="N",
                         help="score windows N at a time (every N strides; default 5): a "
                              "scoring call costs much the same for one window as for five, "
-                             "so N divides the CPU, and adds up to N-1 strides to the time "
-                             "to an alert (1: each window as it closes)")
+                             "so N divides the CPU; a window holding a change that matters "
+                             "is scored at once (see --no-early) (1: each window as it "
+                             "closes)")
+    parser.add_argument("--no-early", dest="early", action="store_false",
+                        help="wait for the batch of --score-every windows even when a "
+                             "window holds a change that matters (adds up to N-1 strides "
+                             "to the time to an alert)")
     parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
                         help="multiply the model's threshold (tests and tuning: below 1 "
                              "flags more than `reveal analyze` would)")
@@ -139,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         listen=listen, alerts_file=args.alerts_file, webhook=args.alert_webhook,
         alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,
         score_every=args.score_every,
+        early=args.early,
         interval_s=args.interval, include=args.probes, exclude=args.exclude,
         probe_options=probe_options(args.probe_option), realtime=args.realtime,
         retain_s=args.retain, retain_bytes=args.retain_size,

@@ -8,6 +8,14 @@ on data outside it: the telemetry preset has no drift-following centre, and CPU 
 are taken within each window. When the scorer falls behind (a slow call), the windows that
 closed meanwhile are scored together in one call, in the same way.
 
+Between scoring calls, :meth:`LiveScorer.change_seen` looks at each newly closed window
+for a change that matters (a channel's window median, or an event count's sum, moved by
+its least change that matters and :data:`~reveal.analyze.significance.SIGNIFICANT_Z`
+robust σ): a window can be flagged only when it holds one, and the watch then scores at
+once instead of waiting for its batch. The look costs a derive and a median of one
+window's rows (about a tenth of a scoring call) and changes no verdict, only when it is
+given.
+
 The persistence rule is applied across calls as :func:`reveal.analyze.ensemble.persistent`
 applies it to a whole run: a window is flagged when its combined score and those of the
 ``persistence − 1`` windows before it exceed the threshold; windows before the first one
@@ -19,12 +27,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from reveal.analyze.derive import derive
 from reveal.analyze.direct import is_sign
 from reveal.analyze.ensemble import persistence_windows, persistent
 from reveal.analyze.evidence import WindowEvidence
@@ -34,11 +44,14 @@ from reveal.analyze.pipeline import (
     held_levels,
     rows_per_window,
     settle_windows,
+    significance_scales,
     significant_cells_of,
     stride_seconds,
     usable_channels,
     window_config,
 )
+from reveal.analyze.significance import SIGNIFICANT_Z, gate_active
+from reveal.catalog import default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 from reveal.model import Reveal
@@ -143,6 +156,10 @@ class LiveScorer:
         # across calls (a new steady state, see reveal.analyze.steady)
         self._rows: deque[np.ndarray] = deque(
             maxlen=max(settle_windows(self.fitted, self.fitted.interval_s) - 1, 1))
+        self._watched = _watched_columns(self.fitted)
+        self._checked = -1  # the last window change_seen looked at
+        self._changed: frozenset[str] = frozenset()  # channels changed in that window
+        self._last_above = False  # the last window scored was above the threshold
 
     # -- where windows are -------------------------------------------------------------
     def rows_of(self, window_id: int) -> tuple[int, int]:
@@ -158,6 +175,45 @@ class LiveScorer:
     def pending(self, total: int) -> int:
         """Windows closed but not yet scored."""
         return max(0, self.closed(total) - self.next_window)
+
+    # -- a look between scoring calls --------------------------------------------------
+    def change_seen(self, read: Callable[[int, int], Telemetry], total: int,
+                    oldest: int = 0) -> bool:
+        """Whether the newest closed window, not scored yet, asks to be scored now: it
+        holds a change that matters that the window before did not (or the last window
+        scored was above the threshold, so persistence waits on this one). Each window is
+        looked at once; False when the model judges surprise alone."""
+        window = self.closed(total) - 1
+        if self._watched is None or window < self.next_window or window <= self._checked:
+            return False
+        start, stop = self.rows_of(window)
+        if start < oldest:
+            return False
+        self._checked = window
+        changed = self._changes(read(start, stop))
+        new = bool(changed - self._changed)
+        self._changed = changed
+        return bool(changed) and (new or self._last_above)
+
+    def _changes(self, tel: Telemetry) -> frozenset[str]:
+        """Channels whose window median (or sum, for event counts) moved by a change that
+        matters in ``tel`` (one window's rows and the one before)."""
+        assert self._watched is not None
+        derived, _ = derive(tel, default_catalog())
+        index = {c: i for i, c in enumerate(derived.channels)}
+        watched = [(k, index[c]) for k, c in enumerate(self._watched.channels) if c in index]
+        if not watched or derived.n_samples == 0:
+            return frozenset()
+        cols, where = (np.array(a, dtype=np.intp) for a in zip(*watched, strict=True))
+        rows = derived.values[-self.size:, where]
+        w = self._watched
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            now = np.where(w.is_sum[cols], np.nansum(rows, axis=0), np.nanmedian(rows, axis=0))
+        change = np.abs(now - w.median[cols])
+        moved = (change >= w.least[cols]) & (change >= SIGNIFICANT_Z * w.scale[cols]) \
+            & (change > 0)
+        return frozenset(w.channels[k] for k in cols[moved])
 
     # -- scoring -----------------------------------------------------------------------
     def score(self, read: Callable[[int, int], Telemetry], total: int,
@@ -220,6 +276,7 @@ class LiveScorer:
         if self.persistence > 1:
             for a in above:
                 self._recent.append(bool(a))
+        self._last_above = bool(above[-1]) if len(above) else self._last_above
         evidence = {e.window_id: e for e in analysis.evidence}
         # the words of the report (claims), from the same report code as `reveal analyze`
         claims = ({a.window_id: a.claim for a in build_report(self.fitted, analysis).anomalies}
@@ -252,10 +309,51 @@ class LiveScorer:
         return [c for c in usable_channels(tel) if c not in known]
 
 
+@dataclass(frozen=True)
+class _Watched:
+    """The columns :meth:`LiveScorer.change_seen` looks at: one per channel, its window
+    median (its sum for event counts), with the baseline median, the least change that
+    matters and the scale a change must exceed :data:`SIGNIFICANT_Z` times."""
+
+    channels: list[str]
+    is_sum: np.ndarray
+    median: np.ndarray
+    least: np.ndarray
+    scale: np.ndarray
+
+
+def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
+    """The median and sum columns of channels as recorded (CPU ranks are left out: their
+    channel names exist only after ranking), or None where significance is not judged."""
+    least = getattr(fitted, "significance", None)
+    if least is None or not gate_active(np.asarray(least, dtype=np.float64)):
+        return None
+    least = np.asarray(least, dtype=np.float64)
+    scale = significance_scales(fitted)
+    median = np.asarray(fitted.median, dtype=np.float64)
+    picked: dict[str, int] = {}
+    for k, (channel, feature) in enumerate(zip(fitted.column_channels,
+                                               fitted.column_features, strict=True)):
+        if feature not in ("median", "sum") or not np.isfinite(least[k]) or least[k] <= 0:
+            continue
+        if "cpu=r" in channel:  # a CPU rank
+            continue
+        if channel not in picked or feature == "median":
+            picked[channel] = k
+    if not picked:
+        return None
+    ks = np.array(list(picked.values()), dtype=np.intp)
+    return _Watched(list(picked), np.array([fitted.column_features[k] == "sum" for k in ks]),
+                    median[ks], least[ks], scale[ks])
+
+
 def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
-           **options) -> list[LiveWindow]:
+           score_every: int = 1, early: bool = False,
+           scored_at: list[int] | None = None, **options) -> list[LiveWindow]:
     """Feed ``tel`` through a :class:`SampleBuffer` in chunks (sizes cycled from
-    ``chunk_rows``) and score windows as they close, as ``reveal watch`` does."""
+    ``chunk_rows``) and score windows as ``reveal watch`` does: ``score_every`` at a time,
+    and at once where ``early`` and :meth:`LiveScorer.change_seen` asks. ``scored_at``,
+    if given, receives for each window the rows the buffer held when it was scored."""
     from reveal.live.buffer import SampleBuffer
 
     sizes = [chunk_rows] if isinstance(chunk_rows, int) else list(chunk_rows)
@@ -271,5 +369,16 @@ def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
         block = slice(row, min(row + n, tel.n_samples))
         buffer.append_block(tel.timestamps_ns[block], tel.values[block])
         row = block.stop
-        out += scorer.score(buffer.read, buffer.total, buffer.oldest)
-    return out
+        pending = scorer.pending(buffer.total)
+        if pending < score_every and not (
+                pending and early
+                and scorer.change_seen(buffer.read, buffer.total, buffer.oldest)):
+            continue
+        windows = scorer.score(buffer.read, buffer.total, buffer.oldest)
+        if scored_at is not None:
+            scored_at += [buffer.total] * len(windows)
+        out += windows
+    windows = scorer.score(buffer.read, buffer.total, buffer.oldest)  # what is left
+    if scored_at is not None:
+        scored_at += [buffer.total] * len(windows)
+    return out + windows

@@ -112,6 +112,8 @@ class WatchOptions:
     alertmanager: str | None = None
     threshold_factor: float = 1.0
     score_every: int = 5
+    # score at once a window that holds a change that matters (LiveScorer.change_seen)
+    early: bool = True
     interval_s: float = 0.1
     include: list[str] | None = None
     exclude: list[str] | None = None
@@ -412,7 +414,10 @@ class Watch:
                 continue
             if buffer.layout_changes != self._layouts_seen:
                 self._check_channels()
-            if self.scorer.pending(buffer.total) < self.options.score_every:
+            pending = self.scorer.pending(buffer.total)
+            if pending < self.options.score_every and not (
+                    pending and self.options.early
+                    and self.scorer.change_seen(buffer.read, buffer.total, buffer.oldest)):
                 continue  # windows are scored in batches (each call has a fixed cost)
             t0 = time.monotonic()
             windows = self.scorer.score(buffer.read, buffer.total, buffer.oldest)
