@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 
@@ -46,5 +46,18 @@ def weigh_subsystems(weights: dict[str, float], shares: Mapping[str, float],
 
 def heaviest_subsystem(weights: Mapping[str, float], default: str = "unknown") -> str:
     """The subsystem that weighs most in ``weights`` (from :func:`weigh_subsystems`; the
-    first of equals), ``default`` when there is none: the subsystem an episode is named by."""
+    first of equals), ``default`` when there is none."""
     return max(weights, key=weights.__getitem__) if weights else default
+
+
+def named_subsystem(weights: Mapping[str, float], led: Collection[str],
+                    default: str = "unknown") -> str:
+    """The subsystem an episode (batch or live) is named by: the heaviest in ``weights``
+    (:func:`heaviest_subsystem`), unless it led none of the episode's windows that have a
+    claim (``led``: the leading subsystem of each), since the episode's claim, the
+    strongest window its subsystem led, could not speak of it; then the heaviest of those
+    that led one."""
+    top = heaviest_subsystem(weights, default)
+    if not led or top in led:
+        return top
+    return max(led, key=lambda s: weights.get(s, 0.0))

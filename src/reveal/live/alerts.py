@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal._version import __version__
-from reveal.analyze.evidence import heaviest_subsystem, weigh_subsystems
+from reveal.analyze.evidence import named_subsystem, weigh_subsystems
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.live.scorer import LiveWindow
@@ -96,12 +96,10 @@ class Episode:
                                             "reasons": reasons_of(window)}
 
     def follow_lead(self) -> None:
-        """Take the claim and reasons of the strongest window led by the episode's
-        subsystem. When that subsystem led no window, the episode is named by the
-        heaviest subsystem that led one, so that its name and its claim agree (kept as
-        they are when no window has a claim)."""
-        if self.subsystem not in self.leads and self.leads:
-            self.subsystem = max(self.leads, key=lambda s: self.weights.get(s, 0.0))
+        """Name the episode (:func:`reveal.analyze.evidence.named_subsystem`) and take the
+        claim and reasons of the strongest window its subsystem led (kept as they are
+        when no window has a claim)."""
+        self.subsystem = named_subsystem(self.weights, self.leads, default=self.subsystem)
         best = self.leads.get(self.subsystem)
         if best is not None:
             self.claim, self.reasons = best["claim"], best["reasons"]
@@ -342,7 +340,6 @@ class EpisodeTracker:
         ev = window.evidence
         if ev is not None:
             weigh_subsystems(ep.weights, ev.subsystem_shares, window.combined)
-        ep.subsystem = heaviest_subsystem(ep.weights, default=ep.subsystem)
         if window.combined > ep.peak_score:
             ep.peak_score = window.combined
             ep.detectors = list(window.detectors)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from reveal._version import __version__
-from reveal.analyze.evidence import Reason, heaviest_subsystem, weigh_subsystems
+from reveal.analyze.evidence import Reason, named_subsystem, weigh_subsystems
 from reveal.analyze.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
@@ -46,7 +46,8 @@ def _summarise(group: list[Anomaly]) -> Episode:
     weight: dict[str, float] = {}
     for a in group:
         weigh_subsystems(weight, a.subsystem_shares, a.score)
-    subsystem = heaviest_subsystem(weight)
+    subsystem = named_subsystem(weight, {a.subsystems[0] for a in group
+                                         if a.subsystems and a.claim})
     # the claim speaks of the subsystem the episode is named by: the strongest window
     # that subsystem led (the peak when it led none)
     led = [a for a in group if a.subsystems and a.subsystems[0] == subsystem and a.claim]
