@@ -20,6 +20,7 @@ import pytest
 from reveal.cli import main
 from reveal.inject.benign import BENIGN, QUICK, leftovers
 from reveal.inject.benign.base import benign_ifname, benign_name
+from reveal.inject.benign.suite import BenignOptions
 from reveal.inject.cleanup import make_temp_dir, netns_names, tagged_processes
 from reveal.inject.faults import FAULTS, Fault, FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import EventLog, load_episodes
@@ -113,6 +114,22 @@ def test_registry_lists_benign_kinds_with_descriptions() -> None:
     informational = {k for k, c in BENIGN.items() if c.informational}  # type: ignore[attr-defined]
     assert informational == {"container_start_stop", "new_interface"}
     assert not any(getattr(c, "benign", False) for c in FAULTS.values())
+
+
+def test_the_watch_restart_needs_a_live_watch_and_restarts_it_once(tmp_path: Path) -> None:
+    from reveal.inject.benign import BATCH_KINDS, LIVE_ONLY
+
+    assert "watch_restart" in LIVE_ONLY and "watch_restart" not in BATCH_KINDS
+    assert BenignOptions().kinds == BATCH_KINDS
+    alone = make_fault("watch_restart", "default", FaultContext(tmp_path))
+    assert "live" in (alone.check() or "")
+    calls: list[int] = []
+    fault = make_fault("watch_restart", "default",
+                       FaultContext(tmp_path, restart_watch=lambda: calls.append(1)))
+    assert fault.check() is None
+    fault.begin()
+    fault.end()
+    assert calls == [1]
 
 
 def test_interface_names_fit_the_kernel_limit_and_name_their_owner() -> None:

@@ -57,7 +57,8 @@ def test_alert_episodes_are_counted_over_the_whole_span_and_matched_to_kinds() -
     (["--benign", "--live", "--gap-seconds", "5"], "at least 30"),
     (["--benign", "--live", "--score-every", "0"], "--score-every"),
     (["--benign", "--live", "--reanalyse", "."], "cannot --reanalyse"),
-    (["--benign", "--clean-seconds", "60"], "--clean-seconds does not apply")])
+    (["--benign", "--clean-seconds", "60"], "--clean-seconds does not apply"),
+    (["--benign", "--faults", "cron_burst,watch_restart"], "live watch only")])
 def test_benign_live_option_errors_are_one_line(argv, says, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["validate", *argv, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -67,18 +68,23 @@ def test_benign_live_option_errors_are_one_line(argv, says, tmp_path: Path, caps
 def test_quick_benign_suite_on_a_live_watch(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     if os.geteuid() != 0:
         pytest.skip("needs root (the collector's probes, the activities' cleanup)")
-    assert main(["validate", "--benign", "--live", "--quick", "--quiet",
-                 "--out", str(tmp_path)]) == 0
+    assert main(["validate", "--benign", "--live", "--quick", "--quiet", "--faults",
+                 "cron_burst,watch_restart,new_interface", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "benign_live.json").read_text())
     assert result["mode"] == "live" and result["settings"]["baseline_s"] == 60.0
     rows = result["summary"]["rows"]
-    assert [r["kind"] for r in rows] == ["cron_burst", "page_cache_drop", "new_interface"]
+    assert [r["kind"] for r in rows] == ["cron_burst", "watch_restart", "new_interface"]
     assert all(r["activity_s"] > 0 for r in rows)
+    # the watch was restarted on its state: it loaded the model it had learned and scored
+    first = (tmp_path / "live" / "benign" / "watch.log").read_text()
+    again = (tmp_path / "live" / "benign" / "watch-restart1.log").read_text()
+    assert "learned in" in first and "learned in" not in again and "; scoring" in again
+    assert "new_interface" in (tmp_path / "live" / "benign" / "events.jsonl").read_text()
     total = result["summary"]["total"]
     assert total["alert_episodes"] == len(result["summary"]["alerts"])
     assert result["met"]["alert_episodes"] == (total["alert_episodes"] <= 1)
     events = (tmp_path / "live" / "benign" / "events.jsonl").read_text().splitlines()
-    assert {json.loads(e)["kind"] for e in events} >= {"cron_burst", "new_interface"}
+    assert {json.loads(e)["kind"] for e in events} >= {"cron_burst", "watch_restart"}
     assert (tmp_path / "benign_live.md").read_text().startswith("# Benign-change suite on a "
                                                                  "live watch")
     assert "Alert episodes over" in capsys.readouterr().out

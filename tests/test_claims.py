@@ -196,7 +196,7 @@ def test_a_claim_names_a_metric_by_its_whole_noun_phrase():
     from reveal.report.claims import _short
 
     def goes_on(description: str) -> bool:
-        after = (description.split(" (", 1)[1].split(")", 1) + [""])[1].strip()
+        after = description.split(" (", 1)[1].partition(")")[2].strip()
         return bool(after) and after[0] not in ",;:."
 
     cut = [e.name for e in default_catalog().entries()

@@ -192,6 +192,13 @@ def _run_benign(args: argparse.Namespace) -> int:
         from reveal.inject.benign.live import LEARN_S, QUICK_LEARN_S
 
         changes["baseline_s"] = QUICK_LEARN_S if args.quick else LEARN_S
+    from reveal.inject.benign import BENIGN, LIVE_ONLY
+
+    if args.live and args.faults is None and not args.quick:
+        changes["kinds"] = tuple(BENIGN)  # the live-only kinds too
+    live_only = [k for k in (args.faults or ()) if k in LIVE_ONLY]
+    if live_only and not args.live:
+        raise RevealError(f"{', '.join(live_only)} runs beside a live watch only (--live)")
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
 
     def say(message: str) -> None:

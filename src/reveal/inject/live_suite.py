@@ -60,6 +60,8 @@ RSS_EVERY_S = 10.0
 #: Memory growth over a clean span is judged from this long after its start (seconds):
 #: the first minutes still hold what the fit allocated.
 SETTLE_RSS_S = 300.0
+#: How long a restarted watch may take to load its model and score again (seconds).
+RESTART_WAIT_S = 120.0
 TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
            "attribution_accuracy": 0.90}
 
@@ -258,7 +260,22 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
             clean = _clean_span(watch, clean_s, say)
         time.sleep(gap)
         events = EventLog(here)
-        context = FaultContext(workdir, netns)
+        restarts = 0
+
+        def restart_watch() -> None:
+            """Stop the watch (SIGTERM) and start it again on its state directory; return
+            once it scores (with the saved model) again."""
+            nonlocal watch, restarts
+            assert watch is not None
+            restarts += 1
+            processes.stop(watch, grace_s=30.0)  # as systemd would wait for it
+            again = here / f"watch-restart{restarts}.log"
+            watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
+                                                scenario.interval_s, receiver.url,
+                                                score_every), stdout=again)
+            _wait_scoring(again, watch, RESTART_WAIT_S)
+
+        context = FaultContext(workdir, netns, restart_watch=restart_watch)
         for i, plan in enumerate(plans, 1):
             fault = make_fault(plan.kind, plan.intensity, context)
             why = fault.check()

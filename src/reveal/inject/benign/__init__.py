@@ -23,6 +23,8 @@ clock_step             software         CLOCK_REALTIME +0.5 s, back 3 s later
 checkpoint             storage          150 MB written in 4 MiB chunks, fsynced
 epoch_boundary         storage          200 MB of shards written, evicted, read through
 load_change            cpu              one process busy 5 ms of every 100 ms (≈ 5 % CPU)
+watch_restart          software         reveal watch stopped and started on its state
+                                        (live suite only: :data:`LIVE_ONLY`)
 =====================  =========  ====  ===============================================
 """
 
@@ -36,15 +38,21 @@ from reveal.inject.benign.devtools import GitCommit, PackageInstall, ShortCompil
 from reveal.inject.benign.job import Checkpoint, EpochBoundary, LoadChange
 from reveal.inject.benign.login import SshLogin
 from reveal.inject.benign.logs import CronBurst, LogRotation
+from reveal.inject.benign.watch import WatchRestart
 from reveal.inject.faults.base import Fault
 
 BENIGN: dict[str, type[Fault]] = {
     cls.kind: cls for cls in (
         PageCacheDrop, ThpCompact, GitCommit, ShortCompile, PackageInstall, LogRotation,
         CronBurst, SshLogin, ContainerStartStop, NewInterface, ClockStep, Checkpoint,
-        EpochBoundary, LoadChange,
+        EpochBoundary, LoadChange, WatchRestart,
     )
 }
+
+#: Kinds that need the running watch of the live suite (the batch suite leaves them out).
+LIVE_ONLY = ("watch_restart",)
+#: The batch suite's kinds.
+BATCH_KINDS = tuple(k for k in BENIGN if k not in LIVE_ONLY)
 
 #: Three kinds for ``reveal validate --benign --quick``: a burst of processes, the page
 #: cache dropped, and one informational kind.
@@ -55,4 +63,5 @@ def is_informational(kind: str) -> bool:
     return bool(getattr(BENIGN[kind], "informational", False))
 
 
-__all__ = ["BENIGN", "PREFIX", "QUICK", "BenignActivity", "is_informational"]
+__all__ = ["BATCH_KINDS", "BENIGN", "LIVE_ONLY", "PREFIX", "QUICK", "BenignActivity",
+           "is_informational"]

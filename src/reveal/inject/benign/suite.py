@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from reveal.errors import RevealError
-from reveal.inject.benign import BENIGN, QUICK, is_informational
+from reveal.inject.benign import BATCH_KINDS, BENIGN, QUICK, is_informational
 from reveal.inject.groundtruth import Episode
 from reveal.inject.scenario import (
     EpisodePlan,
@@ -48,7 +48,7 @@ RESULT_JSON, RESULT_MD = "benign.json", "benign.md"
 class BenignOptions:
     """Which kinds, and the timing of every recording (seconds)."""
 
-    kinds: tuple[str, ...] = tuple(BENIGN)
+    kinds: tuple[str, ...] = BATCH_KINDS  # the live suite adds LIVE_ONLY
     baseline_s: float = 90.0
     run_s: float = 90.0
     at_s: float = 35.0  # the activity starts this long into its run

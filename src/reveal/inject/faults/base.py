@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,10 +31,12 @@ from reveal.inject.netns import NetnsPair
 @dataclass
 class FaultContext:
     """Where a fault may act: a scratch directory it owns and, for network faults, the
-    suite's namespace pair."""
+    suite's namespace pair; on a live suite, how to restart its watch (returns once the
+    new process scores)."""
 
     workdir: Path
     netns: NetnsPair | None = None
+    restart_watch: Callable[[], None] | None = None
 
 
 class Fault(ABC):
