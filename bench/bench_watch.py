@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resolve-after", default="5s")
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--score-every", type=int, default=5, help="the watch's --score-every")
+    parser.add_argument("--no-early", dest="early", action="store_false",
+                        help="the watch's --no-early (batches only)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/watch.json")
     args = parser.parse_args(argv)
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
@@ -190,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "reveal.cli", "watch", "--state", str(Path(tmp) / "state"),
              "--learn", args.learn, *short, "--interval", str(args.interval),
              "--resolve-after", args.resolve_after, "--listen", f"127.0.0.1:{port}",
-             "--alert-webhook", receiver.url, "--score-every", str(args.score_every)],
+             "--alert-webhook", receiver.url, "--score-every", str(args.score_every),
+             *([] if args.early else ["--no-early"])],
             stdout=subprocess.DEVNULL, stderr=open(log, "wb"))  # noqa: SIM115
         scraper = Scraper(port)
         scraper.start()
@@ -210,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             loop.stdin.close()
             time.sleep(2)
             rss = [rss_bytes(watch.pid)]
+            calls_before = (scraper.value("reveal_scoring_calls_total"),
+                            scraper.value("reveal_scoring_calls_early_total"))
             threads_before = thread_cpu_ns(watch.pid)
             before = (tree_cpu_ns(watch.pid), process_cpu_ns(loop.pid), time.monotonic())
             deadline = time.monotonic() + args.seconds
@@ -223,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             watch_pct = 100 * (after[0] - before[0]) / 1e9 / wall
             floor_pct = 100 * (after[1] - before[1]) / 1e9 / wall
             scoring_s = scraper.value("reveal_scoring_duration_seconds")
+            time.sleep(1.5)  # a scrape after the window's end
+            calls = {"calls": scraper.value("reveal_scoring_calls_total") - calls_before[0],
+                     "early": scraper.value("reveal_scoring_calls_early_total")
+                     - calls_before[1]}
             latencies, missed, not_quiet = [], 0, 0
             kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
             by_kind: dict[str, list[float | None]] = {k: [] for k in kinds}
@@ -282,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "watch_pct_core_by_thread": by_thread,
         "ratio_to_floor": round(watch_pct / floor_pct, 2) if floor_pct > 0 else None,
         "last_scoring_call_s": round(scoring_s, 4),
+        "early": args.early, "scoring_calls_in_window": calls,
         "rss_bytes": rss_summary(rss, RSS_EVERY_S),
         "fault_to_alert_s": {
             "faults": args.faults, "alerted": len(latencies), "missed": missed,

@@ -160,6 +160,11 @@ class WatchCollector:
                       s.get("scoring_lag_s", 0.0))
         yield _single(GaugeMetricFamily, "reveal_scoring_duration_seconds",
                       "Wall time of the last scoring call", s.get("scoring_s", 0.0))
+        yield _single(CounterMetricFamily, "reveal_scoring_calls",
+                      "Scoring calls", s.get("scoring_calls", 0))
+        yield _single(CounterMetricFamily, "reveal_scoring_calls_early",
+                      "Scoring calls made before their batch was full, for a window holding "
+                      "a change that matters", s.get("scoring_calls_early", 0))
 
     @staticmethod
     def _alerts(s: dict[str, Any]) -> Iterator[Metric]:

@@ -57,6 +57,9 @@ from reveal.frame import Telemetry
 from reveal.model import Reveal
 from reveal.report.build import build_report
 
+#: Windows whose changed channels :meth:`LiveScorer.change_seen` remembers: a change in a
+#: channel changed in one of them asks for no early scoring.
+RECENT_CHANGES = 10
 #: Rows before a window's first that derive consumes (a rate needs the sample before).
 DERIVE_LEAD = 1
 
@@ -158,7 +161,8 @@ class LiveScorer:
             maxlen=max(settle_windows(self.fitted, self.fitted.interval_s) - 1, 1))
         self._watched = _watched_columns(self.fitted)
         self._checked = -1  # the last window change_seen looked at
-        self._changed: frozenset[str] = frozenset()  # channels changed in that window
+        # channels changed in each of the last windows looked at
+        self._changed: deque[frozenset[str]] = deque(maxlen=RECENT_CHANGES)
         self._last_above = False  # the last window scored was above the threshold
 
     # -- where windows are -------------------------------------------------------------
@@ -180,9 +184,11 @@ class LiveScorer:
     def change_seen(self, read: Callable[[int, int], Telemetry], total: int,
                     oldest: int = 0) -> bool:
         """Whether the newest closed window, not scored yet, asks to be scored now: it
-        holds a change that matters that the window before did not (or the last window
-        scored was above the threshold, so persistence waits on this one). Each window is
-        looked at once; False when the model judges surprise alone."""
+        holds a change that matters in a channel that held none in the
+        :data:`RECENT_CHANGES` windows before (a channel that flickers around its least
+        change asks once), or the last window scored was above the threshold, so
+        persistence waits on this one. Each window is looked at once; False when the
+        model judges surprise alone."""
         window = self.closed(total) - 1
         if self._watched is None or window < self.next_window or window <= self._checked:
             return False
@@ -191,8 +197,8 @@ class LiveScorer:
             return False
         self._checked = window
         changed = self._changes(read(start, stop))
-        new = bool(changed - self._changed)
-        self._changed = changed
+        new = bool(changed.difference(*self._changed))
+        self._changed.append(changed)
         return bool(changed) and (new or self._last_above)
 
     def _changes(self, tel: Telemetry) -> frozenset[str]:

@@ -160,7 +160,7 @@ class Watch:
         self.server: Any = None
         self.tracker: EpisodeTracker | None = None
         self.last_window: LiveWindow | None = None
-        self.counts = {"scored": 0, "flagged": 0}
+        self.counts = {"scored": 0, "flagged": 0, "calls": 0, "early": 0}
         #: monotonic ns: the end of the last window above the threshold, and when the
         #: current model began to score (a refit learns only from a quiet span after both)
         self.last_above_ns = 0
@@ -415,7 +415,8 @@ class Watch:
             if buffer.layout_changes != self._layouts_seen:
                 self._check_channels()
             pending = self.scorer.pending(buffer.total)
-            if pending < self.options.score_every and not (
+            early = pending < self.options.score_every
+            if early and not (
                     pending and self.options.early
                     and self.scorer.change_seen(buffer.read, buffer.total, buffer.oldest)):
                 continue  # windows are scored in batches (each call has a fixed cost)
@@ -424,6 +425,8 @@ class Watch:
             if not windows:
                 continue
             self.scoring_s = time.monotonic() - t0
+            self.counts["calls"] += 1
+            self.counts["early"] += int(early)
             for w in windows:
                 self.counts["scored"] += 1
                 self.counts["flagged"] += int(w.flagged)
@@ -730,6 +733,8 @@ class Watch:
             "window_end_unix": (w.end_ns + self.wall_offset) / 1e9 if w else None,
             "windows_scored": self.counts["scored"],
             "windows_flagged": self.counts["flagged"],
+            "scoring_calls": self.counts["calls"],
+            "scoring_calls_early": self.counts["early"],
             "windows_skipped": self.scorer.skipped if self.scorer else 0,
             "scoring_lag_s": self.scoring_lag_s,
             "scoring_s": self.scoring_s,
