@@ -518,24 +518,17 @@ def change_size(row: np.ndarray, median: np.ndarray, least: np.ndarray,
         return moved / np.where(unit > 0, unit, np.nan)
 
 
-@functools.lru_cache(maxsize=16)
-def _fall_not_cause_columns(channels: tuple[str, ...]) -> np.ndarray:
-    """Mask over feature columns, made once per column set: the channel's fall is no
-    cause (:func:`fall_is_not_cause`)."""
-    return np.array([fall_is_not_cause(channel_metric(c)) for c in channels], dtype=bool)
+@functools.lru_cache(maxsize=32)
+def _columns_matching(channels: tuple[str, ...], patterns: tuple[str, ...]) -> np.ndarray:
+    """Mask over feature columns, made once per column set: the channel's metric matches
+    one of ``patterns``."""
+    return np.array([any(fnmatchcase(channel_metric(c), p) for p in patterns)
+                     for c in channels], dtype=bool)
 
 
 #: Time spent waiting for a resource (pressure stall information): it rises because
 #: something uses the resource, and a claim names that use first where it matters too.
 WAITING_METRICS = ("psi.*", "cgroup.psi.*")
-
-
-@functools.lru_cache(maxsize=16)
-def _waiting_columns(channels: tuple[str, ...]) -> np.ndarray:
-    """Mask over feature columns, made once per column set: time spent waiting
-    (:data:`WAITING_METRICS`)."""
-    return np.array([any(fnmatchcase(channel_metric(c), p) for p in WAITING_METRICS)
-                     for c in channels], dtype=bool)
 
 
 def _surprising_rise(reasons: Sequence[Any]) -> Any:
@@ -595,7 +588,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
         return evidence
     # less work done is where the job waits, less waiting no slowdown: others go first
     with np.errstate(invalid="ignore"):
-        relief = _fall_not_cause_columns(tuple(channels)) & (row < median)
+        relief = _columns_matching(tuple(channels), FALL_NOT_CAUSE_METRICS) & (row < median)
     if (cause & ~relief).any():
         cause &= ~relief
     else:  # only falls that are no cause matter: a surprising rise elsewhere goes first
@@ -606,7 +599,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
             rest = [r for r in reasons[len(first):] if r is not rise]
             return replace(evidence, reasons=[*first, rise, *rest])
     # time spent waiting follows from what uses the resource: that use goes first
-    waiting = _waiting_columns(tuple(channels))
+    waiting = _columns_matching(tuple(channels), WAITING_METRICS)
     if (cause & ~waiting).any():
         cause &= ~waiting
     size = change_size(row, median, least, features)

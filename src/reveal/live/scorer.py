@@ -38,6 +38,7 @@ from reveal.analyze.derive import derive
 from reveal.analyze.direct import is_sign
 from reveal.analyze.ensemble import persistence_windows, persistent
 from reveal.analyze.evidence import WindowEvidence
+from reveal.analyze.percpu import RANK_PREFIX
 from reveal.analyze.pipeline import (
     FittedAnalysis,
     analyse,
@@ -164,6 +165,9 @@ class LiveScorer:
         # channels changed in each of the last windows looked at
         self._changed: deque[frozenset[str]] = deque(maxlen=RECENT_CHANGES)
         self._last_above = False  # the last window scored was above the threshold
+        # derived channels of the last window looked at, and where the watched ones are
+        self._layout: tuple[list[str], np.ndarray, np.ndarray] = (
+            [], np.zeros(0, np.intp), np.zeros(0, np.intp))
 
     # -- where windows are -------------------------------------------------------------
     def rows_of(self, window_id: int) -> tuple[int, int]:
@@ -181,6 +185,14 @@ class LiveScorer:
         return max(0, self.closed(total) - self.next_window)
 
     # -- a look between scoring calls --------------------------------------------------
+    def due(self, read: Callable[[int, int], Telemetry], total: int, oldest: int,
+            score_every: int, early: bool) -> bool:
+        """Whether to score now: ``score_every`` windows wait, or (with ``early``) the
+        newest holds a change that asks for it (:meth:`change_seen`)."""
+        pending = self.pending(total)
+        return pending >= score_every or bool(
+            pending and early and self.change_seen(read, total, oldest))
+
     def change_seen(self, read: Callable[[int, int], Telemetry], total: int,
                     oldest: int = 0) -> bool:
         """Whether the newest closed window, not scored yet, asks to be scored now: it
@@ -206,11 +218,16 @@ class LiveScorer:
         matters in ``tel`` (one window's rows and the one before)."""
         assert self._watched is not None
         derived, _ = derive(tel, default_catalog())
-        index = {c: i for i, c in enumerate(derived.channels)}
-        watched = [(k, index[c]) for k, c in enumerate(self._watched.channels) if c in index]
-        if not watched or derived.n_samples == 0:
+        if derived.channels != self._layout[0]:  # the buffer's layout changed: map again
+            index = {c: i for i, c in enumerate(derived.channels)}
+            pairs = [(k, index[c]) for k, c in enumerate(self._watched.channels)
+                     if c in index]
+            cols, where = (np.array(a, dtype=np.intp) for a in zip(*pairs, strict=True)) \
+                if pairs else (np.zeros(0, np.intp), np.zeros(0, np.intp))
+            self._layout = (list(derived.channels), cols, where)
+        _, cols, where = self._layout
+        if not len(cols) or derived.n_samples == 0:
             return frozenset()
-        cols, where = (np.array(a, dtype=np.intp) for a in zip(*watched, strict=True))
         rows = derived.values[-self.size:, where]
         w = self._watched
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -342,7 +359,7 @@ def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
                                                fitted.column_features, strict=True)):
         if feature not in ("median", "sum") or not np.isfinite(least[k]) or least[k] <= 0:
             continue
-        if "cpu=r" in channel:  # a CPU rank
+        if f"cpu={RANK_PREFIX}" in channel:  # a CPU rank
             continue
         if channel not in picked or feature == "median":
             picked[channel] = k
@@ -375,10 +392,7 @@ def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
         block = slice(row, min(row + n, tel.n_samples))
         buffer.append_block(tel.timestamps_ns[block], tel.values[block])
         row = block.stop
-        pending = scorer.pending(buffer.total)
-        if pending < score_every and not (
-                pending and early
-                and scorer.change_seen(buffer.read, buffer.total, buffer.oldest)):
+        if not scorer.due(buffer.read, buffer.total, buffer.oldest, score_every, early):
             continue
         windows = scorer.score(buffer.read, buffer.total, buffer.oldest)
         if scored_at is not None:

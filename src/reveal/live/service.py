@@ -414,11 +414,9 @@ class Watch:
                 continue
             if buffer.layout_changes != self._layouts_seen:
                 self._check_channels()
-            pending = self.scorer.pending(buffer.total)
-            early = pending < self.options.score_every
-            if early and not (
-                    pending and self.options.early
-                    and self.scorer.change_seen(buffer.read, buffer.total, buffer.oldest)):
+            early = self.scorer.pending(buffer.total) < self.options.score_every
+            if not self.scorer.due(buffer.read, buffer.total, buffer.oldest,
+                                   self.options.score_every, self.options.early):
                 continue  # windows are scored in batches (each call has a fixed cost)
             t0 = time.monotonic()
             windows = self.scorer.score(buffer.read, buffer.total, buffer.oldest)
