@@ -215,7 +215,7 @@ def test_window_sigma_and_sampling_errors():
     se = sampling_errors(["a", "a", "a", "r0"], ["mean", "std", "max", "mean"],
                          {"a": 2.0, "c1": 1.0, "c2": 4.0}, {"r0": ["c1", "c2"]}, 30)
     assert se[0] == pytest.approx(2.0 / np.sqrt(30))
-    assert se[1] == pytest.approx(2.0 / np.sqrt(58))
+    assert se[1] == pytest.approx(2.0 / np.sqrt(60))  # √((κ − 1) / 4n), κ = 3
     assert se[2] == pytest.approx(2.0 / np.sqrt(2 * np.log(30)))
     assert se[3] == pytest.approx(4.0 / np.sqrt(30))  # a CPU rank: its group's largest
 

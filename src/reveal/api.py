@@ -16,17 +16,13 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Union
 
-import numpy as np
-
+from reveal.analyze import frontend
 from reveal.analyze.derive import derive
-from reveal.analyze.features import compute_features
 from reveal.analyze.pipeline import Progress
-from reveal.analyze.windows import make_windows
-from reveal.catalog import default_catalog
 from reveal.config import WindowConfig
 from reveal.dataframe import telemetry_from_frame
 from reveal.errors import InputError
-from reveal.frame import Telemetry, channel_metric
+from reveal.frame import Telemetry
 from reveal.model import Reveal, continues, fit_for_run
 from reveal.result import Result
 from reveal.store.sources import default_baseline, open_source
@@ -137,14 +133,10 @@ def window_features(data: Data, *, size_s: float = 3.0, stride_s: float = 1.0,
 
     tel = to_telemetry(data, "run", host)
     rated, _ = derive(tel)
-    catalog = default_catalog()
-    kinds = ["event" if catalog.lookup(channel_metric(c)).kind == "event" else "gauge"
-             for c in rated.channels]
-    windows = make_windows(rated.timestamps_ns, WindowConfig(size_s=size_s, stride_s=stride_s),
-                           tel.interval_s)
-    values = np.where(np.isfinite(rated.values), rated.values, np.nan)
-    fm = compute_features(values, rated.channels, kinds, windows,
-                          features=list(features) if features is not None else None)
+    fm = frontend.window_features(rated, rated.channels,
+                                  WindowConfig(size_s=size_s, stride_s=stride_s),
+                                  tel.interval_s, state_levels=True, features=features)
+    windows = fm.windows
     index = pd.DatetimeIndex(pd.to_datetime(windows.start_ns + tel.wall_offset_ns, unit="ns",
                                             utc=True), name="start")
     return pd.DataFrame(fm.values, index=index, columns=fm.columns)

@@ -222,7 +222,16 @@ SAMPLING_SE = {"mean": (lambda n, k: 1.0 / np.sqrt(n), 1),
                "variance": (lambda n, k: np.sqrt((k - 1.0) / n), 2),
                "slope": (lambda n, k: np.sqrt(12.0 / (n * (n * n - 1.0))), 1),
                "kurtosis": (lambda n, k: k * np.sqrt(k / n), 0),
-               "skewness": (lambda n, k: k / (2.0 * np.sqrt(n)), 0)}
+               "skewness": (lambda n, k: k / (2.0 * np.sqrt(n)), 0),
+               # the extremes (the scale of the maximum of n normal values) and a sum of
+               # n rates: the fleet's peers; a single host's analysis floors these by a
+               # one-sample spike instead (:func:`feature_floors`)
+               "min": (lambda n, k: 1.0 / np.sqrt(2.0 * np.log(n)), 1),
+               "max": (lambda n, k: 1.0 / np.sqrt(2.0 * np.log(n)), 1),
+               "sum": (lambda n, k: np.sqrt(n), 1)}
+
+#: the statistics :func:`sampling_floors` floors in one host's analysis
+SAMPLED_FEATURES = ("mean", "median", "std", "variance", "slope", "kurtosis", "skewness")
 
 
 def sampling_floors(column_channels: Sequence[str], column_features: Sequence[str],
@@ -257,7 +266,7 @@ def sampling_floors(column_channels: Sequence[str], column_features: Sequence[st
             kurt_of[channel] = float(medians[k]) + 3.0
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         sigma = std_of.get(channel, 0.0)
-        if (feature not in SAMPLING_SE or sigma <= 0
+        if (feature not in SAMPLED_FEATURES or sigma <= 0
                 or catalog.lookup(channel_metric(channel)).unit in UNFLOORED_UNITS):
             continue
         kappa = min(max(kurt_of.get(channel, 3.0), 3.0), n)

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analyze import frontend
 from reveal.analyze.attribute import attribute
-from reveal.analyze.constants import LEVEL_FEATURES, MAD_TO_SIGMA
+from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.analyze.derive import derive
 from reveal.analyze.direct import baseline_levels, direct_signs, lead_with
 from reveal.analyze.ensemble import (
@@ -33,22 +34,16 @@ from reveal.analyze.ensemble import (
     persistent,
 )
 from reveal.analyze.evidence import WindowEvidence
-from reveal.analyze.features import FeatureMatrix, compute_features
+from reveal.analyze.features import FeatureMatrix
 from reveal.analyze.floors import (
-    ChannelFloor,
     blank_flat_shapes,
-    channel_floors,
-    feature_floors,
     flat_shape_mask_plan,
     sampling_floors,
 )
+from reveal.analyze.frontend import CpuRanks
 from reveal.analyze.percpu import (
-    cpu_order,
     cpu_siblings,
-    rank_cpu_columns,
     rank_cpu_rows,
-    unrank,
-    window_busy,
 )
 from reveal.analyze.presets import MIN_ROWS_PER_WINDOW
 from reveal.analyze.select import prune
@@ -61,11 +56,11 @@ from reveal.analyze.significance import (
 )
 from reveal.analyze.steady import SteadyState, state_columns, steady_states, steady_windows
 from reveal.analyze.subsystems import channel_subsystems, irq_names
-from reveal.analyze.windows import Windows, make_windows
-from reveal.catalog import NOT_DETECTED, default_catalog
+from reveal.analyze.windows import Windows
+from reveal.catalog import default_catalog
 from reveal.config import AnalyzeConfig, WindowConfig
 from reveal.errors import InputError
-from reveal.frame import Telemetry, channel_metric
+from reveal.frame import Telemetry
 
 Progress = Callable[[str], None]
 
@@ -119,11 +114,6 @@ def ensemble_options(config: AnalyzeConfig, stride_s: float) -> EnsembleOptions:
     return EnsembleOptions(drift_window=window, drift_block=block, **extra)
 
 
-def _finite_channels(tel: Telemetry) -> np.ndarray:
-    """Mask of channels with at least one finite value."""
-    return np.isfinite(tel.values).any(axis=0)
-
-
 def reason_scales(fitted: FittedAnalysis) -> np.ndarray | None:
     """The least scale of each column's robust z in reasons (its units): the detectors'
     scale floor, and where the baseline's MAD is 0 but the column still varied (a mostly
@@ -138,93 +128,6 @@ def reason_scales(fitted: FittedAnalysis) -> np.ndarray | None:
     least = (np.zeros(len(fitted.mad)) if fitted.floors is None
              else np.asarray(fitted.floors, dtype=np.float64))
     return np.where(varied, np.maximum(least, scaler.scale_), least)
-
-
-def _features(tel: Telemetry, channels: list[str], window: WindowConfig,
-              interval_s: float, state_levels: bool = False,
-              features: tuple[str, ...] | None = None) -> FeatureMatrix:
-    cols = _columns_of(tuple(tel.channels), tuple(channels))
-    windows = make_windows(tel.timestamps_ns, window, interval_s)
-    values = np.where(np.isfinite(tel.values[:, cols]), tel.values[:, cols], np.nan)
-    fm = compute_features(values, channels, list(_feature_kinds(tuple(channels))), windows,
-                          features=features)
-    if state_levels:
-        return fm
-    keep = _level_columns_kept(tuple(fm.channels), tuple(fm.features))
-    if len(keep) == len(fm.features):
-        return fm
-    return FeatureMatrix(np.ascontiguousarray(fm.values[:, keep]),
-                         [fm.channels[k] for k in keep], [fm.features[k] for k in keep],
-                         fm.windows)
-
-
-@functools.lru_cache(maxsize=16)
-def _columns_of(have: tuple[str, ...], want: tuple[str, ...]) -> np.ndarray:
-    """Positions in ``have`` of the channels ``want`` (all present)."""
-    index = {c: i for i, c in enumerate(have)}
-    return np.array([index[c] for c in want], dtype=np.intp)
-
-
-@functools.lru_cache(maxsize=16)
-def _feature_kinds(channels: tuple[str, ...]) -> tuple[str, ...]:
-    """``event`` or ``gauge`` per channel, from the catalog (kept per channel layout: a
-    live call scores the same layout every second)."""
-    catalog = default_catalog()
-    return tuple("event" if catalog.lookup(channel_metric(c)).kind == "event" else "gauge"
-                 for c in channels)
-
-
-@functools.lru_cache(maxsize=16)
-def _level_columns_kept(channels: tuple[str, ...], features: tuple[str, ...]) -> list[int]:
-    """Feature columns kept: all but the level features of ``state`` channels."""
-    catalog = default_catalog()
-    return [k for k, (c, f) in enumerate(zip(channels, features, strict=True))
-            if not (f in LEVEL_FEATURES and catalog.lookup(channel_metric(c)).kind == "state")]
-
-
-def _scale_floors(base: Telemetry, channels: list[str], fm: FeatureMatrix, relative: float,
-                  window: WindowConfig, interval_s: float,
-                  shape_floors: bool = True,
-                  sources: dict[str, list[str]] | None = None) -> np.ndarray:
-    """Per feature column, the least change that counts (see :mod:`reveal.analyze.floors`)."""
-    with pywarnings.catch_warnings():
-        pywarnings.simplefilter("ignore", RuntimeWarning)  # all-NaN channels
-        levels = np.nanmedian(base.select(channels).values, axis=0)
-    per_channel = dict(zip(channels, channel_floors(channels, levels, relative, interval_s),
-                           strict=True))
-    for name, originals in (sources or {}).items():  # a CPU rank: the group's largest floor
-        group = [per_channel[c] for c in originals]
-        per_channel[name] = ChannelFloor(max(f.level for f in group), max(f.spike for f in group),
-                                         max(f.quantum for f in group))
-    rows = window.size_rows if window.size_rows is not None else window.size_s / interval_s
-    return feature_floors(fm.channels, fm.features, per_channel, rows, shape_floors)
-
-
-@dataclasses.dataclass
-class _Ranks:
-    """Per-CPU columns by rank: the channels each rank draws from (for floors), and the
-    CPUs with their order in every window of the run (to name the CPU in reports)."""
-
-    sources: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    cpus: list[str] = dataclasses.field(default_factory=list)
-    order: np.ndarray | None = None
-
-    def name(self, text: str, window: int) -> str:
-        return text if self.order is None else unrank(text, self.order[window], self.cpus)
-
-
-def _ranked(fm: FeatureMatrix, tel: Telemetry,
-            named_by: Telemetry | None = None) -> tuple[FeatureMatrix, _Ranks]:
-    """``fm`` with per-CPU columns ranked per window by CPU busy share (see
-    :func:`reveal.analyze.percpu.rank_cpu_columns`); reports name the CPUs by their order
-    in ``named_by`` (the telemetry before any per-sample ranking; default ``tel``)."""
-    cpus, busy = window_busy(tel, fm.windows.start, fm.windows.size)
-    values, names, sources = rank_cpu_columns(fm.values, fm.channels, fm.features, cpus, busy)
-    if named_by is not None and named_by is not tel:
-        busy = window_busy(named_by, fm.windows.start, fm.windows.size)[1]
-    ranks = _Ranks(sources, cpus, cpu_order(busy) if sources else None)
-    return FeatureMatrix(values, names, list(fm.features), fm.windows), ranks
-
 
 
 @dataclasses.dataclass
@@ -321,28 +224,16 @@ def load_warnings(baseline: dict[str, float], run: dict[str, float]) -> list[str
             f"baseline recorded under a similar load would say more"]
 
 
-def _usable(d: Telemetry, catalog) -> list[str]:
-    detected = _detected_kinds(tuple(d.channels), catalog)
-    return [c for c, ok in zip(d.channels, _finite_channels(d) & detected, strict=True) if ok]
-
-
-@functools.lru_cache(maxsize=16)
-def _detected_kinds(channels: tuple[str, ...], catalog) -> np.ndarray:
-    """Which channels are of a kind detection scores (not ``static``/``smoothed``)."""
-    return np.array([catalog.lookup(channel_metric(c)).kind not in NOT_DETECTED
-                     for c in channels], dtype=bool)
-
-
 def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
          metric_set: Sequence[str] | None, robust: bool,
-         say: Progress) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, _Ranks]:
+         say: Progress) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, CpuRanks]:
     catalog = default_catalog()
     warnings: list[str] = [str(w) for w in base.meta.get("warnings", [])]
     say("deriving rates and metrics")
     d_base, derive_report = derive(base, catalog)
     if derive_report.resets:
         warnings.append(f"counter resets handled in {len(derive_report.resets)} channels")
-    usable = _usable(d_base, catalog)
+    usable = frontend.usable(d_base, catalog)
     baseline_channels = list(usable)
     empty = d_base.n_channels - len(usable)
     if channels is not None:  # only the channels the run to score has
@@ -377,11 +268,11 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     window = window_config(config, interval)
     say(f"computing features for {len(usable)} channels")
     s_base = rank_cpu_rows(d_base) if config.rank_cpus and config.rank_cpu_samples else d_base
-    fm = _features(s_base, usable, window, interval, config.detect.state_levels,
-                   config.features)
-    ranks = _Ranks()
+    fm = frontend.window_features(s_base, usable, window, interval,
+                                  config.detect.state_levels, config.features)
+    ranks = CpuRanks()
     if config.rank_cpus:
-        fm, ranks = _ranked(fm, s_base, named_by=d_base)
+        fm, ranks = frontend.ranked(fm, s_base, named_by=d_base)
     stride_s = stride_seconds(window, interval)
     if fm.values.shape[0] < MIN_BASELINE_WINDOWS:
         what = "the run" if robust else "the baseline"
@@ -391,8 +282,10 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
                          f"(about {need:.0f} s of samples) are needed",
                          str(base.meta.get("path", base.host)))
     say(f"fitting detectors on {fm.values.shape[0]} baseline windows")
-    floors = (_scale_floors(d_base, usable, fm, config.detect.relative_floor, window,
-                            interval, config.detect.shape_floors, ranks.sources)
+    rows = window.size_rows if window.size_rows is not None else window.size_s / interval
+    floors = (frontend.scale_floors(usable, frontend.channel_levels(d_base, usable), fm,
+                                    config.detect.relative_floor, interval, rows,
+                                    config.detect.shape_floors, ranks.sources)
               if config.detect.scale_floors else None)
     if floors is not None and config.detect.sampling_floors:
         floors = np.maximum(floors, sampling_floors(
@@ -453,7 +346,7 @@ def fit_analysis(baseline: Telemetry, config: AnalyzeConfig, *,
 def usable_channels(run: Telemetry) -> list[str]:
     """Derived channels of ``run`` with data, the ones a baseline is fitted on for it."""
     catalog = default_catalog()
-    return _usable(derive(run, catalog)[0], catalog)
+    return frontend.usable(derive(run, catalog)[0], catalog)
 
 
 def _with_lead_in(run: Telemetry, lead_in: Telemetry, rows: int) -> tuple[Telemetry, int]:
@@ -576,7 +469,7 @@ def led_by_sign(evidence: list[WindowEvidence],
 
 def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                       values: np.ndarray, columns: tuple[str, ...], subsystems: Sequence[str],
-                      signed: set[int], ranks: _Ranks) -> list[WindowEvidence]:
+                      signed: set[int], ranks: CpuRanks) -> list[WindowEvidence]:
     """Each window's evidence with the change that names the cause first (see
     :func:`reveal.analyze.significance.lead_with_cause`); unchanged where the model judges
     surprise alone."""
@@ -594,7 +487,7 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
 
 
 def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: FeatureMatrix,
-           ranks: _Ranks, warnings: list[str], say: Progress) -> Analysis:
+           ranks: CpuRanks, warnings: list[str], say: Progress) -> Analysis:
     config = fitted.config
     catalog = default_catalog()
     values, missing_columns = _aligned(fm, fitted)
@@ -667,7 +560,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
 
 
 def _run_features(fitted: FittedAnalysis, d_run: Telemetry,
-                  warnings: list[str]) -> tuple[FeatureMatrix, _Ranks]:
+                  warnings: list[str]) -> tuple[FeatureMatrix, CpuRanks]:
     config = fitted.config
     present = set(d_run.channels)
     missing = [c for c in fitted.channels if c not in present]
@@ -680,11 +573,11 @@ def _run_features(fitted: FittedAnalysis, d_run: Telemetry,
     interval = d_run.interval_s if d_run.n_samples > 1 else fitted.interval_s
     window = window_config(config, interval)
     s_run = rank_cpu_rows(d_run) if config.rank_cpus and config.rank_cpu_samples else d_run
-    fm = _features(s_run, fitted.channels, window, interval, config.detect.state_levels,
-                   config.features)
-    ranks = _Ranks()
+    fm = frontend.window_features(s_run, fitted.channels, window, interval,
+                                  config.detect.state_levels, config.features)
+    ranks = CpuRanks()
     if config.rank_cpus:
-        fm, ranks = _ranked(fm, s_run, named_by=d_run)
+        fm, ranks = frontend.ranked(fm, s_run, named_by=d_run)
     return fm, ranks
 
 
@@ -725,7 +618,7 @@ def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None
         warnings.append(text)
     warnings += load_warnings(getattr(fitted, "load", {}), load_level(d_run))
     known = set(fitted.baseline_channels)
-    only_run = [c for c in _usable(d_run, default_catalog()) if c not in known]
+    only_run = [c for c in frontend.usable(d_run, default_catalog()) if c not in known]
     if only_run:
         warnings.append(f"{len(only_run)} channels are absent from the baseline and were "
                         f"not scored by the detectors (e.g. {', '.join(only_run[:3])}); "

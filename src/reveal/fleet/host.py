@@ -1,10 +1,10 @@
 """One host's side of the fleet comparison: its window features on the wall clock.
 
-The same derive and window-feature code as a single host's analysis
-(:mod:`reveal.analyze.derive`, :mod:`reveal.analyze.features`), with the fleet's feature
-set, channels matched by role (:mod:`reveal.fleet.roles`, per-CPU ranks from
-:mod:`reveal.analyze.percpu`), the catalog's unit floors per column, and the host's
-configuration (``static``) channels set aside to compare as values.
+The single host's front end (:mod:`reveal.analyze.frontend`: usable channels, window
+features without the levels of ``state`` channels, per-CPU ranks, the catalog's unit
+floors), with the fleet's feature set, channels matched by role
+(:mod:`reveal.fleet.roles`), a floor at the window statistic's sampling error, and the
+host's configuration (``static``) channels set aside to compare as values.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import warnings as pywarnings
 
 import numpy as np
 
-from reveal.analyze.constants import LEVEL_FEATURES
+from reveal.analyze import frontend
 from reveal.analyze.derive import derive
-from reveal.analyze.features import compute_features
-from reveal.analyze.floors import ChannelFloor, channel_floors, feature_floors
-from reveal.analyze.percpu import BUSY_METRIC, rank_cpu_columns, window_busy
+from reveal.analyze.floors import SAMPLING_SE
+from reveal.analyze.percpu import BUSY_METRIC
 from reveal.analyze.pipeline import FittedAnalysis, analyse, rows_per_window, window_config
-from reveal.analyze.windows import make_windows
-from reveal.catalog import NOT_DETECTED, default_catalog
+from reveal.catalog import default_catalog
 from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
 from reveal.fleet.channels import compared_channels
@@ -31,6 +29,8 @@ from reveal.frame import Telemetry, channel_metric, parse_channel
 
 #: rows a channel's level (for its floor) is taken from, evenly spread over the run
 LEVEL_SAMPLES = 1000
+#: the kurtosis the peers' sampling errors assume (the fleet computes no shape features)
+GAUSSIAN_KURTOSIS = 3.0
 
 
 def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
@@ -65,33 +65,29 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
         warnings.append(f"counter resets handled in {len(report.resets)} channels")
     interval = d.interval_s if d.n_samples > 1 else telemetry.interval_s
     window = window_config(AnalyzeConfig(window=config.window), interval)
-    finite = np.isfinite(d.values).any(axis=0) if d.n_samples else np.zeros(0, bool)
+    finite = frontend.finite_channels(d)
     kinds = [catalog.lookup(channel_metric(c)).kind for c in d.channels]
     roles = role_names(d.channels, d.values)
     statics = _statics(d, kinds, finite, roles)
-    usable = [i for i, (k, ok) in enumerate(zip(kinds, finite, strict=True))
-              if ok and k not in NOT_DETECTED]
-    if not usable:
+    names = frontend.usable(d, catalog)
+    if not names:
         raise InputError("no channel with data to compare (all empty or static)", where)
-    names = [d.channels[i] for i in usable]
-    windows = make_windows(d.timestamps_ns, window, interval)
-    fm = compute_features(d.values[:, usable], names,
-                          ["event" if kinds[i] == "event" else "gauge" for i in usable],
-                          windows, features=config.features, n_jobs=1)
-    keep = [k for k, (c, f) in enumerate(zip(fm.channels, fm.features, strict=True))
-            if not (f in LEVEL_FEATURES and catalog.lookup(channel_metric(c)).kind == "state")]
-    values = fm.values[:, keep]
-    channels = [fm.channels[k] for k in keep]
-    features = [fm.features[k] for k in keep]
-    cpus, busy = window_busy(d, windows.start, windows.size)
-    values, channels, sources = rank_cpu_columns(values, channels, features, cpus, busy)
+    fm = frontend.window_features(d, names, window, interval, features=config.features,
+                                  n_jobs=1)
+    fm, ranks = frontend.ranked(fm, d)
+    windows = fm.windows
+    values, channels, features = fm.values, fm.channels, fm.features
     rows = rows_per_window(window, interval)
-    floors = _floors(d, names, channels, features, sources, config, interval, rows)
+    step = max(1, d.n_samples // LEVEL_SAMPLES)
+    floors = frontend.scale_floors(names, frontend.channel_levels(d, names, step), fm,
+                                   config.relative_floor, interval, rows,
+                                   sources=ranks.sources)
     if config.sampling_floor > 0:
-        sigma = dict(zip(names, _window_sigma(d.values[:, usable], windows.start,
+        usable_cols = frontend.columns_of(tuple(d.channels), tuple(names))
+        sigma = dict(zip(names, _window_sigma(d.values[:, usable_cols], windows.start,
                                               windows.size), strict=True))
         floors = np.maximum(floors, config.sampling_floor * sampling_errors(
-            channels, features, sigma, sources, rows))
+            channels, features, sigma, ranks.sources, rows))
     shown = {new: old for old, new in roles.items()}
     channels = [roles.get(c, c) for c in channels]
     offset = telemetry.wall_offset_ns
@@ -124,57 +120,26 @@ def _statics(d: Telemetry, kinds: list[str], finite: np.ndarray,
             for i, v in zip(cols, med, strict=True)}
 
 
-def _floors(d: Telemetry, names: list[str], channels: list[str], features: list[str],
-            sources: dict[str, list[str]], config: FleetConfig, interval: float,
-            rows: int) -> np.ndarray:
-    """Least change that counts per column (catalog unit floors at the host's own level)."""
-    index = {c: i for i, c in enumerate(d.channels)}
-    cols = [index[c] for c in names]
-    step = max(1, d.n_samples // LEVEL_SAMPLES)
-    with pywarnings.catch_warnings():
-        pywarnings.simplefilter("ignore", RuntimeWarning)
-        sample = d.values[::step, cols]  # a channel's level: the median of evenly spread rows
-        levels = np.median(sample, axis=0)
-        gaps = ~np.isfinite(levels)
-        if gaps.any():
-            levels[gaps] = np.nanmedian(sample[:, gaps], axis=0)
-    per = dict(zip(names, channel_floors(names, levels, config.relative_floor, interval),
-                   strict=True))
-    for name, group in sources.items():  # a CPU rank: the group's largest floor
-        fl = [per[c] for c in group]
-        per[name] = ChannelFloor(max(f.level for f in fl), max(f.spike for f in fl),
-                                 max(f.quantum for f in fl))
-    return feature_floors(channels, features, per, rows)
-
-
-#: standard error of a window statistic of ``n`` values of spread σ, in units of σ: the
-#: mean's; the standard deviation's (normal theory); the extremes' (the scale of the
-#: maximum of ``n`` normal values, 1/√(2 ln n)); and a sum of ``n`` rates'
-SAMPLING_SE = {"mean": lambda n: 1.0 / np.sqrt(n),
-               "median": lambda n: 1.2533 / np.sqrt(n),
-               "std": lambda n: 1.0 / np.sqrt(2.0 * (n - 1.0)),
-               "min": lambda n: 1.0 / np.sqrt(2.0 * np.log(n)),
-               "max": lambda n: 1.0 / np.sqrt(2.0 * np.log(n)),
-               "sum": lambda n: np.sqrt(n)}
-
-
 def sampling_errors(channels: list[str], features: list[str], sigma: dict[str, float],
                     sources: dict[str, list[str]], rows: float) -> np.ndarray:
     """Per feature column, the spread chance alone gives the statistic in one window
-    (feature units): :data:`SAMPLING_SE` × the channel's typical within-window spread σ
+    (feature units): :data:`reveal.analyze.floors.SAMPLING_SE` (Gaussian shape) × the
+    channel's typical within-window spread σ
     (``sigma``, by channel; a CPU rank takes its group's largest). Peers whose window
     means agree more closely than that (steady hosts) do not make a small difference read
     as many sigmas."""
     n = max(float(rows), 3.0)
     out = np.zeros(len(channels), dtype=np.float64)
     for k, (channel, feature) in enumerate(zip(channels, features, strict=True)):
-        se = SAMPLING_SE.get(feature)
-        if se is None:
+        if feature not in SAMPLING_SE:
             continue
+        se, power = SAMPLING_SE[feature]
         sd = sigma.get(channel)
         if sd is None:
             sd = max((sigma.get(c, 0.0) for c in sources.get(channel, ())), default=0.0)
-        out[k] = float(se(n)) * sd
+        if sd <= 0:
+            continue
+        out[k] = float(se(n, GAUSSIAN_KURTOSIS)) * sd ** power
     return out
 
 
