@@ -107,14 +107,15 @@ class Verdicts:
 def persistent(above: np.ndarray, windows: int) -> np.ndarray:
     """Windows that are above the threshold and so were the ``windows − 1`` before them.
 
-    An alerting rule's "for:" clause over window verdicts in time order: one noisy window
-    does not raise an alarm, a lasting change does, ``windows − 1`` strides later.
+    An alerting rule's "for:" clause over window verdicts in time order (the last axis; a
+    fleet's hosts × windows at once): one noisy window does not raise an alarm, a lasting
+    change does, ``windows − 1`` strides later.
     """
     above = np.asarray(above, dtype=bool)
     out = above.copy()
     for lag in range(1, max(int(windows), 1)):
-        out[lag:] &= above[:-lag]
-        out[:lag] = False
+        out[..., lag:] &= above[..., :-lag]
+        out[..., :lag] = False
     return out
 
 

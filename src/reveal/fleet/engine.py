@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reveal.analyze.ensemble import persistence_windows
 from reveal.analyze.subsystems import channel_subsystems
 from reveal.catalog import SUBSYSTEMS, default_catalog
 from reveal.errors import InputError
@@ -259,7 +260,7 @@ def assemble(plan: FleetPlan, results: Sequence[BlockResult], hosts: Sequence[Ho
         scores = np.nanmax(sub, axis=2).astype(np.float32)
     cut = window_cut(scores, config.min_score, config.cut_mads).astype(np.float32)
     stride_s = plan.stride_ns / 1e9
-    persistence = 1 + int(np.floor(config.persistence_s / stride_s + 1e-9))
+    persistence = persistence_windows(config.persistence_s, stride_s)
     above, flagged = flag(scores, cut, persistence)
     median = np.concatenate([r.median for r in results], axis=0)
     evidence = tuple(np.concatenate([getattr(r, name) for r in results], axis=1)

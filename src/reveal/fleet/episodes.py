@@ -14,6 +14,7 @@ from collections import defaultdict
 import numpy as np
 
 from reveal.analyze.constants import MAD_TO_SIGMA
+from reveal.analyze.ensemble import persistent
 from reveal.fleet.result import HostEpisode, PeerReason
 
 
@@ -29,11 +30,7 @@ def window_cut(scores: np.ndarray, min_score: float, cut_mads: float) -> np.ndar
 def flag(scores: np.ndarray, cut: np.ndarray, windows: int) -> tuple[np.ndarray, np.ndarray]:
     """Windows above the cut (H, G) and those flagged after ``windows`` in a row (H, G)."""
     above = np.nan_to_num(scores, nan=-np.inf) > cut[None, :]
-    flagged = above.copy()
-    for lag in range(1, max(int(windows), 1)):  # as ensemble.persistent, all hosts at once
-        flagged[:, lag:] &= above[:, :-lag]
-        flagged[:, :lag] = False
-    return above, flagged
+    return above, persistent(above, windows)
 
 
 def runs(mask: np.ndarray, gap: int) -> list[tuple[int, int]]:
