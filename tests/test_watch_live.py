@@ -79,6 +79,20 @@ def test_replay_of_a_synthetic_fault_equals_the_batch_report():
     _assert_same(live, report)
 
 
+def test_a_model_with_generations_is_scored_live_with_them():
+    # a model file carrying a second generation: live scoring asks both, as Reveal.score
+    model = Reveal().fit(_synthetic(600, seed=1))
+    run = _synthetic(120, seed=3, fault=(60, 80), start_s=1000)
+    alone = model.score(run)
+    model.partial_fit(model.analyse(_synthetic(400, seed=8, start_s=600)), refit=True)
+    assert model.generations_ == 2
+    report = model.score(run)
+    assert not np.allclose(report.windows.combined, alone.windows.combined)  # they differ
+    _assert_same(replay(model, run, chunk_rows=[9, 31, 4]), report)
+    with pytest.raises(InputError, match="generations"):
+        LiveScorer(model, interval_s=0.1, threshold_factor=0.5)
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Telemetry:
     """~45 s of this host from the real collector, with a CPU burst in its second half."""

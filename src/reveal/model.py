@@ -4,7 +4,7 @@
     model.fit(baseline)                    # a run directory, CSV, smd:/asd: spec or Telemetry
     report = model.score(run)              # a Report: windows, verdicts, evidence, claims
     model.save("host.model"); Reveal.load("host.model")
-    model.partial_fit(analysis)            # live: learn from what was just scored
+    model.partial_fit(analysis)            # a stream: learn from what was just scored
 
 ``reveal analyze``, ``evaluate``, ``validate``, ``demo`` and ``profile`` all go through it.
 Settings that depend on the data's resolution come from a preset chosen from the
@@ -13,12 +13,15 @@ settings of it by dotted name (``{"window.size_s": 5.0}``).
 
 Without a baseline, :meth:`Reveal.fit_score` fits on the run itself, robustly, and says so.
 
-A baseline that keeps itself current (``watch``, ``evaluate --mode stream``): score what
-comes in, in time order, and give each scored chunk back with :meth:`Reveal.partial_fit`.
+A baseline that keeps itself current (``evaluate --mode stream``, the Python API): score
+what comes in, in time order, and give each scored chunk back with
+:meth:`Reveal.partial_fit`.
 Every ``refit.every_s`` seconds of data a new model generation is fitted on the recent
 windows that were not flagged; a window is flagged only when all kept generations agree
 (:mod:`reveal.analyze.consensus`). While nothing is given back, scoring is that of the
-baseline's model alone, as before.
+baseline's model alone, as before. ``reveal watch`` scores through the model (with the
+generations a model file carries) but keeps it current another way: a full refit on a
+quiet span of ``--learn`` (``Watch._maybe_refit``, docs/watch.md).
 
 A model file is a header line of JSON (format, format version, Reveal version, settings,
 baseline, SHA-256 of the payload) and a pickled payload, written atomically. Load only model
@@ -27,6 +30,7 @@ files you wrote: unpickling runs code.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -197,6 +201,29 @@ class Reveal(BaseEstimator):
         """Model generations that vote (1: the baseline's alone)."""
         consensus = getattr(self, "consensus_", None)
         return 1 if consensus is None else len(consensus.generations)
+
+    def without_persistence(self, threshold_factor: float = 1.0) -> Reveal:
+        """This model scoring every window on its own (persistence left to the caller, as
+        the watch applies it across its scoring calls), generations included; a copy.
+        ``threshold_factor`` multiplies the combined threshold (1: as fitted; for tests
+        and tuning, and only for a model without generations)."""
+        fitted = self._check_fitted()
+        if not (np.isfinite(threshold_factor) and threshold_factor > 0):
+            raise InputError(f"threshold factor must be positive, got {threshold_factor}")
+        consensus = getattr(self, "consensus_", None)
+        ensemble = fitted.ensemble
+        if threshold_factor != 1.0:
+            if consensus is not None and consensus.streaming:
+                raise InputError("a threshold factor applies to a model without generations")
+            ensemble = copy.copy(ensemble)
+            ensemble.combined_threshold_ = float(ensemble.combined_threshold_) * threshold_factor
+        config = dataclasses.replace(
+            fitted.config, detect=dataclasses.replace(fitted.config.detect, persistence_s=0.0))
+        model = copy.copy(self)
+        model.fitted_ = dataclasses.replace(fitted, config=config, ensemble=ensemble)
+        model.config_ = config
+        model.consensus_ = consensus
+        return model
 
     # -- scoring ---------------------------------------------------------------------
     def _check_fitted(self) -> FittedAnalysis:

@@ -16,7 +16,7 @@ features; without them the SMD machines' clean rows flagged fell by a fifth for 
 anomalous rows found (chosen by 2-fold cross-fitting between machines, docs/evaluation.md).
 
 Both presets leave refits off (``refit.every_s`` None): a model given scored data back by
-``Reveal.partial_fit`` (``watch``, ``evaluate --mode stream``) moves its drift-following
+``Reveal.partial_fit`` (``evaluate --mode stream``, the API) moves its drift-following
 centre on but fits no new generation unless ``refit.every_s`` is set (see
 :mod:`reveal.analyze.consensus`). Refits with a consensus of generations were measured on
 SMD and ASD, chosen by 2-fold cross-fitting between machines, and lowered the

@@ -5,9 +5,10 @@ of ``chunk_s`` seconds (by default one refit period) and walked in time order. E
 is scored by :meth:`Reveal.analyse` with the generations that exist before it (its first
 windows completed by the rows just before it), then given back with
 :meth:`Reveal.partial_fit` — which moves the drift-following centre on and, once a refit
-period of data has passed, fits a new generation on the recent unflagged windows. This is
-what ``reveal watch`` does with the same model object; nothing looks ahead: a chunk's
-verdicts depend only on rows before its end and on models fitted before its start.
+period of data has passed, fits a new generation on the recent unflagged windows. Nothing
+looks ahead: a chunk's verdicts depend only on rows before its end and on models fitted
+before its start. (``reveal watch`` scores through the same model object, generations
+included, but keeps its model current by a full refit on a quiet span instead.)
 
 With refits off (``refit.every_s`` None) the walk gives exactly the batch verdicts
 (tests/test_evaluate_stream.py).
@@ -68,7 +69,8 @@ def walk(model: Reveal, lm: LabelledMachine, chunk_s: float | None = None,
 
 
 def run_stream(lm: LabelledMachine, model: Reveal, chunk_s: float | None = None):
-    """What ``reveal watch`` would have said over ``lm.test``: a MachineRun of the walk."""
+    """The stream walk over ``lm.test`` (scored chunk by chunk, each given back with
+    ``partial_fit``): a MachineRun."""
     from reveal.evaluate.labelled import MachineRun
 
     t0 = time.perf_counter()

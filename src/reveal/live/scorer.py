@@ -2,11 +2,12 @@
 
 Each time a window closes, :class:`LiveScorer` takes from the sample buffer exactly the
 rows that window needs (its own samples, plus the one before its first that rates are
-derived from) and scores them with :func:`reveal.analyze.pipeline.analyse` — the code
-``reveal analyze`` runs, with the same fitted model. Nothing of a window's score depends
-on data outside it: the telemetry preset has no drift-following centre, and CPU busy ranks
-are taken within each window. When the scorer falls behind (a slow call), the windows that
-closed meanwhile are scored together in one call, in the same way.
+derived from) and scores them with :meth:`reveal.model.Reveal.analyse` — the code
+``reveal analyze`` runs, with the same model (its generations too, where it carries them).
+Nothing of a window's score depends on data outside it: the telemetry preset has no
+drift-following centre, and CPU busy ranks are taken within each window. When the scorer
+falls behind (a slow call), the windows that closed meanwhile are scored together in one
+call, in the same way.
 
 Between scoring calls, :meth:`LiveScorer.change_seen` looks at each newly closed window
 for a change that matters (a channel's window median, or an event count's sum, moved by
@@ -25,7 +26,6 @@ through the buffer equal ``Reveal.score`` on the whole recording (tests/test_wat
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import warnings
 from collections import deque
@@ -41,7 +41,6 @@ from reveal.analyze.evidence import WindowEvidence
 from reveal.analyze.percpu import RANK_PREFIX
 from reveal.analyze.pipeline import (
     FittedAnalysis,
-    analyse,
     held_levels,
     rows_per_window,
     settle_windows,
@@ -56,7 +55,6 @@ from reveal.catalog import default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 from reveal.model import Reveal
-from reveal.report.build import build_report
 
 #: Windows whose changed channels :meth:`LiveScorer.change_seen` remembers: a change in a
 #: channel changed in one of them asks for no early scoring.
@@ -139,17 +137,11 @@ class LiveScorer:
         self.persistence = persistence_windows(fitted.config.detect.persistence_s,
                                                stride_seconds(window, interval))
         # every window on its own in one call; persistence is applied here, across calls
-        config = dataclasses.replace(
-            fitted.config, detect=dataclasses.replace(fitted.config.detect, persistence_s=0.0))
-        ensemble = fitted.ensemble
-        if threshold_factor != 1.0:
-            if not (np.isfinite(threshold_factor) and threshold_factor > 0):
-                raise InputError(f"threshold factor must be positive, got {threshold_factor}")
-            ensemble = copy.copy(ensemble)
-            ensemble.combined_threshold_ = float(ensemble.combined_threshold_) * threshold_factor
-        self.fitted = dataclasses.replace(fitted, config=config, ensemble=ensemble)
-        self.model = model
-        self.threshold = float(ensemble.combined_threshold_)
+        self.model = model.without_persistence(threshold_factor)
+        self.fitted = self.model.scoring_fitted()  # generations, where the model has them
+        ensemble = self.fitted.ensemble
+        self.threshold = float(getattr(ensemble, "combined_threshold_", None)
+                               or ensemble.reference_threshold)
         self.origin = int(origin)
         self.max_windows = max(1, int(max_windows))
         self.next_window = 0
@@ -261,7 +253,7 @@ class LiveScorer:
         start, _ = self.rows_of(first)
         _, stop = self.rows_of(last)
         tel = read(start, stop)
-        analysis = analyse(self.fitted, tel)
+        analysis = self.model.analyse(tel)
         n = last - first + 1
         if len(analysis.windows) != n:
             raise RuntimeError(f"scored {len(analysis.windows)} windows from rows {start}.."
@@ -302,7 +294,7 @@ class LiveScorer:
         self._last_above = bool(above[-1]) if len(above) else self._last_above
         evidence = {e.window_id: e for e in analysis.evidence}
         # the words of the report (claims), from the same report code as `reveal analyze`
-        claims = ({a.window_id: a.claim for a in build_report(self.fitted, analysis).anomalies}
+        claims = ({a.window_id: a.claim for a in self.model.report(analysis).anomalies}
                   if evidence else {})
         names = list(v.scores)
         out = []
