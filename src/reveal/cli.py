@@ -22,7 +22,7 @@ from reveal.errors import RevealError, missing_package, with_log_reason
 
 COMMANDS = (
     "analyze", "evaluate", "select", "collect", "profile", "probes", "watch",
-    "validate", "demo", "compare", "trace", "report", "fleet",
+    "validate", "demo", "compare", "trace", "report", "fleet", "config",
 )
 
 

@@ -30,7 +30,6 @@ through it, so the figures in docs/evaluation.md are those of ``analyze``'s defa
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from reveal.config import AnalyzeConfig, DetectConfig, SelectConfig, WindowConfig
 from reveal.errors import InputError
+from reveal.settings import replace_dotted
 
 TELEMETRY = AnalyzeConfig(preset="telemetry")
 
@@ -81,26 +81,6 @@ def preset_for(interval_s: float) -> AnalyzeConfig:
 
 def with_overrides(config: AnalyzeConfig, overrides: Mapping[str, Any] | None) -> AnalyzeConfig:
     """``config`` with dotted-key overrides applied, e.g. ``{"window.size_s": 5.0,
-    "detect.detectors": ("zscore",)}``; an unknown key is an :class:`InputError`."""
-    if not overrides:
-        return config
-    nested: dict[str, dict[str, Any]] = {}
-    top: dict[str, Any] = {}
-    for key, value in overrides.items():
-        head, _, rest = key.partition(".")
-        if rest:
-            nested.setdefault(head, {})[rest] = value
-        else:
-            top[key] = value
-    fields = {f.name for f in dataclasses.fields(config)}
-    for key in [*top, *nested]:
-        if key not in fields:
-            raise InputError(f"unknown analysis setting {key!r}")
-    for head, values in nested.items():
-        part = getattr(config, head)
-        known = {f.name for f in dataclasses.fields(part)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InputError(f"unknown analysis setting {head}.{unknown[0]}")
-        top[head] = dataclasses.replace(part, **values)
-    return dataclasses.replace(config, **top)
+    "detect.detectors": ("zscore",)}``; an unknown key, or a value of the wrong kind, is an
+    :class:`InputError` (:func:`reveal.settings.replace_dotted`)."""
+    return replace_dotted(config, overrides, "analysis")

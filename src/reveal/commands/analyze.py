@@ -10,6 +10,7 @@ from typing import Any
 
 from reveal.config import DetectConfig
 from reveal.errors import InputError
+from reveal.settings import add_set_argument, parse_sets
 
 NAME = "analyze"
 HELP = ("Detect anomalies in a run (directory, CSV, or smd:/asd: spec), fitted on a baseline, "
@@ -77,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-significance", action="store_true",
                         help="flag windows on surprise alone, however small the change in its "
                              "unit (the least change that matters is not asked)")
+    add_set_argument(parser, "applied after the options above")
     parser.add_argument("--limit", type=int, default=50, help="table rows printed at most")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -96,7 +98,8 @@ def _positive(text: str) -> float:
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings given on the command line, by dotted name (the preset gives the rest)."""
+    """The settings given on the command line, by dotted name (the preset gives the rest):
+    the named options, then ``--set``."""
     out: dict[str, Any] = {}
     if args.window is not None:
         out["window.size_s"] = args.window
@@ -121,12 +124,18 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["top_reasons"] = args.top
     if getattr(args, "no_significance", False):
         out["detect.significance"] = False
+    out.update(parse_sets(getattr(args, "settings", None)))
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     from reveal.paths import check_writable_file
 
+    settings = overrides(args)
+    if settings:  # a wrong name or kind fails now, before any data is read
+        from reveal.analyze.presets import TELEMETRY, with_overrides
+
+        with_overrides(TELEMETRY, settings)
     if args.json_out and args.json_out != "-":
         check_writable_file(args.json_out)  # before the analysis, not after it
     from reveal.analyze.select import load_metric_set

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reveal.settings import add_set_argument, parse_sets
+
 NAME = "demo"
 HELP = ("Record a short fault scenario on this host (clean baseline, then CPU contention "
         "and a disk burst), analyse it, print the anomalies and write a report directory.")
@@ -39,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reference workload (default: PyTorch when installed)")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
                         help="where to write the HTML report (default: DIR/report.html)")
+    add_set_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -128,18 +131,21 @@ def run(args: argparse.Namespace) -> int:
     args.out = choose_out(args.out, args.force,
                           lambda line: print(line, file=sys.stderr, flush=True))
     from reveal.analyze.derive import derive
+    from reveal.analyze.presets import TELEMETRY, with_overrides
     from reveal.catalog import default_catalog
     from reveal.commands.report import write_html
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
     from reveal.inject.scoring import score_report
     from reveal.inject.validation import host_state, host_text
-    from reveal.model import analyze
+    from reveal.model import Reveal, analyze
     from reveal.report.html import render_html
     from reveal.report.markdown_dir import write_report_dir
     from reveal.report.terminal import render_text
     from reveal.store.run_reader import read_run
 
+    settings = parse_sets(args.settings)
+    with_overrides(TELEMETRY, settings)  # a wrong name fails now, not after the recording
     install_signal_handlers()
 
     def say(message: str) -> None:
@@ -155,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     faulted = recorded.runs[0]
     say("analysing")
     run_tel, base_tel = read_run(faulted.path), read_run(recorded.baseline)
-    report = analyze(run_tel, base_tel)
+    report = analyze(run_tel, base_tel, model=Reveal(overrides=settings or None))
     scores, _ = score_report(report, faulted.episodes, run=str(faulted.path))
     catalog = default_catalog()
     run_derived, base_derived = derive(run_tel, catalog)[0], derive(base_tel, catalog)[0]

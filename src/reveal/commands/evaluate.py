@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from reveal.settings import add_set_argument, parse_sets
+
 NAME = "evaluate"
 HELP = ("Score Reveal on the labelled SMD/ASD machines (fit on train, causal scoring of "
         "test, at once or as a live stream) beside a PCA reconstruction-error baseline; "
@@ -28,10 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default); stream: walk it chunk by chunk with the live "
                              "logic (refits on unflagged recent windows, consensus of model "
                              "generations); both: side by side")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="NAME=VALUE",
-                        help="change one analysis setting by dotted name, e.g. "
-                             "refit.every_s=86400 (repeatable; values read as JSON)")
+    add_set_argument(parser, "e.g. refit.every_s=86400")
     parser.add_argument("--json", metavar="FILE", help="write every figure to this JSON file")
     parser.add_argument("--quiet", action="store_true", help="no per-machine progress lines")
 
@@ -68,28 +67,14 @@ def _table(dataset: str, block: dict) -> list[str]:
     return lines
 
 
-def _overrides(items: list[str]) -> tuple[tuple[str, object], ...]:
-    from reveal.errors import InputError
-
-    out = []
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise InputError(f"--set takes NAME=VALUE, got {item!r}")
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = text
-        out.append((name.strip(), tuple(value) if isinstance(value, list) else value))
-    return tuple(out)
-
-
 def run(args: argparse.Namespace) -> int:
     from reveal.errors import InputError
     from reveal.evaluate.labelled import EvalSettings, evaluate
     from reveal.paths import check_writable_file
     from reveal.store.labelled import default_data_root
 
+    settings = EvalSettings(overrides=tuple(parse_sets(args.settings).items()))
+    settings.validate()
     if args.json:
         check_writable_file(args.json)  # before the evaluation, not after it
     root = Path(args.data) if args.data else default_data_root()
@@ -101,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"no {', '.join(missing)} data (expected {missing[0]}/test/)",
                          str(root))
     progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    settings = EvalSettings(overrides=_overrides(args.overrides))
-    settings.validate()
     result = evaluate(root, args.datasets, args.machines, settings=settings,
                       progress=progress, mode=args.mode)
     if not result["datasets"]:

@@ -8,6 +8,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from reveal.settings import FLEET, add_set_argument, parse_sets, replace_dotted, split_fleet
+
 NAME = "fleet"
 HELP = ("Compare the hosts of one job with each other (runs, or a Prometheus server): who "
         "stands apart from its peers, when and why; configuration that differs; clocks "
@@ -59,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="sampling step (default 15 s)")
     prom.add_argument("--host-label", default="instance", metavar="LABEL",
                       help="label that names the host (default instance)")
+    add_set_argument(parser, "fleet.NAME settings of the peer comparison, applied after "
+                     "the options above")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -121,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
         config = replace(config, channels=None, job_network_only=False)
     elif args.channels:
         config = replace(config, channels=args.channels)
+    analysis, fleet_settings = split_fleet(parse_sets(args.settings))
+    if analysis:
+        raise InputError(f"reveal fleet takes {FLEET}.NAME settings (the peer comparison; "
+                         f"`reveal config --show` lists them), got {next(iter(analysis))}")
+    config = replace_dotted(config, fleet_settings, "fleet", f"{FLEET}.")
     if args.scheduler or args.workers > 0:
         from reveal.fleet.distributed import fleet_client
 

@@ -18,6 +18,7 @@ from reveal.commands.collect import apply_config as apply_config  # --config, as
 from reveal.commands.collect import summary_lines as _summary_lines
 from reveal.errors import InputError, RevealError
 from reveal.paths import check_writable_dir
+from reveal.settings import add_set_argument, parse_sets
 
 NAME = "profile"
 HELP = ("Record this host for the life of a command (reveal profile -- CMD ARGS...), then "
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="clean run to fit the detectors on (default: the run itself)")
     parser.add_argument("--no-analyze", action="store_true",
                         help="only record; print the run directory")
+    add_set_argument(parser)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the command to run and record")
 
@@ -40,16 +42,16 @@ def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _analyse(run_dir: str, baseline: str | None) -> None:
+def _analyse(run_dir: str, baseline: str | None, settings: dict | None = None) -> None:
     try:
-        from reveal.model import analyze
+        from reveal.model import Reveal, analyze
         from reveal.report.terminal import render_text
     except ImportError as exc:
         print(f"reveal profile: analysis unavailable in this build ({exc}); run recorded in "
               f"{run_dir}", file=sys.stderr)
         return
     try:
-        report = analyze(run_dir, baseline)
+        report = analyze(run_dir, baseline, model=Reveal(overrides=settings or None))
     except RevealError as exc:  # the command's status still wins; the run stays on disk
         print(f"reveal profile: analysis failed: {exc}", file=sys.stderr)
         return
@@ -64,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise InputError("no command given: reveal profile [options] -- CMD ARGS...")
+    settings = parse_sets(args.settings)
+    if settings:
+        from reveal.analyze.presets import TELEMETRY, with_overrides
+
+        with_overrides(TELEMETRY, settings)  # a wrong name fails before the command runs
     options = options_from_args(args, "reveal profile", command=cmd)
     check_writable_dir(options.out)  # before the command starts
     notify, progress = make_printers(NAME, args.quiet)
@@ -96,6 +103,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"reveal profile: too few samples to analyse; run recorded in {result.run}",
                   file=sys.stderr)
         else:
-            _analyse(str(result.run), args.baseline)
+            _analyse(str(result.run), args.baseline, settings)
     print(result.run)
     return _exit_status(returncode)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from reveal.settings import add_set_argument, parse_sets
+
 NAME = "validate"
 HELP = ("Record a reference ML workload with the real collector, inject faults at known "
         "times, analyse, and score detection, time to detect and attribution.")
@@ -74,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     benign.add_argument("--activity-at", type=float, default=None, metavar="S",
                         help="with --benign: seconds into the run the activity starts "
                              "(default 35)")
+    add_set_argument(parser, "for the analysis of every run and for the watch with --live")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -117,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
                "intensities": args.intensities, "baseline_s": args.baseline_seconds,
                "episode_s": args.episode_seconds, "gap_s": args.gap_seconds,
                "workload": args.workload,
-               "score_every": args.score_every, "clean_s": args.clean_seconds}
+               "score_every": args.score_every, "clean_s": args.clean_seconds,
+               "settings": _settings(args)}
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if options.repetitions < 1:
         raise RevealError("--repetitions must be at least 1")
@@ -158,6 +162,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> dict:
+    """``--set`` by dotted name, checked against the analysis settings before any run."""
+    from reveal.analyze.presets import TELEMETRY, with_overrides
+
+    settings = parse_sets(args.settings)
+    with_overrides(TELEMETRY, settings)
+    return settings
+
+
 def _run_benign(args: argparse.Namespace) -> int:
     """``reveal validate --benign``: record (or ``--reanalyse``) the benign-change suite."""
     import dataclasses
@@ -187,7 +200,8 @@ def _run_benign(args: argparse.Namespace) -> int:
     options = BenignOptions.quick_suite() if args.quick else BenignOptions()
     changes = {"kinds": args.faults, "baseline_s": args.baseline_seconds,
                "run_s": args.run_seconds, "at_s": args.activity_at,
-               "activity_s": args.episode_seconds, "workload": args.workload}
+               "activity_s": args.episode_seconds, "workload": args.workload,
+               "settings": _settings(args)}
     if args.live and args.baseline_seconds is None:  # the watch's own learn
         from reveal.inject.benign.live import LEARN_S, QUICK_LEARN_S
 

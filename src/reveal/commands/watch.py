@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+from reveal.settings import add_set_argument, parse_sets
+
 NAME = "watch"
 HELP = ("Watch this host: record, learn a model (or load it), score each window as it "
         "closes, send alerts, serve /metrics.")
@@ -102,6 +104,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
                         help="multiply the model's threshold (tests and tuning: below 1 "
                              "flags more than `reveal analyze` would)")
+    add_set_argument(parser, "applied when the watch learns or refits its model (a model "
+                     "already learned keeps its own)")
     parser.add_argument("--quiet", action="store_true",
                         help="only warnings and alerts on stderr")
     parser.add_argument("--systemd-unit", action="store_true",
@@ -124,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     lean_allocators()  # a long-lived process: before the heavy imports and any thread
     leave_out_unused()
+    from reveal.analyze.presets import TELEMETRY, with_overrides
     from reveal.collect.options import options_from_args as probe_options
     from reveal.live.exporter import parse_listen
     from reveal.live.service import Watch, WatchOptions, default_state_dir
@@ -137,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         print(systemd_unit(sys.argv[sys.argv.index(NAME) + 1:] if NAME in sys.argv else [],
                            state))
         return 0
+    settings = parse_sets(args.settings)
+    with_overrides(TELEMETRY, settings)  # an unknown name or kind fails now, not at the fit
     listen = None if args.listen.lower() == "none" else parse_listen(args.listen)
     options = WatchOptions(
         state=state, learn_s=args.learn, relearn=args.relearn, refit_every_s=args.refit_every,
@@ -144,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         listen=listen, alerts_file=args.alerts_file, webhook=args.alert_webhook,
         alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,
         score_every=args.score_every,
-        early=args.early,
+        early=args.early, settings=settings,
         interval_s=args.interval, include=args.probes, exclude=args.exclude,
         probe_options=probe_options(args.probe_option), realtime=args.realtime,
         retain_s=args.retain, retain_bytes=args.retain_size,

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.netns import NetnsPair
 from reveal.inject.scenario import WARMUP_S, Say, Scenario
 from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
+from reveal.settings import set_arguments
 
 #: Least clean time between two faults, seconds: the watch resolves an alert after
 #: ``resolve_after_s`` without a flagged window, and a window is 3 s long.
@@ -164,11 +166,11 @@ class CleanSpan:
 
 
 def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str,
-                score_every: int) -> list[str]:
+                score_every: int, settings: Mapping[str, Any] | None = None) -> list[str]:
     return [sys.executable, "-m", "reveal.cli", "watch", "--state", str(state),
             "--learn", f"{learn_s:g}s", "--allow-short-learn", "--interval", f"{interval_s:g}",
             "--resolve-after", f"{RESOLVE_AFTER_S:g}s", "--alert-webhook", url,
-            "--score-every", str(score_every)]
+            "--score-every", str(score_every), *set_arguments(settings)]
 
 
 def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -217,9 +219,11 @@ def _clean_span(watch: subprocess.Popen[bytes], seconds: float, say: Say) -> Cle
 
 def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                       settle_s: float, workload: str | None = None,
-                      score_every: int = 5, clean_s: float = 0.0) -> LiveScenario:
+                      score_every: int = 5, clean_s: float = 0.0,
+                      settings: Mapping[str, Any] | None = None) -> LiveScenario:
     """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``,
-    after ``clean_s`` with no fault (0: none)."""
+    after ``clean_s`` with no fault (0: none); ``settings``: the watch's analysis settings
+    by dotted name."""
     name = workload or default_workload(scenario.distributed)
     reason = unavailable_reason(name)
     if reason:
@@ -250,7 +254,7 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         shutil.rmtree(here / "state", ignore_errors=True)
         watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
                                             scenario.interval_s, receiver.url,
-                                            score_every), stdout=log)
+                                            score_every, settings), stdout=log)
         say(f"live scenario {scenario.name}: reveal watch learns for "
             f"{scenario.baseline_s:g} s")
         _wait_scoring(log, watch, scenario.baseline_s + LEARN_SLACK_S)
@@ -272,7 +276,7 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
             again = here / f"watch-restart{restarts}.log"
             watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
                                                 scenario.interval_s, receiver.url,
-                                                score_every), stdout=again)
+                                                score_every, settings), stdout=again)
             _wait_scoring(again, watch, RESTART_WAIT_S)
 
         context = FaultContext(workdir, netns, restart_watch=restart_watch)

@@ -59,6 +59,8 @@ class SuiteOptions:
     workload: str | None = None
     score_every: int = 5  # with --live: the watch scores this many windows per call
     clean_s: float = 0.0  # with --live: a span with no fault after the learn, seconds
+    # analysis settings by dotted name (``--set``), for the analysis and the watch
+    settings: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -158,10 +160,12 @@ def host_state(run: Telemetry, baseline: Telemetry, episode: Episode) -> dict[st
 
 def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
                      diagnose: bool = True, reports_to: Path | None = None,
+                     settings: dict[str, Any] | None = None,
                      ) -> tuple[list[EpisodeScore], list[dict[str, Any]]]:
     """Analyse each faulted run against the baseline; scores and per-run summaries. Each
-    run's report goes next to it as ``runN.report.json``, or into ``reports_to``."""
-    from reveal.model import analyze
+    run's report goes next to it as ``runN.report.json``, or into ``reports_to``;
+    ``settings``: analysis settings by dotted name."""
+    from reveal.model import Reveal, analyze
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
 
@@ -176,7 +180,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
             baselines = {base_path: read_run(base_path)}
         baseline = baselines[base_path]
         tel = read_run(rec.path)
-        report = analyze(tel, baseline)
+        report = analyze(tel, baseline, model=Reveal(overrides=settings or None))
         where = reports_to if reports_to is not None else rec.path.parent
         where.mkdir(parents=True, exist_ok=True)
         write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())
@@ -236,7 +240,8 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
                                      options.settle_s, options.workload
                                      if not scenario.distributed else None,
                                      options.score_every,
-                                     options.clean_s if n == 0 else 0.0)
+                                     options.clean_s if n == 0 else 0.0,
+                                     options.settings)
         except RevealError as exc:
             if not scenario.distributed:
                 raise
@@ -310,7 +315,8 @@ def score_recorded(recorded_list: list[RecordedScenario], options: SuiteOptions,
     for recorded in recorded_list:
         scores, run_rows = analyse_scenario(
             recorded, options.settle_s, say,
-            reports_to=reports_to / recorded.scenario.name if reports_to is not None else None)
+            reports_to=reports_to / recorded.scenario.name if reports_to is not None else None,
+            settings=options.settings)
         all_scores += scores
         runs += run_rows
         for row in run_rows:

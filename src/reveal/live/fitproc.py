@@ -10,21 +10,24 @@ the file (``Reveal.load``), which holds only the fitted model. Same code, same d
 model as a fit in the watch's process would make; the CPU is the child's (counted in the
 watch's process tree) plus its start (about 2 s of imports).
 
-    python -m reveal.live.fitproc RUN START_NS END_NS OUT
+    python -m reveal.live.fitproc RUN START_NS END_NS OUT [SETTINGS_JSON]
 
-``START_NS``/``END_NS``: the span on the recording's monotonic clock (nanoseconds).
+``START_NS``/``END_NS``: the span on the recording's monotonic clock (nanoseconds);
+``SETTINGS_JSON``: analysis settings by dotted name (``--set`` of the watch), an object.
 Exit 0 with the model written to ``OUT``; 2 with one line on stderr when the span cannot
 be fitted (too little data, unreadable recording).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from reveal.errors import InputError
 
@@ -34,13 +37,16 @@ FIT_TIMEOUT_S = 1800.0
 
 def fit_in_child(run: Path, start_ns: int, end_ns: int, out: Path,
                  should_stop: Callable[[], bool] = lambda: False,
-                 timeout_s: float = FIT_TIMEOUT_S) -> Path:
+                 timeout_s: float = FIT_TIMEOUT_S,
+                 settings: Mapping[str, Any] | None = None) -> Path:
     """Fit the recorded ``[start_ns, end_ns)`` of ``run`` in a child process, the model
-    saved to ``out``; returns ``out``. InputError with the child's reason when it could not
-    fit; InterruptedError when ``should_stop()`` became true meanwhile (the child is
-    ended)."""
+    saved to ``out``; returns ``out``. ``settings``: analysis settings by dotted name.
+    InputError with the child's reason when it could not fit; InterruptedError when
+    ``should_stop()`` became true meanwhile (the child is ended)."""
     argv = [sys.executable, "-m", "reveal.live.fitproc", str(run), str(int(start_ns)),
             str(int(end_ns)), str(out)]
+    if settings:
+        argv.append(json.dumps(dict(settings)))
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     err: list[str] = []
@@ -72,9 +78,9 @@ def fit_in_child(run: Path, start_ns: int, end_ns: int, out: Path,
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4:
-        print("error: usage: python -m reveal.live.fitproc RUN START_NS END_NS OUT",
-              file=sys.stderr)
+    if len(args) not in (4, 5):
+        print("error: usage: python -m reveal.live.fitproc RUN START_NS END_NS OUT "
+              "[SETTINGS_JSON]", file=sys.stderr)
         return 2
     from reveal.model import Reveal
     from reveal.store.run_reader import read_run
@@ -82,10 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     run, out = Path(args[0]), Path(args[3])
     try:
         start_ns, end_ns = int(args[1]), int(args[2])
+        settings = json.loads(args[4]) if len(args) == 5 else {}
+        if not isinstance(settings, dict):
+            raise InputError("the settings must be a JSON object")
         with warnings.catch_warnings():  # the journal being written may end mid-record
             warnings.simplefilter("ignore", UserWarning)
             tel = read_run(run, start_ns=start_ns, end_ns=end_ns)
-        Reveal().fit(tel).save(out)
+        Reveal(overrides=settings or None).fit(tel).save(out)
     except (InputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -114,6 +114,8 @@ class WatchOptions:
     score_every: int = 5
     # score at once a window that holds a change that matters (LiveScorer.change_seen)
     early: bool = True
+    # analysis settings by dotted name (``--set``), used when a model is learned
+    settings: dict[str, Any] = field(default_factory=dict)
     interval_s: float = 0.1
     include: list[str] | None = None
     exclude: list[str] | None = None
@@ -464,7 +466,8 @@ class Watch:
         scratch = self.state / PROVISIONAL_FILE
         try:
             fit_in_child(self.collector.run_dir, self.learn_start_ns,
-                         self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set)
+                         self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set,
+                         settings=self.options.settings)
             provisional = Reveal.load(scratch)
         except InterruptedError:
             return
@@ -515,7 +518,8 @@ class Watch:
         assert self.collector is not None
         run = self.collector.run_dir
         self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
-        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set)
+        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set,
+                            settings=self.options.settings)
         model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()

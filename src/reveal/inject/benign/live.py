@@ -80,7 +80,8 @@ def run_live_benign(options: BenignOptions, out_dir: Path, say: Say, gap_s: floa
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     live = run_live_scenario(build_scenario(options), out_dir / "live", say, gap_s,
-                             settle_s, options.workload, score_every)
+                             settle_s, options.workload, score_every,
+                             settings=options.settings)
     summary = score_live_benign(live, settle_s)
     episodes = summary["total"]["alert_episodes"]
     return {

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ class BenignOptions:
     interval_s: float = 0.1
     workload: str | None = None
     quick: bool = False
+    # analysis settings by dotted name (``--set``), for the analysis and the watch
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def quick_suite(cls) -> BenignOptions:
@@ -123,10 +125,12 @@ def first_claim(report: Any, mask: np.ndarray) -> tuple[str | None, str]:
 
 
 def analyse(recorded: list[RecordedScenario], say: Say,
-            reports_to: Path | None = None) -> list[dict[str, Any]]:
+            reports_to: Path | None = None,
+            settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Analyse every run against its own baseline; one row per run. Each report goes next
-    to its run as ``runN.report.json``, or into ``reports_to``."""
-    from reveal.model import analyze
+    to its run as ``runN.report.json``, or into ``reports_to``; ``settings``: analysis
+    settings by dotted name."""
+    from reveal.model import Reveal, analyze
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
 
@@ -139,7 +143,8 @@ def analyse(recorded: list[RecordedScenario], say: Say,
                 continue
             say(f"analysing {rec.path}")
             started = time.monotonic()
-            report = analyze(read_run(rec.path), read_run(rec.baseline or scenario.baseline))
+            report = analyze(read_run(rec.path), read_run(rec.baseline or scenario.baseline),
+                             model=Reveal(overrides=settings or None))
             where = reports_to if reports_to is not None else rec.path.parent
             where.mkdir(parents=True, exist_ok=True)
             write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())
@@ -199,7 +204,8 @@ def run_benign_suite(options: BenignOptions, out_dir: Path, say: Say) -> dict[st
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     recorded = run_scenario(build_scenario(options), out_dir / "runs", say, options.workload)
-    return result(analyse([recorded], say), options, recorded.workload, started, wall)
+    return result(analyse([recorded], say, settings=options.settings), options,
+                  recorded.workload, started, wall)
 
 
 def reanalyse(directory: Path, options: BenignOptions, say: Say,
@@ -221,10 +227,12 @@ def reanalyse(directory: Path, options: BenignOptions, say: Say,
     except (OSError, ValueError, KeyError, TypeError):
         pass
     kinds = tuple(r.episodes[0].kind for s in recorded for r in s.runs if r.episodes)
-    known = {k: v for k, v in settings.items() if k in BenignOptions.__dataclass_fields__}
+    # the recording's timing; the analysis settings are this call's own
+    known = {k: v for k, v in settings.items()
+             if k in BenignOptions.__dataclass_fields__ and k != "settings"}
     known["kinds"] = kinds
     recorded_options = BenignOptions(**{**asdict(options), **known})
-    rows = analyse(recorded, say, reports_to)
+    rows = analyse(recorded, say, reports_to, options.settings)
     out = result(rows, recorded_options, workload, started, wall)
     out["reanalysed"] = str(directory)
     return out

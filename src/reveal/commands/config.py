@@ -1,0 +1,59 @@
+"""``reveal config --show``: the effective settings tree, as ``--set`` names it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from reveal.settings import FLEET, add_set_argument
+
+NAME = "config"
+HELP = ("Print every setting of the analysis and the fleet comparison, by the dotted name "
+        "--set takes, with the values a preset and --set give.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--show", action="store_true",
+                        help="print the effective tree (what this command does; the flag "
+                             "may be left out)")
+    parser.add_argument("--preset", choices=("auto", "telemetry", "minute"), default="auto",
+                        help="the preset to start from; auto picks by --interval")
+    parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
+                        help="the data's sampling interval, for --preset auto (the "
+                             "collector's: 0.1 s)")
+    add_set_argument(parser, "fleet.NAME for the fleet comparison")
+    parser.add_argument("--json", action="store_true",
+                        help="print the tree as one JSON object instead of NAME = VALUE lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reveal.analyze.presets import preset, preset_for, with_overrides
+    from reveal.errors import InputError
+    from reveal.fleet.config import FleetConfig
+    from reveal.settings import flatten, parse_sets, replace_dotted, shown, split_fleet
+
+    if args.preset == "auto" and not (args.interval > 0):
+        raise InputError(f"--interval must be a number of seconds > 0, got {args.interval}")
+    analysis, fleet = split_fleet(parse_sets(args.settings))
+    base = preset_for(args.interval) if args.preset == "auto" else preset(args.preset)
+    config = with_overrides(base, analysis)
+    fleet_config = replace_dotted(FleetConfig(), fleet, "fleet", f"{FLEET}.")
+    tree = flatten(config)
+    tree.update({f"{FLEET}.{k}": v for k, v in flatten(fleet_config).items()})
+    if args.json:
+        json.dump({k: list(v) if isinstance(v, tuple) else v for k, v in tree.items()},
+                  sys.stdout, indent=2)
+        print()
+        return 0
+    changed = set(analysis) | {f"{FLEET}.{k}" for k in fleet}
+    print(f"# analysis: preset {config.preset}"
+          + (f" (data sampled every {args.interval:g} s)" if args.preset == "auto" else ""))
+    in_fleet = False
+    for name, value in tree.items():
+        if name.startswith(f"{FLEET}.") and not in_fleet:
+            in_fleet = True
+            print("# fleet: the peer comparison (reveal fleet)")
+        mark = "  # --set" if name in changed else ""
+        print(f"{name} = {shown(value)}{mark}")
+    return 0
