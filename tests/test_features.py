@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+import reveal.analyze.features as features_module
 from reveal.analyze.features import (
     DYNAMIC_FEATURES,
     EVENT_FEATURES,
@@ -341,10 +342,12 @@ def test_layout_kinds_and_columns() -> None:
 
 def test_subset_order_dtype_and_threads_agree() -> None:
     rng = np.random.default_rng(6)
-    values = np.cumsum(rng.standard_normal((3000, 70)), axis=0)
+    # enough values for worker threads (features.SERIAL_BELOW_VALUES)
+    values = np.cumsum(rng.standard_normal((3000, 200)), axis=0)
     sub = ["adf_stat", "mean", "median"]
     a = _features_of(values, 30, 10, features=sub, n_jobs=1)
     b = _features_of(values, 30, 10, features=sub, n_jobs=2)
+    assert a.values.shape[0] * 30 * values.shape[1] >= features_module.SERIAL_BELOW_VALUES
     assert a.features[:3] == sub
     np.testing.assert_array_equal(a.values, b.values)
     c = _features_of(values, 30, 10, features=sub, dtype=np.float32)
