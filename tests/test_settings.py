@@ -132,3 +132,31 @@ def test_watch_help_offers_set():
     text = subprocess.run([sys.executable, "-m", "reveal.cli", "watch", "--help"],
                           capture_output=True, text=True, check=True).stdout
     assert "--set NAME=VALUE" in text
+
+
+def test_a_watch_that_loads_a_model_learned_otherwise_says_set_waits(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    Reveal(overrides={"detect.persistence_s": 2.0}).fit(ar1_host(120, seed=4)).save(
+        state / "model.reveal")
+
+    def first_lines(*extra: str) -> str:
+        proc = subprocess.Popen([sys.executable, "-m", "reveal.cli", "watch", "--state",
+                                 str(state), "--listen", "none", *extra],
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            lines = []
+            for line in proc.stderr:
+                lines.append(line)
+                if "model loaded from" in line:
+                    break
+            return "".join(lines)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+
+    other = first_lines("--set", "detect.persistence_s=3")
+    assert "learned with settings {'detect.persistence_s': 2.0}" in other
+    assert "apply at the next learn (--relearn" in other
+    same = first_lines("--set", "detect.persistence_s=2")
+    assert "model loaded from" in same and "learned with settings" not in same

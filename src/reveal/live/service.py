@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.presets import preset_name_for
+from reveal.analyze.presets import preset, preset_name_for, with_overrides
 from reveal.collect.hostinfo import boot_id, wall_offset_ns
 from reveal.collect.runner import CollectOptions, Collector, Notify, stop_on_signals
 from reveal.errors import InputError
@@ -261,6 +261,11 @@ class Watch:
                              f"{fitted.interval_s:g} s, not --interval "
                              f"{self.options.interval_s:g}; use --relearn", str(path))
         self.model = model
+        saved = dict(model.overrides or {})
+        if fitted.config != with_overrides(preset(wanted), self.options.settings):
+            self.notify("warning", f"the saved model was learned with settings {saved or 'none'}"
+                                   f", not the --set given ({self.options.settings or 'none'})"
+                                   f": they apply at the next learn (--relearn, or a refit)")
         if self.learned_at is None:
             self.learned_at = path.stat().st_mtime
         self.learned_mono = time.monotonic() - max(0.0, time.time() - self.learned_at)
