@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from reveal.registry import Registry
+
 
 class ProbeUnavailable(Exception):
     """Raised by ``Probe.open`` when the source is absent or not permitted here."""
@@ -107,12 +109,11 @@ class Probe(ABC):
         """Release file descriptors and handles."""
 
 
-REGISTRY: dict[str, type[Probe]] = {}
+#: the probe classes by name (a :class:`reveal.registry.Registry`)
+REGISTRY: Registry[type[Probe]] = Registry("probe", Probe)
 
 
 def register(cls: type[Probe]) -> type[Probe]:
-    """Class decorator adding a probe to :data:`REGISTRY` under ``cls.name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    REGISTRY[cls.name] = cls
-    return cls
+    """Class decorator adding a probe to :data:`REGISTRY` under ``cls.name`` (a name
+    another probe holds is a ``ValueError``)."""
+    return REGISTRY.register(cls)

@@ -42,9 +42,12 @@ def render_options(rows: list[dict[str, str]]) -> str:
 
 def probe_rows(probe_options: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Open every registered probe once (then close it) and describe the outcome."""
+    from reveal.catalog import default_catalog
     from reveal.collect.options import check_probe_options
     from reveal.collect.runner import IMPORT_ERRORS, open_probe, registered_probes
+    from reveal.frame import channel_metric
 
+    catalog = default_catalog()
     rows: list[dict[str, Any]] = []
     known = registered_probes()
     check_probe_options(probe_options or {}, known)
@@ -60,6 +63,10 @@ def probe_rows(probe_options: dict[str, dict[str, Any]] | None = None) -> list[d
             with contextlib.suppress(Exception):
                 row["read_in_c"] = state.probe.native_parts() is not None
             row["channel_names"] = list(state.probe.channels)
+            uncatalogued = sorted({m for m in map(channel_metric, state.probe.channels)
+                                   if m not in catalog})
+            if uncatalogued:  # analysed with default units and kind: say so
+                row["uncatalogued"] = uncatalogued
             if state.probe.info.get("unsupported_events"):
                 row["unsupported_events"] = list(state.probe.info["unsupported_events"])
             with contextlib.suppress(Exception):
@@ -86,6 +93,13 @@ def render(rows: list[dict[str, Any]], with_channels: bool = False) -> str:
     used = [r for r in rows if r["default"] and r["status"] != "unavailable" and r["channels"]]
     total = sum(r["channels"] for r in used)
     lines.append(f"{total} channels from the default probes on this host")
+    for r in rows:
+        missing = r.get("uncatalogued") or []
+        if missing:
+            shown = ", ".join(plain(m, 80) for m in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            lines.append(f"warning: probe {r['name']}: {len(missing)} metrics have no catalog "
+                         f"entry (analysed as unitless gauges): {shown}{more}")
     lines.append(ticks_line(used))
     return "\n".join(lines)
 

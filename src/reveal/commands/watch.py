@@ -62,14 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
                         help="serve /metrics here; another address than loopback only when "
                              "given; 'none' for no exporter")
-    parser.add_argument("--alerts-file", metavar="FILE",
-                        help="append alert events as JSON lines to FILE ('-': stdout)")
-    parser.add_argument("--alert-webhook", metavar="URL",
-                        help="POST each alert event as JSON to URL (retried; never blocks "
-                             "scoring)")
-    parser.add_argument("--alertmanager", metavar="URL",
-                        help="send alerts to Alertmanager's v2 API at URL "
-                             "(e.g. http://127.0.0.1:9093)")
+    from reveal.live.sinks import SINKS  # every registered alert sink: its own option
+
+    for name, sink in SINKS.items():
+        parser.add_argument(sink.option, dest=f"sink_{name}", metavar=sink.metavar,
+                            help=sink.help)
     parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                         help="sampling interval")
     group = parser.add_mutually_exclusive_group()
@@ -115,6 +112,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the Grafana dashboard JSON and exit")
 
 
+def sinks_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """The alert sinks the options turn on: sink name → the option's value."""
+    from reveal.live.sinks import SINKS
+
+    return {name: value for name in SINKS
+            if (value := getattr(args, f"sink_{name}", None)) is not None}
+
+
 def _notify(quiet: bool):
     def notify(level: str, message: str) -> None:
         if level in ("warning", "notice") or not quiet:
@@ -148,8 +153,7 @@ def run(args: argparse.Namespace) -> int:
     options = WatchOptions(
         state=state, learn_s=args.learn, relearn=args.relearn, refit_every_s=args.refit_every,
         allow_short_learn=args.allow_short_learn, resolve_after_s=args.resolve_after,
-        listen=listen, alerts_file=args.alerts_file, webhook=args.alert_webhook,
-        alertmanager=args.alertmanager, threshold_factor=args.threshold_factor,
+        listen=listen, sinks=sinks_from_args(args), threshold_factor=args.threshold_factor,
         score_every=args.score_every,
         early=args.early, settings=settings,
         interval_s=args.interval, include=args.probes, exclude=args.exclude,

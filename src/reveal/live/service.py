@@ -46,7 +46,7 @@ from reveal.live.buffer import SampleBuffer, TeeSink
 from reveal.live.fitproc import fit_in_child
 from reveal.live.notices import appeared, notice_event
 from reveal.live.scorer import LiveScorer, LiveWindow
-from reveal.live.sinks import AlertmanagerSink, JsonLinesSink, Sink, WebhookSink
+from reveal.live.sinks import SINKS, Sink
 from reveal.model import Reveal
 from reveal.store.layout import META_FILE, write_json_atomic
 
@@ -107,9 +107,9 @@ class WatchOptions:
     rehearse: bool = True  # score with a provisional model while learning (see _rehearse)
     resolve_after_s: float = 30.0
     listen: tuple[str, int] | None = ("127.0.0.1", 9464)
-    alerts_file: str | None = None
-    webhook: str | None = None
-    alertmanager: str | None = None
+    # alert sinks to open: registered sink name (reveal.live.sinks.SINKS) → its option's
+    # value (a file, a URL)
+    sinks: dict[str, str] = field(default_factory=dict)
     threshold_factor: float = 1.0
     score_every: int = 5
     # score at once a window that holds a change that matters (LiveScorer.change_seen)
@@ -285,25 +285,13 @@ class Watch:
             self.notify("warning", str(exc))
             after_reboot = []
         delivered = self.tracker.delivered
-        if opts.alerts_file is not None:
-            try:
-                self.sinks.append(JsonLinesSink(opts.alerts_file, delivered, self.notify))
-            except OSError as exc:
-                raise InputError(f"cannot write alerts ({exc.strerror})",
-                                 opts.alerts_file) from None
-        if opts.webhook is not None:
-            _check_url(opts.webhook, "--alert-webhook")
-            self.sinks.append(WebhookSink(opts.webhook, delivered, self.notify,
-                                          max_queue=opts.webhook_queue))
-        if opts.alertmanager is not None:
-            _check_url(opts.alertmanager, "--alertmanager")
-            am = AlertmanagerSink(opts.alertmanager, delivered, self.notify,
-                                  max_queue=opts.webhook_queue)
-            why = am.reachable()
-            if why is not None:
-                self.notify("warning", f"Alertmanager at {am.base_url} does not answer "
-                                       f"({why}); alerts are queued and retried")
-            self.sinks.append(am)
+        unknown = sorted(set(opts.sinks) - set(SINKS))
+        if unknown:
+            raise InputError(f"unknown alert sink {unknown[0]!r}; known: {', '.join(SINKS)}")
+        for name, cls in SINKS.items():  # in registration order
+            if opts.sinks.get(name) is not None:
+                self.sinks.append(cls.open(opts.sinks[name], delivered, self.notify,
+                                           max_queue=opts.webhook_queue))
         for e in after_reboot:
             self.notify("info", f"episode {e['id']} resolved: the host rebooted since")
         for sink in self.sinks:  # what a previous run did not get delivered
@@ -638,7 +626,7 @@ class Watch:
     def _refresh_alertmanager(self) -> None:
         assert self.tracker is not None
         for sink in self.sinks:
-            if isinstance(sink, AlertmanagerSink):
+            if sink.refreshes_open:
                 for ep in self.tracker.open():
                     sink.submit(ep.event("update"))
 
@@ -762,6 +750,3 @@ class Watch:
         }
 
 
-def _check_url(url: str, option: str) -> None:
-    if not url.startswith(("http://", "https://")):
-        raise InputError(f"{option} {url!r}: expected an http:// or https:// URL")

@@ -19,12 +19,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
-from reveal.live.alerts import Event, iso
+from reveal.errors import InputError
+from reveal.registry import Registry
 
-Delivered = Callable[[str, Event], None]
+if TYPE_CHECKING:  # the alerts module imports the analysis: not needed to list the sinks
+    from reveal.live.alerts import Event
+
+Delivered = Callable[[str, "Event"], None]
 Notify = Callable[[str, str], None]
+
 
 #: how long an active alert stays firing in Alertmanager without a refresh (seconds)
 AM_ACTIVE_FOR_S = 300.0
@@ -35,11 +40,29 @@ def _quiet(level: str, message: str) -> None:
 
 
 class Sink:
-    """Counters every sink keeps (the exporter publishes them)."""
+    """Counters every sink keeps (the exporter publishes them).
+
+    A sink the watch can open is registered (:func:`register`) with the command-line
+    option that turns it on (``option``, ``metavar``, ``help``) and built from that
+    option's value by :meth:`open`; ``reveal watch`` offers every registered sink.
+    """
 
     name = "sink"
     #: whether informational ``notice`` events go to this sink (see reveal.live.notices)
     takes_notices = True
+    #: the ``reveal watch`` option that turns this sink on, its value's name, its help
+    option: ClassVar[str] = ""
+    metavar: ClassVar[str] = "TARGET"
+    help: ClassVar[str] = ""
+    #: open episodes are sent again every :data:`AM_REFRESH_S` (a receiver that lets an
+    #: alert expire unless it is refreshed)
+    refreshes_open: ClassVar[bool] = False
+
+    @classmethod
+    def open(cls, target: str, on_delivered: Delivered | None = None,
+             notify: Notify = _quiet, max_queue: int = 1000) -> Sink:
+        """The sink for the option's value ``target``; ``InputError`` when it cannot be."""
+        raise NotImplementedError
 
     def __init__(self, on_delivered: Delivered | None = None, notify: Notify = _quiet) -> None:
         self.on_delivered = on_delivered or (lambda _s, _e: None)
@@ -73,10 +96,33 @@ class Sink:
                                    f"queued, collection and scoring go on)")
 
 
+#: the alert sinks ``reveal watch`` can open, by name (a :class:`reveal.registry.Registry`)
+SINKS: Registry[type[Sink]] = Registry("alert sink", Sink)
+
+
+def register(cls: type[Sink]) -> type[Sink]:
+    """Class decorator: offer the sink ``cls`` to ``reveal watch`` (its ``option``)."""
+    if not cls.option.startswith("--"):
+        raise ValueError(f"{cls.__name__} needs its command-line option (--NAME)")
+    return SINKS.register(cls)
+
+
+@register
 class JsonLinesSink(Sink):
     """One JSON object per line, to a file (appended) or stdout (``-``)."""
 
     name = "jsonl"
+    option = "--alerts-file"
+    metavar = "FILE"
+    help = "append alert events as JSON lines to FILE ('-': stdout)"
+
+    @classmethod
+    def open(cls, target: str, on_delivered: Delivered | None = None,
+             notify: Notify = _quiet, max_queue: int = 1000) -> Sink:
+        try:
+            return cls(target, on_delivered, notify)
+        except OSError as exc:
+            raise InputError(f"cannot write alerts ({exc.strerror})", target) from None
 
     def __init__(self, target: str, on_delivered: Delivered | None = None,
                  notify: Notify = _quiet) -> None:
@@ -106,6 +152,15 @@ class JsonLinesSink(Sink):
 
 class HttpSink(Sink):
     """A worker thread delivering events by HTTP POST, with retries and a bounded queue."""
+
+    metavar = "URL"
+
+    @classmethod
+    def open(cls, target: str, on_delivered: Delivered | None = None,
+             notify: Notify = _quiet, max_queue: int = 1000) -> Sink:
+        if not target.startswith(("http://", "https://")):
+            raise InputError(f"{cls.option} {target!r}: expected an http:// or https:// URL")
+        return cls(target, on_delivered, notify, max_queue=max_queue)
 
     def __init__(self, url: str, on_delivered: Delivered | None = None,
                  notify: Notify = _quiet, max_queue: int = 1000, timeout_s: float = 5.0,
@@ -178,12 +233,16 @@ class HttpSink(Sink):
                 break
 
 
+@register
 class WebhookSink(HttpSink):
     """POSTs each event as JSON to a URL."""
 
     name = "webhook"
+    option = "--alert-webhook"
+    help = "POST each alert event as JSON to URL (retried; never blocks scoring)"
 
 
+@register
 class AlertmanagerSink(HttpSink):
     """Alerts for Alertmanager's v2 API (``POST /api/v2/alerts``).
 
@@ -197,6 +256,20 @@ class AlertmanagerSink(HttpSink):
 
     name = "alertmanager"
     takes_notices = False  # every Alertmanager alert may page: notes go elsewhere
+    option = "--alertmanager"
+    help = "send alerts to Alertmanager's v2 API at URL (e.g. http://127.0.0.1:9093)"
+    refreshes_open = True  # a firing alert's endsAt is 5 min ahead: refresh it
+
+    @classmethod
+    def open(cls, target: str, on_delivered: Delivered | None = None,
+             notify: Notify = _quiet, max_queue: int = 1000) -> Sink:
+        sink = super().open(target, on_delivered, notify, max_queue)
+        assert isinstance(sink, AlertmanagerSink)
+        why = sink.reachable()
+        if why is not None:
+            notify("warning", f"Alertmanager at {sink.base_url} does not answer ({why}); "
+                              f"alerts are queued and retried")
+        return sink
 
     def __init__(self, url: str, *args: Any, **kwargs: Any) -> None:
         base = url.rstrip("/")
@@ -217,6 +290,8 @@ class AlertmanagerSink(HttpSink):
 
     def body(self, event: Event) -> Any:
         resolved = event["event"] == "resolved"
+        from reveal.live.alerts import iso
+
         ends = event["end"] if resolved else iso(time.time() + AM_ACTIVE_FOR_S)
         reasons = "\n".join(_reason_line(r) for r in event.get("reasons", []))
         return [{

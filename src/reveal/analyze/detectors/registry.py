@@ -12,12 +12,13 @@ import importlib
 from typing import TypeVar
 
 from reveal.analyze.detectors.base import Detector
-from reveal.errors import InputError
+from reveal.registry import Registry
 
 #: modules of this package that define the built-in detectors (imported in this order)
 BUILTIN_MODULES = ("zscore", "pca_mahalanobis", "iforest", "gmm", "pca_error")
 
-_REGISTRY: dict[str, type[Detector]] = {}
+#: the detector classes by name (a :class:`reveal.registry.Registry`)
+DETECTORS: Registry[type[Detector]] = Registry("detector", Detector, identifier=True)
 
 D = TypeVar("D", bound=type[Detector])
 
@@ -28,35 +29,22 @@ def register(cls: D) -> D:
     Raises ``ValueError`` for a class without a name of its own, or for a name another
     class already holds (registering the same class again does nothing).
     """
-    if not (isinstance(cls, type) and issubclass(cls, Detector)):
-        raise ValueError(f"{cls!r} is not a Detector subclass")
-    name = cls.name
-    if not name or name == Detector.name or not name.isidentifier():
-        raise ValueError(f"{cls.__name__} needs a name (an identifier), got {name!r}")
-    held = _REGISTRY.get(name)
-    if held is not None and held is not cls:
-        raise ValueError(f"detector name {name!r} is taken by {held.__qualname__}")
-    _REGISTRY[name] = cls
-    return cls
+    return DETECTORS.register(cls)
 
 
 def unregister(name: str) -> None:
     """Remove the detector registered as ``name`` (a no-op when there is none)."""
-    _REGISTRY.pop(name, None)
+    DETECTORS.unregister(name)
 
 
 def get(name: str) -> type[Detector]:
     """The detector class registered as ``name``; ``InputError`` naming the known ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise InputError(f"unknown detector {name!r}; known: {', '.join(_REGISTRY)}") \
-            from None
+    return DETECTORS.lookup(name)
 
 
 def names() -> tuple[str, ...]:
     """Registered detector names, in registration order (the built-ins first)."""
-    return tuple(_REGISTRY)
+    return DETECTORS.names()
 
 
 for _module in BUILTIN_MODULES:

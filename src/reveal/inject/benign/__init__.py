@@ -30,26 +30,16 @@ watch_restart          software         reveal watch stopped and started on its 
 
 from __future__ import annotations
 
-from reveal.inject.benign.base import PREFIX, BenignActivity
-from reveal.inject.benign.caches import PageCacheDrop, ThpCompact
-from reveal.inject.benign.clock import ClockStep
-from reveal.inject.benign.container import ContainerStartStop, NewInterface
-from reveal.inject.benign.devtools import GitCommit, PackageInstall, ShortCompile
-from reveal.inject.benign.job import Checkpoint, EpochBoundary, LoadChange
-from reveal.inject.benign.login import SshLogin
-from reveal.inject.benign.logs import CronBurst, LogRotation
-from reveal.inject.benign.watch import WatchRestart
-from reveal.inject.faults.base import Fault
+import importlib
 
-BENIGN: dict[str, type[Fault]] = {
-    cls.kind: cls for cls in (
-        PageCacheDrop, ThpCompact, GitCommit, ShortCompile, PackageInstall, LogRotation,
-        CronBurst, SshLogin, ContainerStartStop, NewInterface, ClockStep, Checkpoint,
-        EpochBoundary, LoadChange, WatchRestart,
-    )
-}
+from reveal.inject.benign.base import BENIGN, PREFIX, BenignActivity, register
 
-#: Kinds that need the running watch of the live suite (the batch suite leaves them out).
+#: modules of this package that define the built-in kinds (registered in this order)
+BUILTIN_MODULES = ("caches", "devtools", "logs", "login", "container", "clock", "job",
+                   "watch")
+for _module in BUILTIN_MODULES:
+    importlib.import_module(f"{__package__}.{_module}")
+
 LIVE_ONLY = ("watch_restart",)
 #: The batch suite's kinds.
 BATCH_KINDS = tuple(k for k in BENIGN if k not in LIVE_ONLY)
@@ -64,4 +54,4 @@ def is_informational(kind: str) -> bool:
 
 
 __all__ = ["BATCH_KINDS", "BENIGN", "LIVE_ONLY", "PREFIX", "QUICK", "BenignActivity",
-           "is_informational"]
+           "is_informational", "register"]

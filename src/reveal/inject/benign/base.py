@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from reveal.inject import processes
 from reveal.inject.faults.base import Fault
+from reveal.registry import Registry
 
 PREFIX = "rvbenign"
 #: The stdlib-only helper that does the file and process work of several activities.
@@ -121,3 +122,13 @@ class BenignActivity(Fault):
         if hold is not None and self.began is not None and not self.procs:
             return time.monotonic() - self.began >= float(hold)
         return super().finished()
+
+
+#: the benign activity classes by kind, in registration order
+#: (a :class:`reveal.registry.Registry`)
+BENIGN: Registry[type[Fault]] = Registry("benign activity", BenignActivity, key="kind")
+
+
+def register(cls: type[BenignActivity]) -> type[BenignActivity]:
+    """Class decorator: make the benign activity ``cls`` available under ``cls.kind``."""
+    return BENIGN.register(cls)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
-from reveal.inject.benign.base import BenignActivity
+from reveal.inject.benign.base import BenignActivity, register
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 COMPACT_MEMORY = Path("/proc/sys/vm/compact_memory")
@@ -27,6 +27,7 @@ def _writable(path: Path) -> str | None:
     return None
 
 
+@register
 class PageCacheDrop(BenignActivity):
     kind = "page_cache_drop"
     subsystem = "memory"
@@ -42,6 +43,7 @@ class PageCacheDrop(BenignActivity):
                             "drop", str(DROP_CACHES)])
 
 
+@register
 class ThpCompact(BenignActivity):
     kind = "thp_compact"
     subsystem = "memory"

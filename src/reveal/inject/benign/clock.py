@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from reveal.inject.benign.base import BenignActivity, benign_name
+from reveal.inject.benign.base import BenignActivity, benign_name, register
 from reveal.inject.naming import temp_root
 
 CAP_SYS_TIME = 25
@@ -37,6 +37,7 @@ def _has_cap_sys_time() -> bool:
     return False
 
 
+@register
 class ClockStep(BenignActivity):
     kind = "clock_step"
     subsystem = "software"

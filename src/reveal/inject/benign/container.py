@@ -21,7 +21,7 @@ import shutil
 from typing import ClassVar
 
 from reveal.inject import processes
-from reveal.inject.benign.base import BenignActivity, benign_ifname, benign_name
+from reveal.inject.benign.base import BenignActivity, benign_ifname, benign_name, register
 from reveal.inject.cleanup import netns_names
 from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.netns import netns_supported
@@ -45,6 +45,7 @@ def delete_netns(name: str) -> None:
     processes.run(["ip", "netns", "delete", name], check=False)
 
 
+@register
 class ContainerStartStop(BenignActivity):
     kind = "container_start_stop"
     subsystem = "software"
@@ -91,6 +92,7 @@ class ContainerStartStop(BenignActivity):
         self.cgroup.close()
 
 
+@register
 class NewInterface(BenignActivity):
     kind = "new_interface"
     subsystem = "network"

@@ -10,7 +10,7 @@ import importlib.util
 import sys
 from typing import ClassVar
 
-from reveal.inject.benign.base import WORK_SCRIPT, BenignActivity
+from reveal.inject.benign.base import WORK_SCRIPT, BenignActivity, register
 from reveal.inject.faults.base import require_tool
 
 _GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
@@ -69,6 +69,7 @@ int main(int argc, char **argv) {
 """
 
 
+@register
 class GitCommit(BenignActivity):
     kind = "git_commit"
     subsystem = "storage"
@@ -84,6 +85,7 @@ class GitCommit(BenignActivity):
                            env=_GIT_ENV)
 
 
+@register
 class ShortCompile(BenignActivity):
     kind = "short_compile"
     subsystem = "cpu"
@@ -101,6 +103,7 @@ class ShortCompile(BenignActivity):
         self.start_process(["sh", "-c", script, "short_compile", str(self.params["builds"])])
 
 
+@register
 class PackageInstall(BenignActivity):
     kind = "package_install"
     subsystem = "software"

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import psutil
 
-from reveal.inject.benign.base import BenignActivity
+from reveal.inject.benign.base import BenignActivity, register
 
 MAX_SHARE_OF_FREE_DISK = 0.25
 
@@ -26,6 +26,7 @@ def _room(activity: BenignActivity, size: int) -> str | None:
     return None
 
 
+@register
 class Checkpoint(BenignActivity):
     kind = "checkpoint"
     subsystem = "storage"
@@ -42,6 +43,7 @@ class Checkpoint(BenignActivity):
                         str(self.params["chunk"]))
 
 
+@register
 class EpochBoundary(BenignActivity):
     kind = "epoch_boundary"
     subsystem = "storage"
@@ -57,6 +59,7 @@ class EpochBoundary(BenignActivity):
                         str(self.params["files"]), str(self.params["bytes"]))
 
 
+@register
 class LoadChange(BenignActivity):
     kind = "load_change"
     subsystem = "cpu"

@@ -7,12 +7,13 @@ import os
 import pwd
 from typing import ClassVar
 
-from reveal.inject.benign.base import BenignActivity
+from reveal.inject.benign.base import BenignActivity, register
 from reveal.inject.faults.base import require_tool
 
 _COMMANDS = "id; ls / >/dev/null; cat /etc/motd 2>/dev/null; true"
 
 
+@register
 class SshLogin(BenignActivity):
     kind = "ssh_login"
     subsystem = "software"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from reveal.inject.benign.base import BenignActivity
+from reveal.inject.benign.base import BenignActivity, register
 from reveal.inject.faults.base import require_tool
 
 
+@register
 class LogRotation(BenignActivity):
     kind = "log_rotation"
     subsystem = "storage"
@@ -23,6 +24,7 @@ class LogRotation(BenignActivity):
         self.start_work("logrotate", str(log), str(self.params["bytes"]))
 
 
+@register
 class CronBurst(BenignActivity):
     kind = "cron_burst"
     subsystem = "software"

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from reveal.inject.benign.base import BenignActivity
+from reveal.inject.benign.base import BenignActivity, register
 
 
+@register
 class WatchRestart(BenignActivity):
     kind: ClassVar[str] = "watch_restart"
     subsystem: ClassVar[str] = "software"

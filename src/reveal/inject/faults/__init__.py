@@ -18,23 +18,16 @@ cgroup_throttle        cpu        CPU quota on the job's cgroup (cpu.max / cfs_q
 
 from __future__ import annotations
 
-from reveal.errors import RevealError
-from reveal.inject.faults.base import Fault, FaultContext, run_episode
-from reveal.inject.faults.cgroup_throttle import CgroupThrottle
-from reveal.inject.faults.cpu import CpuContention
-from reveal.inject.faults.disk import DiskBurst
-from reveal.inject.faults.hugepages import ReservedHugePages
-from reveal.inject.faults.memory import MemoryPressure
-from reveal.inject.faults.network import NetDelay, NetThrottle, PacketLoss
-from reveal.inject.faults.udp_flood import UdpFlood
-from reveal.inject.faults.writeback import WritebackStorm
+import importlib
 
-FAULTS: dict[str, type[Fault]] = {
-    cls.kind: cls for cls in (
-        CpuContention, MemoryPressure, WritebackStorm, DiskBurst, PacketLoss, NetDelay,
-        NetThrottle, UdpFlood, ReservedHugePages, CgroupThrottle,
-    )
-}
+from reveal.errors import RevealError
+from reveal.inject.faults.base import FAULTS, Fault, FaultContext, register, run_episode
+
+#: modules of this package that define the built-in faults (registered in this order)
+BUILTIN_MODULES = ("cpu", "memory", "writeback", "disk", "network", "udp_flood", "hugepages",
+                   "cgroup_throttle")
+for _module in BUILTIN_MODULES:
+    importlib.import_module(f"{__package__}.{_module}")
 
 
 def fault_class(kind: str) -> type[Fault]:
@@ -58,4 +51,5 @@ def make_fault(kind: str, intensity: str, context: FaultContext) -> Fault:
     return fault_class(kind)(intensity, context)
 
 
-__all__ = ["FAULTS", "Fault", "FaultContext", "fault_class", "make_fault", "run_episode"]
+__all__ = ["FAULTS", "Fault", "FaultContext", "fault_class", "make_fault", "register",
+           "run_episode"]

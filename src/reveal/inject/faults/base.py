@@ -26,6 +26,7 @@ from reveal.inject import processes
 from reveal.inject.cleanup import UNDO
 from reveal.inject.groundtruth import Episode, EventLog
 from reveal.inject.netns import NetnsPair
+from reveal.registry import Registry
 
 
 @dataclass
@@ -132,3 +133,12 @@ def run_episode(fault: Fault, duration_s: float, log: EventLog | None,
     if log is not None:
         log.append(episode)
     return episode
+
+
+#: the fault classes by kind, in registration order (a :class:`reveal.registry.Registry`)
+FAULTS: Registry[type[Fault]] = Registry("fault", Fault, key="kind")
+
+
+def register(cls: type[Fault]) -> type[Fault]:
+    """Class decorator: make the fault ``cls`` available under ``cls.kind``."""
+    return FAULTS.register(cls)

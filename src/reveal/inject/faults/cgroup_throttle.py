@@ -13,7 +13,7 @@ import contextlib
 from pathlib import Path
 from typing import ClassVar
 
-from reveal.inject.faults.base import Fault, FaultContext
+from reveal.inject.faults.base import Fault, FaultContext, register
 from reveal.inject.jobcgroup import cpu_hierarchies
 from reveal.inject.naming import owned_name
 
@@ -28,6 +28,7 @@ def job_cgroups(context: FaultContext) -> list[Path]:
             or (p / "cpu.cfs_quota_us").is_file()]
 
 
+@register
 class CgroupThrottle(Fault):
     kind = "cgroup_throttle"
     subsystem = "cpu"

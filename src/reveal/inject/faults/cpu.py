@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from reveal.inject.faults.base import Fault, require_tool
+from reveal.inject.faults.base import Fault, register, require_tool
 
 
+@register
 class CpuContention(Fault):
     kind = "cpu_contention"
     subsystem = "cpu"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import shutil
 from typing import ClassVar
 
-from reveal.inject.faults.base import Fault
+from reveal.inject.faults.base import Fault, register
 
 
+@register
 class DiskBurst(Fault):
     kind = "disk_burst"
     subsystem = "storage"

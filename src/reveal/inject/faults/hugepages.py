@@ -12,10 +12,11 @@ import os
 from typing import ClassVar
 
 from reveal.inject.cleanup import HUGEPAGES_FILE, read_hugepages
-from reveal.inject.faults.base import Fault
+from reveal.inject.faults.base import Fault, register
 from reveal.inject.naming import owned_name, temp_root
 
 
+@register
 class ReservedHugePages(Fault):
     kind = "hugepages_reserved"
     subsystem = "memory"

@@ -7,11 +7,12 @@ from typing import Any, ClassVar
 
 import psutil
 
-from reveal.inject.faults.base import Fault, require_tool
+from reveal.inject.faults.base import Fault, register, require_tool
 
 MAX_SHARE_OF_AVAILABLE = 0.5  # never take more than this share of MemAvailable
 
 
+@register
 class MemoryPressure(Fault):
     kind = "memory_pressure"
     subsystem = "memory"

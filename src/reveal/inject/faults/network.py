@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from reveal.inject import processes
-from reveal.inject.faults.base import Fault
+from reveal.inject.faults.base import Fault, register
 from reveal.inject.naming import PREFIX
 from reveal.inject.netns import NetnsPair
 
@@ -61,6 +61,7 @@ class _VethFault(Fault):
         return {**self.params, "where": [*self.pair.names, *self.pair.ifnames]}
 
 
+@register
 class PacketLoss(_VethFault):
     kind = "packet_loss"
     subsystem = "network"
@@ -102,6 +103,7 @@ class PacketLoss(_VethFault):
                 self._in(side, "nft", "delete", "table", "inet", NFT_TABLE, check=False)
 
 
+@register
 class NetDelay(_VethFault):
     kind = "net_delay"
     subsystem = "network"
@@ -127,6 +129,7 @@ class NetDelay(_VethFault):
         self._qdisc_clear()
 
 
+@register
 class NetThrottle(_VethFault):
     kind = "net_throttle"
     subsystem = "network"

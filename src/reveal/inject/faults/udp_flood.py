@@ -14,12 +14,13 @@ import sys
 import time
 from typing import ClassVar
 
-from reveal.inject.faults.base import _python_argv
+from reveal.inject.faults.base import _python_argv, register
 from reveal.inject.faults.network import _VethFault
 
 PORT = 29613
 
 
+@register
 class UdpFlood(_VethFault):
     kind = "udp_flood"
     subsystem = "network"

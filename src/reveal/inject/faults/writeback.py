@@ -7,11 +7,12 @@ from typing import ClassVar
 
 import psutil
 
-from reveal.inject.faults.base import Fault, require_tool
+from reveal.inject.faults.base import Fault, register, require_tool
 
 MAX_SHARE_OF_FREE_DISK = 0.25
 
 
+@register
 class WritebackStorm(Fault):
     kind = "writeback_storm"
     subsystem = "memory"
