@@ -21,6 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from reveal.errors import InputError
 from reveal.frame import parse_channel
+from reveal.live.snapshot import WatchSnapshot
 
 _TICK_HZ = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
@@ -110,9 +111,9 @@ def _single(family: Callable[[str, str], Metric], name: str, documentation: str,
 
 
 class WatchCollector:
-    """A prometheus-client collector over ``snapshot()`` (a dict the watch keeps)."""
+    """A prometheus-client collector over ``snapshot()`` (what the watch holds)."""
 
-    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, snapshot: Callable[[], WatchSnapshot]) -> None:
         self.snapshot = snapshot
 
     def describe(self) -> list[Metric]:
@@ -124,13 +125,13 @@ class WatchCollector:
         yield from self._alerts(s)
         yield from self._model(s)
         yield from self._collector(s)
-        last = s.get("last_row")
+        last = s.last_row
         if last is not None:
             yield from host_metrics(last[2], last[1])
 
     @staticmethod
-    def _scores(s: dict[str, Any]) -> Iterator[Metric]:
-        w = s.get("window")
+    def _scores(s: WatchSnapshot) -> Iterator[Metric]:
+        w = s.window
         score = GaugeMetricFamily("reveal_score", "Score of the last window scored "
                                   "(detector=combined: the ensemble's)", labels=["detector"])
         thr = GaugeMetricFamily("reveal_threshold", "Threshold on each score (from the "
@@ -147,35 +148,35 @@ class WatchCollector:
                       "1 when the last window scored is flagged (after persistence)",
                       float(bool(w is not None and w.flagged)))
         yield _single(GaugeMetricFamily, "reveal_window_end_timestamp_seconds",
-                      "Wall-clock end of the last window scored", s.get("window_end_unix") or 0.0)
+                      "Wall-clock end of the last window scored", s.window_end_unix or 0.0)
         yield _single(CounterMetricFamily, "reveal_windows_scored",
-                      "Windows scored", s.get("windows_scored", 0))
+                      "Windows scored", s.windows_scored)
         yield _single(CounterMetricFamily, "reveal_windows_flagged",
-                      "Windows flagged", s.get("windows_flagged", 0))
+                      "Windows flagged", s.windows_flagged)
         yield _single(CounterMetricFamily, "reveal_windows_skipped",
                       "Windows never scored (scoring fell too far behind)",
-                      s.get("windows_skipped", 0))
+                      s.windows_skipped)
         yield _single(GaugeMetricFamily, "reveal_scoring_lag_seconds",
                       "From the end of the last window scored to when its verdict was ready",
-                      s.get("scoring_lag_s", 0.0))
+                      s.scoring_lag_s)
         yield _single(GaugeMetricFamily, "reveal_scoring_duration_seconds",
-                      "Wall time of the last scoring call", s.get("scoring_s", 0.0))
+                      "Wall time of the last scoring call", s.scoring_s)
         yield _single(CounterMetricFamily, "reveal_scoring_calls",
-                      "Scoring calls", s.get("scoring_calls", 0))
+                      "Scoring calls", s.scoring_calls)
         yield _single(CounterMetricFamily, "reveal_scoring_calls_early",
                       "Scoring calls made before their batch was full, for a window holding "
-                      "a change that matters", s.get("scoring_calls_early", 0))
+                      "a change that matters", s.scoring_calls_early)
 
     @staticmethod
-    def _alerts(s: dict[str, Any]) -> Iterator[Metric]:
+    def _alerts(s: WatchSnapshot) -> Iterator[Metric]:
         active = GaugeMetricFamily("reveal_active_anomalies", "Open alert episodes by "
                                    "subsystem", labels=["subsystem"])
-        for subsystem, n in sorted(s.get("active", {}).items()):
+        for subsystem, n in sorted(s.active.items()):
             active.add_metric([subsystem], n)
         yield active
         events = CounterMetricFamily("reveal_alerts", "Alert events raised",
                                      labels=["event"])
-        for kind, n in s.get("alert_counts", {}).items():
+        for kind, n in s.alert_counts.items():
             events.add_metric([kind], n)
         yield events
         sent = CounterMetricFamily("reveal_alert_sink_sent", "Events delivered",
@@ -186,7 +187,7 @@ class WatchCollector:
                                       "full or retried too long)", labels=["sink"])
         queued = GaugeMetricFamily("reveal_alert_sink_queue_length", "Events waiting",
                                    labels=["sink"])
-        for sink in s.get("sinks", []):
+        for sink in s.sinks:
             sent.add_metric([sink.name], sink.sent)
             failed.add_metric([sink.name], sink.failed)
             dropped.add_metric([sink.name], sink.dropped)
@@ -194,48 +195,48 @@ class WatchCollector:
         yield from (sent, failed, dropped, queued)
 
     @staticmethod
-    def _model(s: dict[str, Any]) -> Iterator[Metric]:
+    def _model(s: WatchSnapshot) -> Iterator[Metric]:
         yield _single(GaugeMetricFamily, "reveal_model_generation",
                       "Models learned in this state directory (0: learning the first)",
-                      s.get("generation", 0))
+                      s.generation)
         age = GaugeMetricFamily("reveal_model_age_seconds", "Time since the model in use "
                                 "was learned")
-        if s.get("model_age_s") is not None:
-            age.add_metric([], max(0.0, s["model_age_s"]))
+        if s.model_age_s is not None:
+            age.add_metric([], max(0.0, s.model_age_s))
         yield age
         yield _single(GaugeMetricFamily, "reveal_learning",
-                      "1 while learning a model", float(bool(s.get("learning"))))
+                      "1 while learning a model", float(bool(s.learning)))
         yield _single(GaugeMetricFamily, "reveal_learn_remaining_seconds",
                       "Data still to collect before the model is fitted",
-                      s.get("learn_remaining_s", 0.0))
+                      s.learn_remaining_s)
         yield _single(GaugeMetricFamily, "reveal_model_channels",
-                      "Channels the model scores", s.get("model_channels", 0))
+                      "Channels the model scores", s.model_channels)
         yield _single(GaugeMetricFamily, "reveal_unmodelled_channels",
                       "Channels with data that the model does not know (they join at the next fit)",
-                      len(s.get("unmodelled", [])))
+                      len(s.unmodelled))
 
     @staticmethod
-    def _collector(s: dict[str, Any]) -> Iterator[Metric]:
-        c = s.get("collector") or {}
+    def _collector(s: WatchSnapshot) -> Iterator[Metric]:
+        c = s.collector or {}
         for name, text, key in (
                 ("reveal_collector_samples", "Samples taken", "samples"),
                 ("reveal_collector_missed_ticks", "Ticks missed (a sample not taken on "
                  "time)", "missed_ticks"),
                 ("reveal_collector_dropped_samples", "Samples not stored (storage "
                  "failing)", "dropped_samples")):
-            yield _single(CounterMetricFamily, name, text, c.get(key, 0))
+            yield _single(CounterMetricFamily, name, text, getattr(c, key))
         lag = GaugeMetricFamily("reveal_collector_tick_lag_seconds", "Tick start minus its "
                                 "deadline over recent ticks", labels=["quantile"])
-        for q, value in (c.get("lag_quantiles") or {}).items():
+        for q, value in c.lag_quantiles.items():
             if value == value:
                 lag.add_metric([q], value)
         yield lag
         yield _single(GaugeMetricFamily, "reveal_collector_channels",
-                      "Channels recorded", c.get("channels", 0))
+                      "Channels recorded", c.channels)
         yield _single(GaugeMetricFamily, "reveal_collector_bytes_on_disk_bytes",
-                      "Size of the run being recorded", c.get("bytes_on_disk", 0))
+                      "Size of the run being recorded", c.bytes_on_disk)
         yield _single(CounterMetricFamily, "reveal_collector_cpu_seconds",
-                      "CPU time of the watch process (collection and scoring)", c.get("cpu_s", 0.0))
+                      "CPU time of the watch process (collection and scoring)", c.cpu_s)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -253,7 +254,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, number
 
 
-def serve(listen: tuple[str, int], snapshot: Callable[[], dict[str, Any]]) -> Any:
+def serve(listen: tuple[str, int], snapshot: Callable[[], WatchSnapshot]) -> Any:
     """Start the HTTP server on ``listen``; returns the server (``shutdown()`` to stop)."""
     registry = CollectorRegistry()
     registry.register(WatchCollector(snapshot))

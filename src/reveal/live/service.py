@@ -47,6 +47,7 @@ from reveal.live.fitproc import fit_in_child
 from reveal.live.notices import appeared, notice_event
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import SINKS, Sink
+from reveal.live.snapshot import CollectorHealth, WatchSnapshot
 from reveal.model import Reveal
 from reveal.store.layout import META_FILE, write_json_atomic
 
@@ -694,26 +695,27 @@ class Watch:
         shutil.copy2(run / META_FILE, target / META_FILE)
 
     # -- what /metrics shows -------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WatchSnapshot:
+        """What ``/metrics`` shows now (read at each scrape)."""
         tracker = self.tracker
         active: dict[str, int] = {}
         if tracker is not None:
             for ep in tracker.open():
                 active[ep.subsystem] = active.get(ep.subsystem, 0) + 1
         w = self.last_window
-        collector: dict[str, Any] = {}
+        health = CollectorHealth()
         c = self.collector
         if c is not None and c.sampler is not None and c.writer is not None:
             stats = c.sampler.stats
             lag = stats.lag_s
-            collector = {"samples": stats.samples, "missed_ticks": stats.missed_ticks,
-                         "dropped_samples": c.writer.stats.dropped_samples,
-                         "channels": len(c.sampler.channels),
-                         "bytes_on_disk": c.writer.stats.bytes_on_disk,
-                         "lag_quantiles": {"0.5": lag.quantile(0.5), "0.99": lag.quantile(0.99),
-                                           "1": lag.max} if stats.samples else {}}
             usage = resource.getrusage(resource.RUSAGE_SELF)
-            collector["cpu_s"] = usage.ru_utime + usage.ru_stime
+            health = CollectorHealth(
+                samples=stats.samples, missed_ticks=stats.missed_ticks,
+                dropped_samples=c.writer.stats.dropped_samples,
+                channels=len(c.sampler.channels), bytes_on_disk=c.writer.stats.bytes_on_disk,
+                cpu_s=usage.ru_utime + usage.ru_stime,
+                lag_quantiles={"0.5": lag.quantile(0.5), "0.99": lag.quantile(0.99),
+                               "1": lag.max} if stats.samples else {})
         remaining = 0.0
         if self.learning and self.buffer is not None:
             last = self.buffer.last_row()
@@ -722,31 +724,22 @@ class Watch:
                                 - (last[0] - self.learn_start_ns) / 1e9)
             else:
                 remaining = self.options.learn_s
-        return {
-            "now": time.time(),
-            "window": w,
-            "window_end_unix": (w.end_ns + self.wall_offset) / 1e9 if w else None,
-            "windows_scored": self.counts["scored"],
-            "windows_flagged": self.counts["flagged"],
-            "scoring_calls": self.counts["calls"],
-            "scoring_calls_early": self.counts["early"],
-            "windows_skipped": self.scorer.skipped if self.scorer else 0,
-            "scoring_lag_s": self.scoring_lag_s,
-            "scoring_s": self.scoring_s,
-            "active": active,
-            "alert_counts": dict(tracker.counts) if tracker else {},
-            "sinks": list(self.sinks),
-            "generation": self.generation,
-            "learned_at": self.learned_at if self.model is not None else None,
-            "model_age_s": (time.monotonic() - self.learned_mono
-                            if self.model is not None and self.learned_mono is not None
-                            else None),
-            "learning": self.learning,
-            "learn_remaining_s": remaining,
-            "model_channels": len(self.model.fitted_.channels) if self.model else 0,
-            "unmodelled": list(self.unmodelled),
-            "collector": collector,
-            "last_row": self.buffer.last_row() if self.buffer else None,
-        }
+        return WatchSnapshot(
+            window=w,
+            window_end_unix=(w.end_ns + self.wall_offset) / 1e9 if w else None,
+            windows_scored=self.counts["scored"], windows_flagged=self.counts["flagged"],
+            windows_skipped=self.scorer.skipped if self.scorer else 0,
+            scoring_calls=self.counts["calls"], scoring_calls_early=self.counts["early"],
+            scoring_lag_s=self.scoring_lag_s, scoring_s=self.scoring_s, active=active,
+            alert_counts=dict(tracker.counts) if tracker else {}, sinks=list(self.sinks),
+            generation=self.generation,
+            learned_at=self.learned_at if self.model is not None else None,
+            model_age_s=(time.monotonic() - self.learned_mono
+                         if self.model is not None and self.learned_mono is not None
+                         else None),
+            learning=self.learning, learn_remaining_s=remaining,
+            model_channels=len(self.model.fitted_.channels) if self.model else 0,
+            unmodelled=list(self.unmodelled), collector=health,
+            last_row=self.buffer.last_row() if self.buffer else None)
 
 
