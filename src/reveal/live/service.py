@@ -7,29 +7,22 @@ sample buffer); a scoring thread learns the model (once) and scores windows; eac
 alert sink has its own worker; prometheus-client serves ``/metrics`` from its own thread.
 Nothing that scoring or a sink does can delay a tick.
 
-The state directory holds::
-
-    model.reveal     the fitted model (Reveal.save: versioned, checksummed, atomic)
-    watch.json       model generation, when and from which run it was learned
-    alerts.json      alert episodes and what each sink delivered (atomic)
-    runs/HOST-TIME/  the recordings (one per start; the first learn comes from its start)
-    kept/HOST-TIME/  the segments around alerts of recordings removed by retention
-    lock             held while a watch runs (one watch per state directory)
+Its parts: the state directory (:mod:`reveal.live.state`), the scorer
+(:mod:`reveal.live.scorer`), alert episodes and sinks (:mod:`reveal.live.alerts`,
+:mod:`reveal.live.sinks`), retention (:mod:`reveal.live.retention`), the model fit in a
+child process (:mod:`reveal.live.fitproc`) and what ``/metrics`` shows
+(:mod:`reveal.live.snapshot`, :mod:`reveal.live.exporter`); :class:`Watch` runs them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import json
 import os
 import resource
-import shutil
 import socket
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,20 +38,15 @@ from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
 from reveal.live.fitproc import fit_in_child
 from reveal.live.notices import appeared, notice_event
+from reveal.live.retention import Retention, prune
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import SINKS, Sink
 from reveal.live.snapshot import CollectorHealth, WatchSnapshot
+from reveal.live.state import (
+    MODEL_FILE,
+    StateDir,
+)
 from reveal.model import Reveal
-from reveal.store.layout import META_FILE, write_json_atomic
-
-MODEL_FILE = "model.reveal"
-#: where the provisional model of the rehearsal is written by its fit, and removed
-PROVISIONAL_FILE = ".provisional.reveal"
-WATCH_FILE = "watch.json"
-ALERTS_FILE = "alerts.json"
-RUNS_DIR = "runs"
-KEPT_DIR = "kept"
-LOCK_FILE = "lock"
 
 #: the default learning span, seconds
 DEFAULT_LEARN_S = 600.0
@@ -86,8 +74,6 @@ TRIM_EVERY_S = 60.0
 AM_REFRESH_S = 60.0
 #: how often old recordings are pruned (seconds)
 RETENTION_EVERY_S = 60.0
-#: data kept around every alert episode when its recording is removed (seconds each side)
-ALERT_MARGIN_S = 300.0
 
 
 def default_state_dir() -> Path:
@@ -147,6 +133,7 @@ class Watch:
         self.options = options
         self.notify = notify
         self.state = Path(options.state)
+        self.statedir = StateDir(self.state)
         self.host = socket.gethostname()
         self.model: Reveal | None = None
         self.scorer: LiveScorer | None = None
@@ -179,7 +166,6 @@ class Watch:
         self._layouts_seen = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_handle: Any = None
         self.error: BaseException | None = None
         self.wall_offset = wall_offset_ns()
 
@@ -211,42 +197,13 @@ class Watch:
             raise
 
     def _open_state(self) -> None:
-        try:
-            self.state.mkdir(parents=True, exist_ok=True)
-            (self.state / RUNS_DIR).mkdir(exist_ok=True)
-            probe = self.state / f".write-test-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
-            self._lock_handle = open(self.state / LOCK_FILE, "a+")  # noqa: SIM115
-        except OSError as exc:
-            raise InputError(f"state directory is not writable ({exc.strerror}); choose "
-                             f"another with --state DIR", str(self.state)) from None
-        try:
-            fcntl.flock(self._lock_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._lock_handle.seek(0)
-            holder = self._lock_handle.read().strip() or "?"
-            self._lock_handle.close()
-            self._lock_handle = None
-            raise InputError(f"another reveal watch (pid {holder}) uses this state "
-                             f"directory; stop it or choose --state DIR",
-                             str(self.state)) from None
-        self._lock_handle.seek(0)
-        self._lock_handle.truncate()
-        self._lock_handle.write(str(os.getpid()))
-        self._lock_handle.flush()
-        info = self._read_watch_file()
+        self.statedir.open()
+        info = self.statedir.read_info()
         self.generation = int(info.get("generation", 0))
         self.learned_at = info.get("learned_at")
 
-    def _read_watch_file(self) -> dict[str, Any]:
-        try:
-            return json.loads((self.state / WATCH_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-
     def _load_model(self) -> None:
-        path = self.state / MODEL_FILE
+        path = self.statedir.model
         if self.options.relearn or not path.exists():
             return
         try:
@@ -276,7 +233,7 @@ class Watch:
 
     def _open_sinks(self) -> None:
         opts = self.options
-        self.tracker = EpisodeTracker(self.state / ALERTS_FILE, self.host,
+        self.tracker = EpisodeTracker(self.statedir.alerts, self.host,
                                       opts.resolve_after_s, self.wall_offset, boot_id(),
                                       emit=self._dispatch,
                                       warn=lambda m: self.notify("warning", m))
@@ -301,7 +258,7 @@ class Watch:
 
     def _open_collector(self) -> None:
         opts = self.options
-        out = self.state / RUNS_DIR / f"{self.host}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = self.statedir.runs / f"{self.host}-{time.strftime('%Y%m%d-%H%M%S')}"
         n = 1
         while out.exists():
             n += 1
@@ -372,11 +329,7 @@ class Watch:
             self.server = None
         if self.collector is not None:
             self.collector.close()
-        if self._lock_handle is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
-                self._lock_handle.close()
-            self._lock_handle = None
+        self.statedir.close()
 
     # -- the scoring thread -------------------------------------------------------------
     def _score_loop(self) -> None:
@@ -457,7 +410,7 @@ class Watch:
             return
         if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
             return
-        scratch = self.state / PROVISIONAL_FILE
+        scratch = self.statedir.provisional
         try:
             fit_in_child(self.collector.run_dir, self.learn_start_ns,
                          self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set,
@@ -512,13 +465,13 @@ class Watch:
         assert self.collector is not None
         run = self.collector.run_dir
         self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
-        path = fit_in_child(run, start_ns, end_ns, self.state / MODEL_FILE, self._stop.is_set,
+        path = fit_in_child(run, start_ns, end_ns, self.statedir.model, self._stop.is_set,
                             settings=self.options.settings)
         model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
         self.learned_mono = time.monotonic()
-        write_json_atomic(self.state / WATCH_FILE, {
+        self.statedir.write_info({
             "generation": self.generation, "learned_at": self.learned_at,
             "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
             "channels": len(model.fitted_.channels), "model": MODEL_FILE})
@@ -632,67 +585,12 @@ class Watch:
                     sink.submit(ep.event("update"))
 
     def _retention(self) -> None:
-        """Remove the oldest finished recordings beyond ``retain_s`` or ``retain_bytes``;
-        the segments within ``ALERT_MARGIN_S`` of an alert episode are first copied to
-        ``kept/RUN`` (a run directory of its own), removed after ``retain_alerts_s``."""
-        runs = sorted((p for p in (self.state / RUNS_DIR).iterdir() if p.is_dir()),
-                      key=lambda p: p.stat().st_mtime)
-        current = self.collector.run_dir if self.collector else None
-        sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in runs}
-        total = sum(sizes.values())
-        now = time.time()
-        for p in runs:
-            if p == current:
-                continue
-            old = now - p.stat().st_mtime > self.options.retain_s
-            if old or total > self.options.retain_bytes:
-                try:
-                    self._keep_alert_data(p)
-                except (OSError, InputError) as exc:
-                    self.notify("warning", f"{p}: the data around its alerts could not be "
-                                           f"kept ({exc}); the recording is kept instead")
-                    continue
-                shutil.rmtree(p, ignore_errors=True)
-                total -= sizes[p]
-        kept = self.state / KEPT_DIR
-        if kept.is_dir():
-            for p in kept.iterdir():
-                if now - p.stat().st_mtime > self.options.retain_alerts_s:
-                    shutil.rmtree(p, ignore_errors=True)
-
-    def _keep_alert_data(self, run: Path) -> None:
-        """Copy the segments of ``run`` within ``ALERT_MARGIN_S`` of an episode to
-        ``kept/RUN`` (with its meta.json): ``reveal analyze`` reads it as a run."""
-        if self.tracker is None or not self.tracker.episodes:
-            return
-        from reveal.store.run_reader import open_run
-
-        meta = json.loads((run / META_FILE).read_text(encoding="utf-8"))
-        offset = int(meta.get("wall_offset_ns") or 0)
-        margin = int(ALERT_MARGIN_S * 1e9)
-        spans = [(ep.start_ns + ep.wall_offset_ns - margin, ep.end_ns + ep.wall_offset_ns
-                  + margin) for ep in self.tracker.episodes]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            reader = open_run(run)
-        chosen = []
-        for source in reader.sources:
-            lows = [g.ts_min for g in source.groups if g.ts_min is not None]
-            highs = [g.ts_max for g in source.groups if g.ts_max is not None]
-            if source.journal is not None or not lows:
-                chosen.append(source.path)  # a journal left by a kill: small, kept whole
-                continue
-            lo, hi = min(lows) + offset, max(highs) + offset
-            if any(lo <= b and a <= hi for a, b in spans):
-                chosen.append(source.path)
-        if not chosen:
-            return
-        target = self.state / KEPT_DIR / run.name
-        for path in chosen:
-            dest = target / path.relative_to(run)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, dest)
-        shutil.copy2(run / META_FILE, target / META_FILE)
+        """Prune the recordings (:func:`reveal.live.retention.prune`)."""
+        prune(self.statedir.runs, self.statedir.kept,
+              self.collector.run_dir if self.collector else None,
+              self.tracker.episodes if self.tracker is not None else [],
+              Retention(self.options.retain_s, self.options.retain_bytes,
+                        self.options.retain_alerts_s), self.notify)
 
     # -- what /metrics shows -------------------------------------------------------------
     def snapshot(self) -> WatchSnapshot:

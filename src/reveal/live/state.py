@@ -1,0 +1,111 @@
+"""The watch's state directory: its layout, the lock that keeps one watch per directory,
+and ``watch.json`` (which model generation is in use, when and from what it was learned).
+
+The state directory holds::
+
+    model.reveal     the fitted model (Reveal.save: versioned, checksummed, atomic)
+    watch.json       model generation, when and from which run it was learned
+    alerts.json      alert episodes and what each sink delivered (atomic)
+    runs/HOST-TIME/  the recordings (one per start; the first learn comes from its start)
+    kept/HOST-TIME/  the segments around alerts of recordings removed by retention
+    lock             held while a watch runs (one watch per state directory)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+from reveal.errors import InputError
+from reveal.store.layout import write_json_atomic
+
+MODEL_FILE = "model.reveal"
+#: where the provisional model of the rehearsal is written by its fit, and removed
+PROVISIONAL_FILE = ".provisional.reveal"
+WATCH_FILE = "watch.json"
+ALERTS_FILE = "alerts.json"
+RUNS_DIR = "runs"
+KEPT_DIR = "kept"
+LOCK_FILE = "lock"
+
+
+class StateDir:
+    """One watch's state directory, locked while it is open (:meth:`open`, :meth:`close`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock: TextIO | None = None
+
+    # -- where things are --------------------------------------------------------------
+    @property
+    def model(self) -> Path:
+        return self.path / MODEL_FILE
+
+    @property
+    def provisional(self) -> Path:
+        return self.path / PROVISIONAL_FILE
+
+    @property
+    def alerts(self) -> Path:
+        return self.path / ALERTS_FILE
+
+    @property
+    def runs(self) -> Path:
+        return self.path / RUNS_DIR
+
+    @property
+    def kept(self) -> Path:
+        return self.path / KEPT_DIR
+
+    # -- opening and closing -----------------------------------------------------------
+    def open(self) -> None:
+        """Create the directory (and ``runs/``), check it is writable, and take its lock;
+        ``InputError`` when it is not writable or another watch holds it."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.runs.mkdir(exist_ok=True)
+            probe = self.path / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+            lock = open(self.path / LOCK_FILE, "a+")  # noqa: SIM115
+        except OSError as exc:
+            raise InputError(f"state directory is not writable ({exc.strerror}); choose "
+                             f"another with --state DIR", str(self.path)) from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            lock.close()
+            raise InputError(f"another reveal watch (pid {holder}) uses this state "
+                             f"directory; stop it or choose --state DIR",
+                             str(self.path)) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        self._lock = lock
+
+    def close(self) -> None:
+        """Release the lock (idempotent)."""
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+                self._lock.close()
+            self._lock = None
+
+    # -- watch.json --------------------------------------------------------------------
+    def read_info(self) -> dict[str, Any]:
+        """``watch.json`` as written by :meth:`write_info` ({} when absent or unreadable)."""
+        try:
+            return json.loads((self.path / WATCH_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def write_info(self, info: dict[str, Any]) -> None:
+        """Write ``watch.json`` atomically."""
+        write_json_atomic(self.path / WATCH_FILE, info)
