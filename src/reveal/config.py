@@ -126,3 +126,8 @@ class AnalyzeConfig:
     min_baseline_windows: int = 60
     # periodic refits on recent unflagged windows and the consensus of model generations
     refit: RefitConfig = field(default_factory=RefitConfig)
+    # more window sizes (rows; with windows by rows) scored beside window.size_rows, each
+    # by an analysis of its own: a window's combined score is the mean over the sizes of
+    # score / threshold (threshold 1); a window is flagged where the main size flags it,
+    # or another size does and that mean is above 1 (see reveal.analyze.scales)
+    extra_window_rows: tuple[int, ...] = ()

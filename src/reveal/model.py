@@ -105,6 +105,8 @@ class Reveal(BaseEstimator):
     consensus_ : Consensus or None
         Model generations and what the stream showed them (after :meth:`partial_fit`;
         None before: the baseline's model alone).
+    scale_consensus_ : list of Consensus or None
+        The same for each extra window size (``fitted_.scales``).
     """
 
     def __init__(self, preset: str = "auto", config: AnalyzeConfig | None = None,
@@ -134,6 +136,7 @@ class Reveal(BaseEstimator):
                                     metric_set=self.metric_set, robust=robust,
                                     progress=progress)
         self.consensus_ = None
+        self.scale_consensus_ = None
         return self
 
     def fit_score(self, run: Source, *, progress: Progress | None = None) -> Report:
@@ -144,20 +147,22 @@ class Reveal(BaseEstimator):
         self.fitted_, analysis = fit_and_analyse(tel, self.config_, metric_set=self.metric_set,
                                                  progress=progress)
         self.consensus_ = None
+        self.scale_consensus_ = None
         return build_report(self.fitted_, analysis)
 
     # -- following a stream ----------------------------------------------------------
     def _consensus(self) -> Consensus:
         fitted = self._check_fitted()
         if getattr(self, "consensus_", None) is None:
-            stride = stride_seconds(fitted.window, fitted.interval_s)
-            rows = rows_per_window(fitted.window, fitted.interval_s)
-            stride_rows = max(1, round(stride / fitted.interval_s))
-            self.consensus_ = Consensus(
-                fitted.ensemble, fitted.config.refit, fitted.config.detect,
-                ensemble_options(fitted.config, stride), fitted.floors, stride,
-                guard=-(-rows // stride_rows))
+            self.consensus_ = _new_consensus(fitted)
         return self.consensus_
+
+    def _scale_consensus(self) -> list[Consensus]:
+        """One consensus per extra window size (``fitted_.scales``), made when first needed."""
+        scales = getattr(self._check_fitted(), "scales", None) or []
+        if len(getattr(self, "scale_consensus_", None) or []) != len(scales):
+            self.scale_consensus_ = [_new_consensus(s) for s in scales]
+        return self.scale_consensus_
 
     def scoring_fitted(self) -> FittedAnalysis:
         """The fitted analysis that scores now (for callers of
@@ -169,9 +174,15 @@ class Reveal(BaseEstimator):
     def _scoring(self) -> FittedAnalysis:
         fitted = self._check_fitted()
         consensus = getattr(self, "consensus_", None)
-        if consensus is None or not consensus.streaming:
-            return fitted
-        return dataclasses.replace(fitted, ensemble=consensus)
+        if consensus is not None and consensus.streaming:
+            fitted = dataclasses.replace(fitted, ensemble=consensus)
+        scales = getattr(fitted, "scales", None) or []
+        kept = getattr(self, "scale_consensus_", None) or []
+        if scales and len(kept) == len(scales) and any(c.streaming for c in kept):
+            fitted = dataclasses.replace(fitted, scales=[
+                dataclasses.replace(s, ensemble=c) if c.streaming else s
+                for s, c in zip(scales, kept, strict=True)])
+        return fitted
 
     def partial_fit(self, recent: Source | Analysis, *, lead_in: Source | None = None,
                     refit: bool | None = None) -> Self:
@@ -186,14 +197,21 @@ class Reveal(BaseEstimator):
         analysis = recent if isinstance(recent, Analysis) else self.analyse(recent,
                                                                             lead_in=lead_in)
         consensus = self._consensus()
-        v = analysis.verdicts
-        consensus.advance(analysis.features.values, v.flagged,
-                          v.combined > v.combined_threshold, analysis.windows.end_ns,
-                          v.combined)
-        if refit and _refits_off(self.config_):  # learn from ``recent`` itself
-            consensus.fit_generation(analysis.features.values, v.flagged)
-        elif consensus.refit_due() if refit is None else refit:
-            consensus.fit_generation()
+        pairs = [(consensus, analysis)]
+        if getattr(analysis, "sizes", None):  # each window size keeps its own generations
+            pairs = list(zip([consensus, *self._scale_consensus()], analysis.sizes,
+                             strict=True))
+        for keeper, scored in pairs:
+            v = scored.verdicts
+            keeper.advance(scored.features.values, v.flagged,
+                           v.combined > v.combined_threshold, scored.windows.end_ns,
+                           v.combined)
+        due = consensus.refit_due() if refit is None else refit  # the main size's clock
+        for keeper, scored in pairs:
+            if refit and _refits_off(self.config_):  # learn from ``recent`` itself
+                keeper.fit_generation(scored.features.values, scored.verdicts.flagged)
+            elif due:
+                keeper.fit_generation()
         return self
 
     @property
@@ -258,7 +276,9 @@ class Reveal(BaseEstimator):
         fitted = self._check_fitted()
         consensus = getattr(self, "consensus_", None)
         payload = pickle.dumps({"params": self._saved_params(), "fitted": fitted,
-                                "consensus": consensus}, protocol=pickle.HIGHEST_PROTOCOL)
+                                "consensus": consensus,
+                                "scale_consensus": getattr(self, "scale_consensus_", None)},
+                               protocol=pickle.HIGHEST_PROTOCOL)
         header = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION,
                   "reveal_version": __version__, "preset": fitted.config.preset,
                   "channels": len(fitted.channels), "baseline": fitted.baseline,
@@ -311,6 +331,7 @@ class Reveal(BaseEstimator):
         model.fitted_ = state["fitted"]
         model.config_ = model.fitted_.config
         model.consensus_ = state.get("consensus")
+        model.scale_consensus_ = state.get("scale_consensus")
         return model
 
     def _saved_params(self) -> dict[str, Any]:
@@ -318,6 +339,16 @@ class Reveal(BaseEstimator):
         return {"preset": self.preset, "config": self.config,
                 "overrides": dict(self.overrides) if self.overrides else None,
                 "metric_set": list(self.metric_set) if self.metric_set else None}
+
+
+def _new_consensus(fitted: FittedAnalysis) -> Consensus:
+    """A consensus of generations starting from ``fitted``'s ensemble alone."""
+    stride = stride_seconds(fitted.window, fitted.interval_s)
+    rows = rows_per_window(fitted.window, fitted.interval_s)
+    stride_rows = max(1, round(stride / fitted.interval_s))
+    return Consensus(fitted.ensemble, fitted.config.refit, fitted.config.detect,
+                     ensemble_options(fitted.config, stride), fitted.floors, stride,
+                     guard=-(-rows // stride_rows))
 
 
 def _refits_off(config: AnalyzeConfig) -> bool:

@@ -46,6 +46,7 @@ from reveal.analyze.percpu import (
     rank_cpu_rows,
 )
 from reveal.analyze.presets import MIN_ROWS_PER_WINDOW
+from reveal.analyze.scales import combine, scale_configs
 from reveal.analyze.select import prune
 from reveal.analyze.significance import (
     channel_matters,
@@ -162,6 +163,9 @@ class FittedAnalysis:
     significance: np.ndarray | None = None
     capacity: dict[str, Any] = dataclasses.field(default_factory=dict)
     matters: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
+    # the analyses of the extra window sizes (config.extra_window_rows), scored beside this
+    # one and joined with it (reveal.analyze.scales)
+    scales: list[FittedAnalysis] = dataclasses.field(default_factory=list)
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -187,6 +191,10 @@ class Analysis:
     # new steady states: windows not flagged because their only changes that matter are
     # levels that held still (see reveal.analyze.steady)
     steady: list[SteadyState] = dataclasses.field(default_factory=list)
+    # with extra window sizes (FittedAnalysis.scales): the run as each size scored it on its
+    # own, the main size first, joined into these verdicts (reveal.analyze.scales); a
+    # stream gives each back to its own size
+    sizes: list[Analysis] = dataclasses.field(default_factory=list)
 
 
 #: CPU busy % (points) and load-average ratio between baseline and run above which the
@@ -338,9 +346,16 @@ def fit_analysis(baseline: Telemetry, config: AnalyzeConfig, *,
                  metric_set: Sequence[str] | None = None, robust: bool = False,
                  progress: Progress | None = None) -> FittedAnalysis:
     """Fit on ``baseline``; ``channels``: only these derived channels (those of the run to
-    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`)."""
-    return _fit(baseline, config, channels, metric_set, robust,
-                progress or (lambda _m: None))[0]
+    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`).
+    Extra window sizes (``config.extra_window_rows``) are fitted too, on the same
+    channels."""
+    say = progress or (lambda _m: None)
+    scales = scale_configs(config)  # a wrong extra size fails before any work
+    fitted = _fit(baseline, config, channels, metric_set, robust, say)[0]
+    for scale in scales:
+        say(f"fitting windows of {scale.window.size_rows} rows beside them")
+        fitted.scales.append(_fit(baseline, scale, fitted.channels, None, robust, say)[0])
+    return fitted
 
 
 def usable_channels(run: Telemetry) -> list[str]:
@@ -633,7 +648,11 @@ def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None
     if len(fm.windows) == 0:
         raise InputError("the run is shorter than one window",
                          str(run.meta.get("path", run.host)))
-    return _score(fitted, run, d_run, fm, ranks, warnings, say)
+    analysis = _score(fitted, run, d_run, fm, ranks, warnings, say)
+    scales = getattr(fitted, "scales", None)  # absent from models saved before them
+    if not scales:
+        return analysis
+    return combine(analysis, [analyse(s, run, lead_in=lead_in) for s in scales])
 
 
 def fit_and_analyse(run: Telemetry, config: AnalyzeConfig, *,
@@ -641,9 +660,17 @@ def fit_and_analyse(run: Telemetry, config: AnalyzeConfig, *,
                     progress: Progress | None = None) -> tuple[FittedAnalysis, Analysis]:
     """Self-fit: fit robustly on ``run`` itself and score it (features computed once)."""
     say = progress or (lambda _m: None)
+    scales = scale_configs(config)
     fitted, fm, d_run, ranks = _fit(run, config, None, metric_set, True, say)
     warnings = list(fitted.warnings)
-    return fitted, _score(fitted, run, d_run, fm, ranks, warnings, say)
+    analysis = _score(fitted, run, d_run, fm, ranks, warnings, say)
+    others = []
+    for scale in scales:
+        fitted_scale, other = fit_and_analyse(run, scale, metric_set=metric_set,
+                                              progress=progress)
+        fitted.scales.append(fitted_scale)
+        others.append(other)
+    return fitted, combine(analysis, others) if others else analysis
 
 
 def explain_windows(fitted: FittedAnalysis, analysis: Analysis, rows: np.ndarray) -> np.ndarray:

@@ -50,6 +50,7 @@ MINUTE = AnalyzeConfig(
     drift_window_s=2 * 86400.0,
     drift_block_s=3600.0,
     rank_cpus=False,
+    extra_window_rows=(5,),
 )
 
 PRESETS: dict[str, AnalyzeConfig] = {"telemetry": TELEMETRY, "minute": MINUTE}
