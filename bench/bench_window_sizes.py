@@ -12,6 +12,9 @@ The choice is 2-fold by machine: within each data set the machines are split by 
 place in name order (even / odd); the candidate with the highest mean of best F1 and AUPRC
 over both data sets on one half is reported on the other half, beside today's single size.
 
+The flag rule of the shipped pair (10 and 5 rows) is chosen the same way among four rules
+(by automatic F1), each reported on held-out machines with its false alarms a day.
+
     python bench/bench_window_sizes.py                  # → bench/results/window_sizes.json
 """
 
@@ -30,11 +33,47 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from reveal.analyze.scales import combine  # noqa: E402
-from reveal.evaluate.metrics import auprc, best_f1, event_prf, point_prf  # noqa: E402
+from reveal.evaluate.metrics import (  # noqa: E402
+    auprc,
+    best_f1,
+    event_prf,
+    false_alarm_episodes,
+    point_prf,
+)
 from reveal.model import Reveal, fit_for_run  # noqa: E402
 from reveal.store.labelled import default_data_root, list_machines, load_machine  # noqa: E402
 
 MAIN = 10  # the minute preset's window, rows
+SHIPPED = 5  # the extra size shipped, rows (AnalyzeConfig.extra_window_rows of the preset)
+
+
+def _ratio(a) -> np.ndarray:
+    return np.asarray(a.verdicts.combined) / a.verdicts.combined_threshold
+
+
+#: flag rules for the main and one extra size: (main flags, extra flags, mean of score /
+#: threshold) -> flags; "main, or extra above 1" is the shipped one (reveal.analyze.scales)
+RULES = {
+    "any size flags": lambda m, e, j: m | e,
+    "mean above 1 and a size flags": lambda m, e, j: (j > 1) & (m | e),
+    "main, or extra with the mean above 1": lambda m, e, j: m | (e & (j > 1)),
+    "main flags only": lambda m, e, j: m,
+}
+
+
+def rule_figures(lm, main, extra) -> dict[str, dict[str, float]]:
+    """Automatic F1 and false alarms a day of every rule (windows aligned 1:1 by row)."""
+    y = lm.labels.astype(bool)
+    m, e = (np.asarray(a.verdicts.flagged, dtype=bool) for a in (main, extra))
+    joined = (_ratio(main) + _ratio(extra)) / 2
+    out = {}
+    for name, rule in RULES.items():
+        flags = rule(m, e, joined)
+        episodes, clean = false_alarm_episodes(y, flags)
+        hours = clean * lm.test.interval_s / 3600.0
+        out[name] = {"auto_f1": point_prf(y, flags).f1,
+                     "false_alarms_per_day": 24 * episodes / hours if hours else float("nan")}
+    return out
 
 
 def analyses(lm, sizes: list[int]) -> dict[int, object]:
@@ -75,6 +114,7 @@ def main() -> int:
         return 2
     started = time.monotonic()
     per: dict[str, dict[str, dict[str, float]]] = {}
+    rules: dict[str, dict[str, dict[str, float]]] = {}
     for ds in ("smd", "asd"):
         for name in list_machines(root, ds):
             lm = load_machine(root, ds, name)
@@ -84,6 +124,7 @@ def main() -> int:
                 json.dumps(list(c)): figures(y, combine(scored[MAIN], [scored[r] for r in c])
                                              if c else scored[MAIN])
                 for c in candidates}
+            rules[f"{ds}/{name}"] = rule_figures(lm, scored[MAIN], scored[SHIPPED])
             print(f"{ds}/{name}", flush=True, file=sys.stderr)
     keys = {ds: sorted(k for k in per if k.startswith(ds + "/")) for ds in ("smd", "asd")}
     names = [json.dumps(list(c)) for c in candidates]
@@ -103,10 +144,22 @@ def main() -> int:
                                              for ds in keys},
                       "today_on_held_out": {ds: mean_of([per[k]["[]"] for k in other[ds]])
                                             for ds in keys}})
+    rule_folds = []
+    for fold in (0, 1):
+        choose = {ds: [k for i, k in enumerate(keys[ds]) if i % 2 == fold] for ds in keys}
+        other = {ds: [k for i, k in enumerate(keys[ds]) if i % 2 != fold] for ds in keys}
+        chosen = max(RULES, key=lambda r, c=choose: float(np.mean(
+            [np.mean([rules[k][r]["auto_f1"] for k in c[ds]]) for ds in c])))
+        rule_folds.append({"chosen": chosen, "held_out": {
+            r: {ds: {f: float(np.mean([rules[k][r][f] for k in other[ds]]))
+                     for f in ("auto_f1", "false_alarms_per_day")} for ds in keys}
+            for r in RULES}})
     result = {"bench": "window_sizes", "main_rows": MAIN, "candidates": [list(c) for c in
                                                                           candidates],
               "rule": "mean over sizes of combined / threshold; flagged when any size flags",
               "means": table, "cross_fitted": folds, "per_machine": per,
+              "flag_rules": {"sizes": [MAIN, SHIPPED], "cross_fitted": rule_folds,
+                             "per_machine": rules},
               "seconds": round(time.monotonic() - started, 1)}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     for c in names:
@@ -120,6 +173,12 @@ def main() -> int:
             f"{t['best_f1']:.3f}/{t['auprc']:.3f}/{t['auto_f1']:.3f})"
             for (ds, m), t in zip(f["chosen_on_held_out"].items(),
                                   f["today_on_held_out"].values(), strict=True)))
+    for f in rule_folds:
+        print(f"flag rule chosen on one half: {f['chosen']!r}; on the other half:")
+        for r, by in f["held_out"].items():
+            print(f"   {r:40s} " + " | ".join(
+                f"{ds} auto {v['auto_f1']:.3f} FA/day {v['false_alarms_per_day']:.2f}"
+                for ds, v in by.items()))
     print(f"written: {args.out}")
     return 0
 
