@@ -5,6 +5,8 @@ are added the same way in tests/test_detector_registry.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import ClassVar
 
 import numpy as np
@@ -158,6 +160,18 @@ def test_a_probe_from_one_module_is_listed_and_read():
         REGISTRY.unregister("constant42")
     with pytest.raises(InputError, match="unknown probe 'constant42'; known: "):
         REGISTRY.lookup("constant42")
+
+
+def test_a_plugin_module_run_as_a_script_keeps_its_registered_class():
+    # the UDP flood's module is also its child processes' entry point (python -m ...):
+    # there its class is defined again under __main__ and must not be refused
+    held = FAULTS["udp_flood"]
+    again = type(held.__name__, (held,), {"__module__": "__main__",
+                                          "__qualname__": held.__qualname__})
+    assert register_fault(again) is again and FAULTS["udp_flood"] is held
+    proc = subprocess.run([sys.executable, "-m", "reveal.inject.faults.udp_flood", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert "taken by" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_every_kind_keeps_one_registry():

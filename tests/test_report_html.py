@@ -338,6 +338,7 @@ def test_report_command_renders_saved_json(saved, tmp_path, capsys):
 @pytest.mark.parametrize("case, expected", [
     ("missing", "no such file"),
     ("truncated", "truncated JSON"),
+    ("cut_in_a_string", "truncated JSON"),
     ("garbage", "not valid JSON"),
     ("foreign", "not a Reveal report"),
     ("version", "version 99 is not supported"),
@@ -350,6 +351,12 @@ def test_report_command_errors(saved, tmp_path, capsys, case, expected):
     src = tmp_path / f"{case}.json"
     if case == "truncated":
         src.write_text(saved["json"].read_text()[: 3000])
+    elif case == "cut_in_a_string":  # the file ends inside a string value
+        text = saved["json"].read_text()
+        cut = text[: text.index(': "', 2000) + 4]  # just after a string value's quote
+        with pytest.raises(json.JSONDecodeError, match="Unterminated string"):
+            json.loads(cut)
+        src.write_text(cut)
     elif case == "garbage":
         src.write_text("{\"schema\": reveal}\n" + "x" * 100)
     elif case == "foreign":

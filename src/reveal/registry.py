@@ -51,7 +51,8 @@ class Registry(dict[str, T], Generic[T]):
         """Class decorator: make ``cls`` available under its name.
 
         Raises ``ValueError`` for a class not derived from the base, one without a name of
-        its own, or a name another class already holds (the same class again: no change).
+        its own, or a name another class already holds (the same class again, or its
+        module run once more as ``__main__``: no change).
         """
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             raise ValueError(f"{cls!r} is not a {self.base.__name__} subclass")
@@ -63,6 +64,8 @@ class Registry(dict[str, T], Generic[T]):
             raise ValueError(f"{cls.__name__} needs {what}, got {name!r}")
         held = self.get(name)
         if held is not None and held is not cls:
+            if _same_module_run_as_script(held, cls):
+                return cls  # the module again as ``python -m``: the registered class stays
             raise ValueError(f"{self.kind} name {name!r} is taken by {held.__qualname__}")
         self[name] = cls
         return cls
@@ -82,3 +85,10 @@ class Registry(dict[str, T], Generic[T]):
     def names(self) -> tuple[str, ...]:
         """Registered names, in registration order."""
         return tuple(self)
+
+
+def _same_module_run_as_script(held: type, cls: type) -> bool:
+    """Whether ``cls`` is ``held`` defined a second time because its module also runs as
+    ``__main__`` (a plugin module that is a child process's entry point)."""
+    return (held.__qualname__ == cls.__qualname__
+            and "__main__" in (held.__module__, cls.__module__))

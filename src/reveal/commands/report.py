@@ -49,7 +49,9 @@ def read_report(path: str | Path) -> tuple[Any, list[Any]]:
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
-        near_end = exc.pos >= len(text.rstrip()) - 1
+        # the text ends where a value, or a string still open, wanted more
+        near_end = (exc.pos >= len(text.rstrip()) - 1
+                    or exc.msg.startswith("Unterminated string"))
         what = "truncated JSON" if near_end else f"not valid JSON ({exc.msg}, line {exc.lineno})"
         raise InputError(f"{what}: not a complete Reveal report", str(path)) from None
     try:
