@@ -64,3 +64,29 @@ def test_the_core_never_imports_the_package_front() -> None:
                 offenders += [f"{path.relative_to(package)}: import reveal"
                               for a in node.names if a.name == "reveal"]
     assert offenders == []
+
+
+def _late_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import made inside a function of ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import):
+                    found += [(inner.lineno, a.name) for a in inner.names]
+                elif isinstance(inner, ast.ImportFrom) and inner.level == 0 and inner.module:
+                    found.append((inner.lineno, inner.module))
+    return found
+
+
+def test_imports_inside_functions_are_only_for_what_is_loaded_late() -> None:
+    # A module's imports show what it depends on. Imports inside a function are for what is
+    # worth loading only when used (pandas, torch, a command's work behind `reveal --help`)
+    # or would make a cycle; never for the standard library or reveal's leaf modules.
+    leaves = {"reveal.errors", "reveal.paths", "reveal._version"}
+    package = ROOT / "src" / "reveal"
+    offenders = [f"{path.relative_to(package)}:{line}: {module}"
+                 for path in sorted(package.rglob("*.py"))
+                 for line, module in _late_imports(path)
+                 if module.split(".")[0] in sys.stdlib_module_names or module in leaves]
+    assert offenders == []

@@ -199,7 +199,7 @@ def test_threshold_factor_lowers_the_threshold_and_refuses_nonsense():
 
 
 def test_rehearsal_starts_a_third_into_a_span_long_enough_to_hold_one():
-    from reveal.live.service import RECOMMENDED_LEARN_S, rehearsal_start_s
+    from reveal.live.keeper import RECOMMENDED_LEARN_S, rehearsal_start_s
 
     assert rehearsal_start_s(600.0) == 200.0
     assert rehearsal_start_s(130.0) == RECOMMENDED_LEARN_S  # at least one model's worth

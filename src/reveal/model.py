@@ -21,7 +21,8 @@ windows that were not flagged; a window is flagged only when all kept generation
 (:mod:`reveal.analyze.consensus`). While nothing is given back, scoring is that of the
 baseline's model alone, as before. ``reveal watch`` scores through the model (with the
 generations a model file carries) but keeps it current another way: a full refit on a
-quiet span of ``--learn`` (``Watch._maybe_refit``, docs/watch.md).
+quiet span of ``--learn`` (``ModelKeeper.maybe_refit``, :mod:`reveal.live.keeper`;
+docs/watch.md).
 
 A model file is a header line of JSON (format, format version, Reveal version, settings,
 baseline, SHA-256 of the payload) and a pickled payload, written atomically. Load only model

@@ -10,6 +10,7 @@ Telemetry) and returns a :class:`reveal.result.Result`; it is :func:`reveal.api.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import types
 from typing import Any
@@ -29,14 +30,10 @@ class _CallablePackage(types.ModuleType):
 
     @property
     def __signature__(self) -> Any:  # what inspect.signature and help() show for a call
-        import inspect
-
         return inspect.signature(importlib.import_module(API_MODULE).analyze)
 
     @property
     def __doc__(self) -> str:  # type: ignore[override]  # help(): the package, then the call
-        import inspect
-
         api = importlib.import_module(API_MODULE).analyze
         return (f"{_PACKAGE_DOC}\nCalled: analyze{inspect.signature(api)}\n\n"
                 f"{inspect.getdoc(api)}\n")

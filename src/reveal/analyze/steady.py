@@ -20,6 +20,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -55,7 +56,6 @@ class SteadyState:
 def state_columns(channels: Sequence[str], features: Sequence[str],
                   catalog: Catalog | None = None) -> np.ndarray:
     """(K,) which feature columns are levels of state-like gauges."""
-    from fnmatch import fnmatchcase
 
     catalog = catalog or default_catalog()
     out = np.zeros(len(channels), dtype=bool)

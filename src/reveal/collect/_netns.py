@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -398,7 +399,6 @@ class Exits:
         ``readable`` descriptors (fd → key) has data; the keys whose process exited (or
         could not be watched), with their watch dropped, then the keys of the readable
         descriptors."""
-        import select
 
         fds = {fd: key for key, (_, fd) in self._fds.items() if fd >= 0}
         blind = [key for key, (_, fd) in self._fds.items() if fd < 0]

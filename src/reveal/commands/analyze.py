@@ -10,6 +10,7 @@ from typing import Any
 
 from reveal.config import DetectConfig
 from reveal.errors import InputError
+from reveal.paths import check_writable_file
 from reveal.settings import add_set_argument, parse_sets
 
 NAME = "analyze"
@@ -129,8 +130,6 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.paths import check_writable_file
-
     settings = overrides(args)
     if settings:  # a wrong name or kind fails now, before any data is read
         from reveal.analyze.presets import TELEMETRY, with_overrides

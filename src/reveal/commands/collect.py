@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reveal.errors import InputError
+from reveal.paths import check_writable_dir
+
 NAME = "collect"
 REFRESH_S = 30.0  # the collector's default (CollectOptions.refresh_s)
 HELP = "Record this host's telemetry (every probe that works here) into a run directory."
@@ -76,7 +79,6 @@ def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
     (so that what the command line gives still wins); its ``[probes.NAME]`` tables are kept
     in ``args.config_probe_options``."""
     from reveal.collect.options import load_config
-    from reveal.errors import InputError
 
     config = load_config(args.config)
     command = args._parser
@@ -183,7 +185,6 @@ def summary_lines(meta: dict[str, Any], reasons_shown: bool = False) -> list[str
 
 def run(args: argparse.Namespace) -> int:
     from reveal.collect.runner import collect
-    from reveal.paths import check_writable_dir
 
     options = options_from_args(args, "reveal collect")
     check_writable_dir(options.out)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal.commands import HelpFormatter
+from reveal.errors import InputError
 
 NAME = "compare"
 HELP = ("Studies across analyses: 'windows' (agreement of flagged time under 3 s/1 s, "
@@ -59,7 +60,6 @@ def _windows(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _repro(args: argparse.Namespace) -> dict[str, Any]:
-    from reveal.errors import InputError
     from reveal.evaluate.studies import reproducibility_study
     from reveal.report.escape import markdown
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from reveal.errors import InputError
 from reveal.settings import FLEET, add_set_argument
 
 NAME = "config"
@@ -29,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reveal.analyze.presets import preset, preset_for, with_overrides
-    from reveal.errors import InputError
     from reveal.fleet.config import FleetConfig
     from reveal.settings import flatten, parse_sets, replace_dotted, shown, split_fleet
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reveal.errors import InputError, RevealError
+from reveal.paths import check_writable_dir, check_writable_file
 from reveal.settings import add_set_argument, parse_sets
 
 NAME = "demo"
@@ -58,8 +60,6 @@ def choose_out(out: Path, force: bool, notice: Callable[[str], None]) -> Path:
     """The directory this demo writes: ``out`` when free; with ``force`` ``out`` emptied
     of an earlier demo's report (refused when it holds anything else); else the first free
     ``out-2``, ``out-3``... Checks that the directory chosen can be written."""
-    from reveal.errors import InputError
-    from reveal.paths import check_writable_dir
 
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", str(out))
@@ -120,13 +120,9 @@ def baseline_seconds() -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.errors import RevealError
-
     if args.duration < 30:
         raise RevealError("--duration must be at least 30 seconds")
     if args.html is not None:
-        from reveal.paths import check_writable_file
-
         check_writable_file(args.html)
     args.out = choose_out(args.out, args.force,
                           lambda line: print(line, file=sys.stderr, flush=True))

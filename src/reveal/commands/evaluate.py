@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from reveal.errors import InputError
+from reveal.paths import check_writable_file
 from reveal.settings import add_set_argument, parse_sets
 
 NAME = "evaluate"
@@ -68,9 +70,7 @@ def _table(dataset: str, block: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.errors import InputError
     from reveal.evaluate.labelled import EvalSettings, evaluate
-    from reveal.paths import check_writable_file
     from reveal.store.labelled import default_data_root
 
     settings = EvalSettings(overrides=tuple(parse_sets(args.settings).items()))

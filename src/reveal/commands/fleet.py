@@ -8,6 +8,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from reveal.errors import InputError, RevealError
+from reveal.paths import check_writable_dir, check_writable_file
 from reveal.settings import FLEET, add_set_argument, parse_sets, replace_dotted, split_fleet
 
 NAME = "fleet"
@@ -85,12 +87,10 @@ def _positive(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from reveal.config import WindowConfig
-    from reveal.errors import InputError, RevealError
     from reveal.fleet import report
     from reveal.fleet.config import FleetConfig
     from reveal.fleet.distributed import HostSource, compare_fleet_dask, features_task
     from reveal.fleet.engine import compare_fleet
-    from reveal.paths import check_writable_dir, check_writable_file
 
     def progress(message: str) -> None:
         if not args.quiet:

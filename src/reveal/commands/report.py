@@ -11,6 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from reveal.errors import InputError
+from reveal.paths import check_writable_file
+
 NAME = "report"
 HELP = ("Render a saved JSON report (from `reveal analyze --json` or a demo's report.json) "
         "as one self-contained HTML page; with --run and --baseline, with the implicated "
@@ -32,7 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_report(path: str | Path) -> tuple[Any, list[Any]]:
     """The :class:`Report` saved at ``path`` and the injected faults it lists (a demo's
     ``injected``); one-line :class:`InputError` for a missing, truncated or foreign file."""
-    from reveal.errors import InputError
     from reveal.report.model import Report
 
     path = Path(path)
@@ -90,9 +92,6 @@ def write_html(text: str, out: str | Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.errors import InputError
-    from reveal.paths import check_writable_file
-
     if args.baseline and not args.run:
         raise InputError("--baseline draws a band beside the run's traces: give --run too")
     check_writable_file(args.html)

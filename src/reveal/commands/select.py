@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from reveal.paths import check_writable_file
+
 NAME = "select"
 HELP = ("Prune correlated channels (Pearson |r| above a threshold, one kept per cluster) over "
         "one or more runs and write the union as a metric-set file.")
@@ -26,7 +28,6 @@ def run(args: argparse.Namespace) -> int:
     from reveal.analyze.select import prune, pruning_curves, save_metric_set, union
     from reveal.catalog import NOT_DETECTED, default_catalog
     from reveal.frame import channel_metric
-    from reveal.paths import check_writable_file
     from reveal.store.sources import open_source
 
     check_writable_file(args.out)  # before reading the runs, not after

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
+from reveal.errors import RevealError
+from reveal.paths import check_writable_dir
 from reveal.settings import add_set_argument, parse_sets
 
 NAME = "validate"
@@ -81,7 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.errors import RevealError
     from reveal.inject.cleanup import install_signal_handlers, remove_leftovers
 
     if args.cleanup:
@@ -92,9 +94,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"removed {line}")
         print(f"{len(removed)} leftovers removed" if removed else "nothing to clean up")
         return 0
-    import dataclasses
 
-    from reveal.paths import check_writable_dir
 
     if args.benign:
         return _run_benign(args)
@@ -173,9 +173,7 @@ def _settings(args: argparse.Namespace) -> dict:
 
 def _run_benign(args: argparse.Namespace) -> int:
     """``reveal validate --benign``: record (or ``--reanalyse``) the benign-change suite."""
-    import dataclasses
 
-    from reveal.errors import RevealError
     from reveal.inject.benign.suite import (
         BenignOptions,
         reanalyse,
@@ -183,7 +181,6 @@ def _run_benign(args: argparse.Namespace) -> int:
         write_result,
     )
     from reveal.inject.cleanup import install_signal_handlers
-    from reveal.paths import check_writable_dir
 
     for given, flag in ((args.intensities, "--intensities"),
                         (args.repetitions, "--repetitions"),

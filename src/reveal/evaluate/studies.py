@@ -7,6 +7,7 @@ merged. Lengths are in the same unit (ns) and reported in seconds where said.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,6 @@ def granularity_study(run: Any, baseline: Any = None,
     Returns ``settings`` (flagged seconds, windows, anomalies per setting) and ``pairs``
     (agreement of each earlier setting against each later one, as in Table 2).
     """
-    import dataclasses
 
     from reveal.config import AnalyzeConfig, WindowConfig
     from reveal.model import Reveal, analyze

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,5 @@ def _columns(features: HostFeatures, layout: tuple[np.ndarray, np.ndarray],
 
 def _light(plan: FleetPlan) -> FleetPlan:
     """The plan without the per-host layouts (they travel to their own slicing tasks)."""
-    from dataclasses import replace
 
     return replace(plan, slots=[], column_maps=[])

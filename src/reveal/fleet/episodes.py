@@ -15,6 +15,7 @@ import numpy as np
 
 from reveal.analyze.constants import MAD_TO_SIGMA
 from reveal.analyze.ensemble import persistent
+from reveal.analyze.grouping import runs
 from reveal.fleet.result import HostEpisode, PeerReason
 
 
@@ -31,17 +32,6 @@ def flag(scores: np.ndarray, cut: np.ndarray, windows: int) -> tuple[np.ndarray,
     """Windows above the cut (H, G) and those flagged after ``windows`` in a row (H, G)."""
     above = np.nan_to_num(scores, nan=-np.inf) > cut[None, :]
     return above, persistent(above, windows)
-
-
-def runs(mask: np.ndarray, gap: int) -> list[tuple[int, int]]:
-    """Runs of True in a 1-D mask as (first, last) indices, gaps of up to ``gap`` merged."""
-    idx = np.flatnonzero(mask)
-    if idx.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(idx) > gap + 1)
-    starts = np.r_[idx[0], idx[breaks + 1]]
-    ends = np.r_[idx[breaks], idx[-1]]
-    return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 def episodes(hosts: list[str], scores: np.ndarray, sub_scores: np.ndarray,

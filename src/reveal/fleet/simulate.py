@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -184,8 +185,6 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
         cgroup.close()
         if netns is not None:
             netns.close()
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
     manifest["workload_progress"] = job.progress()[-3:]
     return _write_manifest(out_dir, manifest)

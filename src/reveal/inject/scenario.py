@@ -11,6 +11,7 @@ runs it, and sees the ranks' veth, TCP and qdisc counters through the ``netns`` 
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -211,6 +212,4 @@ def run_scenario(scenario: Scenario, out_dir: Path, say: Say,
 
 
 def _remove_tree(path: Path) -> None:
-    import shutil
-
     shutil.rmtree(path, ignore_errors=True)

@@ -7,17 +7,17 @@ sample buffer); a scoring thread learns the model (once) and scores windows; eac
 alert sink has its own worker; prometheus-client serves ``/metrics`` from its own thread.
 Nothing that scoring or a sink does can delay a tick.
 
-Its parts: the state directory (:mod:`reveal.live.state`), the scorer
-(:mod:`reveal.live.scorer`), alert episodes and sinks (:mod:`reveal.live.alerts`,
-:mod:`reveal.live.sinks`), retention (:mod:`reveal.live.retention`), the model fit in a
-child process (:mod:`reveal.live.fitproc`) and what ``/metrics`` shows
-(:mod:`reveal.live.snapshot`, :mod:`reveal.live.exporter`); :class:`Watch` runs them.
+Its parts: the state directory (:mod:`reveal.live.state`), the model keeper (load, learn,
+rehearse, refit, each fit in a child process: :mod:`reveal.live.keeper`,
+:mod:`reveal.live.fitproc`), the scorer (:mod:`reveal.live.scorer`), alert episodes and
+sinks (:mod:`reveal.live.alerts`, :mod:`reveal.live.sinks`), retention
+(:mod:`reveal.live.retention`) and what ``/metrics`` shows (:mod:`reveal.live.snapshot`,
+:mod:`reveal.live.exporter`); :class:`Watch` runs them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import resource
 import socket
@@ -27,40 +27,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from reveal.analyze.presets import preset, preset_name_for, with_overrides
 from reveal.collect.hostinfo import boot_id, wall_offset_ns
 from reveal.collect.runner import CollectOptions, Collector, Notify, stop_on_signals
 from reveal.errors import InputError
 from reveal.live.alerts import EpisodeTracker, Event
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
-from reveal.live.fitproc import fit_in_child
+from reveal.live.keeper import RECOMMENDED_LEARN_S, ModelKeeper
 from reveal.live.notices import appeared, notice_event
 from reveal.live.retention import Retention, prune
 from reveal.live.scorer import LiveScorer, LiveWindow
 from reveal.live.sinks import SINKS, Sink
 from reveal.live.snapshot import CollectorHealth, WatchSnapshot
-from reveal.live.state import (
-    MODEL_FILE,
-    StateDir,
-)
+from reveal.live.state import StateDir
 from reveal.model import Reveal
 
 #: the default learning span, seconds
 DEFAULT_LEARN_S = 600.0
-#: windows the baseline needs for the 99th-percentile threshold (AnalyzeConfig's
-#: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s
-RECOMMENDED_LEARN_S = 63.0
-
-
-def rehearsal_start_s(learn_s: float) -> float | None:
-    """Seconds into the learning span at which a provisional model starts scoring (its
-    verdicts discarded), or None for a span too short to hold a rehearsal: a third of
-    the span, at least :data:`RECOMMENDED_LEARN_S`, with at least that much left after."""
-    start = max(RECOMMENDED_LEARN_S, learn_s / 3.0)
-    return start if learn_s - start >= RECOMMENDED_LEARN_S else None
 #: the least learning span at all (``--allow-short-learn``): enough windows to fit the
 #: detectors (the ensemble's minimum of 10) with some margin
 ABSOLUTE_MIN_LEARN_S = 15.0
@@ -91,7 +74,7 @@ class WatchOptions:
     relearn: bool = False
     refit_every_s: float = 0.0  # learn again on the latest quiet learn_s (0: never)
     allow_short_learn: bool = False
-    rehearse: bool = True  # score with a provisional model while learning (see _rehearse)
+    rehearse: bool = True  # score with a provisional model while learning (ModelKeeper)
     resolve_after_s: float = 30.0
     listen: tuple[str, int] | None = ("127.0.0.1", 9464)
     # alert sinks to open: registered sink name (reveal.live.sinks.SINKS) → its option's
@@ -135,15 +118,6 @@ class Watch:
         self.state = Path(options.state)
         self.statedir = StateDir(self.state)
         self.host = socket.gethostname()
-        self.model: Reveal | None = None
-        self.scorer: LiveScorer | None = None
-        self.generation = 0
-        self.learned_at: float | None = None  # unix seconds, as written in watch.json
-        #: monotonic seconds at the learn (the model's age does not follow wall-clock steps)
-        self.learned_mono: float | None = None
-        self.learning = False
-        self.learn_start_ns: int | None = None
-        self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
         self.sinks: list[Sink] = []
         self.collector: Collector | None = None
         self.buffer: SampleBuffer | None = None
@@ -151,12 +125,6 @@ class Watch:
         self.tracker: EpisodeTracker | None = None
         self.last_window: LiveWindow | None = None
         self.counts = {"scored": 0, "flagged": 0, "calls": 0, "early": 0}
-        #: monotonic ns: the end of the last window above the threshold, and when the
-        #: current model began to score (a refit learns only from a quiet span after both)
-        self.last_above_ns = 0
-        self.model_since_ns = 0
-        self.next_refit_s: float | None = None
-        self._refit_waiting = False
         self.scoring_lag_s = 0.0
         self.scoring_s = 0.0
         self.unmodelled: list[str] = []
@@ -168,6 +136,18 @@ class Watch:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.wall_offset = wall_offset_ns()
+        self.keeper = ModelKeeper(options, self.statedir, notify, self._stop.is_set,
+                                  on_adopt=self._model_changed)
+
+    @property
+    def model(self) -> Reveal | None:
+        """The model in use (None while learning)."""
+        return self.keeper.model
+
+    @property
+    def scorer(self) -> LiveScorer | None:
+        """Scores windows with the model in use (None while learning)."""
+        return self.keeper.scorer
 
     # -- start -------------------------------------------------------------------------
     def start(self) -> None:
@@ -182,7 +162,7 @@ class Watch:
             raise InputError(f"--refit-every {opts.refit_every_s:g}s is shorter than --learn "
                              f"{opts.learn_s:g}s: a refit learns from the latest --learn")
         self._open_state()
-        self._load_model()
+        self.keeper.load()
         if self.model is None:
             check_learn(opts.learn_s, opts.allow_short_learn)
         if opts.listen is not None:
@@ -198,38 +178,7 @@ class Watch:
 
     def _open_state(self) -> None:
         self.statedir.open()
-        info = self.statedir.read_info()
-        self.generation = int(info.get("generation", 0))
-        self.learned_at = info.get("learned_at")
-
-    def _load_model(self) -> None:
-        path = self.statedir.model
-        if self.options.relearn or not path.exists():
-            return
-        try:
-            model = Reveal.load(path)
-        except InputError as exc:
-            raise InputError(f"{exc}; start with --relearn to learn a new model "
-                             f"(it replaces this one)") from None
-        fitted = model.fitted_
-        wanted = preset_name_for(self.options.interval_s)
-        if abs(fitted.interval_s - self.options.interval_s) > 1e-9 or \
-                fitted.config.preset != wanted:
-            raise InputError(f"the model was learned from samples every "
-                             f"{fitted.interval_s:g} s, not --interval "
-                             f"{self.options.interval_s:g}; use --relearn", str(path))
-        self.model = model
-        saved = dict(model.overrides or {})
-        if fitted.config != with_overrides(preset(wanted), self.options.settings):
-            self.notify("warning", f"the saved model was learned with settings {saved or 'none'}"
-                                   f", not the --set given ({self.options.settings or 'none'})"
-                                   f": they apply at the next learn (--relearn, or a refit)")
-        if self.learned_at is None:
-            self.learned_at = path.stat().st_mtime
-        self.learned_mono = time.monotonic() - max(0.0, time.time() - self.learned_at)
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.learned_at))
-        self.notify("info", f"model loaded from {path} (generation {self.generation}, "
-                            f"{len(fitted.channels)} channels, learned {when}); scoring")
+        self.keeper.read_state()
 
     def _open_sinks(self) -> None:
         opts = self.options
@@ -275,21 +224,7 @@ class Watch:
                                    meta={"interval_s": opts.interval_s, "host": self.host,
                                          "path": str(out)})
         self.collector.writer = TeeSink(self.collector.writer, self.buffer)
-        if self.model is not None:
-            self._use_model(self.model, origin=0)
-        else:
-            self.learning = True
-            self.notify("info", f"learning a model from the first {opts.learn_s:g} s "
-                                f"(recording into {out})")
-
-    def _use_model(self, model: Reveal, origin: int) -> None:
-        self.model = model
-        self.scorer = LiveScorer(model, interval_s=self.options.interval_s, origin=origin,
-                                 threshold_factor=self.options.threshold_factor)
-        self.learning = False
-        self.model_since_ns = time.monotonic_ns()
-        if self.options.refit_every_s > 0:
-            self.next_refit_s = time.monotonic() + self.options.refit_every_s
+        self.keeper.begin(self.buffer, self.collector)
 
     # -- run ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -357,9 +292,7 @@ class Watch:
                 self._retention()
             if self.scorer is None:
                 self.tracker.expire(time.monotonic_ns())
-                if self.learning:
-                    self._rehearse()
-                    self._maybe_learn()
+                self.keeper.learn_step()
                 continue
             if buffer.layout_changes != self._layouts_seen:
                 self._check_channels()
@@ -377,161 +310,21 @@ class Watch:
             for w in windows:
                 self.counts["scored"] += 1
                 self.counts["flagged"] += int(w.flagged)
-                if w.above:
-                    self.last_above_ns = w.end_ns
+                self.keeper.seen(w)
                 self.tracker.observe(w)
             self.last_window = windows[-1]
             self.scoring_lag_s = max(0.0, time.monotonic_ns() - windows[-1].end_ns) / 1e9
             if now >= next_refresh:
                 next_refresh = now + AM_REFRESH_S
                 self._refresh_alertmanager()
-            if self.next_refit_s is not None and now >= self.next_refit_s:
-                self._maybe_refit(windows[-1].end_ns)
+            if self.keeper.refit_due(now):
+                self.keeper.maybe_refit(windows[-1].end_ns, bool(self.tracker.open()))
 
-    def _rehearse(self) -> None:
-        """While learning, score as the watch will once it has learned, verdicts dropped.
-
-        The watch's own scoring is work on this host (CPU, allocations, the TLB
-        shootdowns its freed arrays cause): learned without it, the first windows scored
-        after learning differ from the learned span by exactly that, and raise alerts
-        about the watch itself. From :func:`rehearsal_start_s` into the span a
-        provisional model, fitted on what was recorded so far, scores every window, so
-        that the rest of the span holds the watch's steady cost."""
-        assert self.buffer is not None and self.collector is not None
-        buffer = self.buffer
-        if self.rehearsal is not None:
-            if self.rehearsal.pending(buffer.total) >= self.options.score_every:
-                self.rehearsal.score(buffer.read, buffer.total, buffer.oldest)
-            return
-        start_s = rehearsal_start_s(self.options.learn_s)
-        last = buffer.last_row()
-        if (not self.options.rehearse or start_s is None or last is None
-                or self.learn_start_ns is None):
-            return
-        if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
-            return
-        scratch = self.statedir.provisional
-        try:
-            fit_in_child(self.collector.run_dir, self.learn_start_ns,
-                         self.learn_start_ns + int(start_s * 1e9), scratch, self._stop.is_set,
-                         settings=self.options.settings)
-            provisional = Reveal.load(scratch)
-        except InterruptedError:
-            return
-        except InputError as exc:  # too little data after all: learn without rehearsal
-            self.notify("info", f"no rehearsal while learning: {exc}")
-            self.rehearsal = None
-            self.options = dataclasses.replace(self.options, rehearse=False)
-            return
-        finally:
-            with contextlib.suppress(OSError):
-                scratch.unlink()
-        self.rehearsal = LiveScorer(provisional, interval_s=self.options.interval_s,
-                                    origin=max(buffer.total - 1, 0),
-                                    threshold_factor=self.options.threshold_factor)
-        self.notify("info", f"scoring with a provisional model from {start_s:g} s into the "
-                            f"learning span, verdicts dropped, so that the span holds the "
-                            f"watch's own scoring work")
-
-    def _maybe_learn(self) -> None:
-        assert self.buffer is not None and self.collector is not None
-        first = self.buffer.last_row()
-        if first is None:
-            return
-        if self.learn_start_ns is None:
-            self.learn_start_ns = int(self.buffer.read(0, 1).timestamps_ns[0])
-        learn_end = self.learn_start_ns + int(self.options.learn_s * 1e9)
-        if first[0] < learn_end + int(2e9):  # wait for the journal to hold the span
-            return
-        t0 = time.monotonic()
-        try:
-            model, path = self._fit_span(self.learn_start_ns, learn_end)
-        except InterruptedError:  # stopping while it fitted: nothing learned
-            return
-        self.rehearsal = None
-        self._adopt(model, learn_end)
-        fitted = model.fitted_
-        for w in fitted.warnings:
-            self.notify("info", f"model: {w}")
-        self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
-                            f"{path} (generation {self.generation}, {len(fitted.channels)} "
-                            f"channels, {fitted.baseline_windows} windows, threshold "
-                            f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
-
-    def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:
-        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns) in a child
-        process (:mod:`reveal.live.fitproc`: the fit's memory never enters this one), saved
-        as the next generation; returns it and its path."""
-        assert self.collector is not None
-        run = self.collector.run_dir
-        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
-        path = fit_in_child(run, start_ns, end_ns, self.statedir.model, self._stop.is_set,
-                            settings=self.options.settings)
-        model = Reveal.load(path)
-        self.generation += 1
-        self.learned_at = time.time()
-        self.learned_mono = time.monotonic()
-        self.statedir.write_info({
-            "generation": self.generation, "learned_at": self.learned_at,
-            "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
-            "channels": len(model.fitted_.channels), "model": MODEL_FILE})
-        return model, path
-
-    def _adopt(self, model: Reveal, span_end_ns: int) -> None:
-        """Score with ``model`` from the first sample after the fit: the samples between
-        the fitted span's end and now hold the fit itself (a burst of CPU, allocations,
-        huge-page faults), work of the watch that no window should be judged on."""
-        assert self.buffer is not None
-        origin = max(self.buffer.total - 1, int(np.searchsorted(
-            self.buffer.read(self.buffer.oldest, self.buffer.total).timestamps_ns,
-            span_end_ns)) + self.buffer.oldest)
-        self._use_model(model, origin=max(origin - 1, 0))
-        self._layouts_seen = -1  # which channels are unmodelled now is asked again
+    def _model_changed(self) -> None:
+        """A new model is in use: which channels it knows is asked again."""
+        self._layouts_seen = -1
         self._reported = set()
         self._known_things = None
-        trim_heap()  # the fit's rows and features are freed: give their pages back
-
-    def _maybe_refit(self, now_ns: int) -> None:
-        """Learn again from the latest ``learn_s`` once it holds no window above the
-        threshold, none of an earlier model's span, and no alert is open; else try
-        again a stride of ``resolve_after_s`` later."""
-        assert self.tracker is not None and self.collector is not None
-        opts = self.options
-        start_ns = now_ns - int(opts.learn_s * 1e9)
-        recorded_from = self.collector.sampler.start_ns if self.collector.sampler else 0
-        if self.tracker.open():
-            why = "an alert is open"
-        elif start_ns <= self.last_above_ns:
-            why = (f"a window was above the threshold "
-                   f"{(now_ns - self.last_above_ns) / 1e9:.0f} s ago")
-        elif start_ns <= max(self.model_since_ns, recorded_from):
-            why = "the model in use has scored for less than --learn"
-        else:
-            why = ""
-        if why:
-            if not self._refit_waiting:
-                self.notify("info", f"refit postponed until the latest {opts.learn_s:g} s "
-                                    f"are quiet ({why})")
-            self._refit_waiting = True
-            self.next_refit_s = time.monotonic() + opts.resolve_after_s
-            return
-        self._refit_waiting = False
-        before = len(self.model.fitted_.channels) if self.model is not None else 0
-        t0 = time.monotonic()
-        try:
-            model, path = self._fit_span(start_ns, now_ns)
-        except InterruptedError:
-            return
-        except InputError as exc:  # e.g. the span's data is unreadable: keep the model
-            self.notify("warning", f"refit skipped ({exc}); the model in use is kept")
-            self.next_refit_s = time.monotonic() + opts.refit_every_s
-            return
-        self._adopt(model, now_ns)
-        fitted = model.fitted_
-        self.notify("info", f"model refitted in {time.monotonic() - t0:.1f} s on the latest "
-                            f"{opts.learn_s:g} s with no window flagged, saved to {path} "
-                            f"(generation {self.generation}, {len(fitted.channels)} channels, "
-                            f"{len(fitted.channels) - before:+d}); scoring")
 
     def _check_channels(self) -> None:
         assert self.buffer is not None and self.scorer is not None
@@ -614,14 +407,6 @@ class Watch:
                 cpu_s=usage.ru_utime + usage.ru_stime,
                 lag_quantiles={"0.5": lag.quantile(0.5), "0.99": lag.quantile(0.99),
                                "1": lag.max} if stats.samples else {})
-        remaining = 0.0
-        if self.learning and self.buffer is not None:
-            last = self.buffer.last_row()
-            if last is not None and self.learn_start_ns is not None:
-                remaining = max(0.0, self.options.learn_s
-                                - (last[0] - self.learn_start_ns) / 1e9)
-            else:
-                remaining = self.options.learn_s
         return WatchSnapshot(
             window=w,
             window_end_unix=(w.end_ns + self.wall_offset) / 1e9 if w else None,
@@ -630,12 +415,10 @@ class Watch:
             scoring_calls=self.counts["calls"], scoring_calls_early=self.counts["early"],
             scoring_lag_s=self.scoring_lag_s, scoring_s=self.scoring_s, active=active,
             alert_counts=dict(tracker.counts) if tracker else {}, sinks=list(self.sinks),
-            generation=self.generation,
-            learned_at=self.learned_at if self.model is not None else None,
-            model_age_s=(time.monotonic() - self.learned_mono
-                         if self.model is not None and self.learned_mono is not None
-                         else None),
-            learning=self.learning, learn_remaining_s=remaining,
+            generation=self.keeper.generation,
+            learned_at=self.keeper.learned_at if self.model is not None else None,
+            model_age_s=self.keeper.age_s(),
+            learning=self.keeper.learning, learn_remaining_s=self.keeper.learn_remaining_s(),
             model_channels=len(self.model.fitted_.channels) if self.model else 0,
             unmodelled=list(self.unmodelled), collector=health,
             last_row=self.buffer.last_row() if self.buffer else None)

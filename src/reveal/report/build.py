@@ -12,6 +12,7 @@ import numpy as np
 
 from reveal._version import __version__
 from reveal.analyze.evidence import Reason, named_subsystem, weigh_subsystems
+from reveal.analyze.grouping import touching
 from reveal.analyze.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
@@ -28,17 +29,12 @@ from reveal.report.steady_text import steady_claim
 
 
 def episodes(anomalies: list[Anomaly]) -> list[Episode]:
-    """Group flagged windows whose time spans overlap or touch."""
-    out: list[Episode] = []
-    current: list[Anomaly] = []
-    for anomaly in sorted(anomalies, key=lambda a: a.start_ns):
-        if current and anomaly.start_ns > max(a.end_ns for a in current):
-            out.append(_summarise(current))
-            current = []
-        current.append(anomaly)
-    if current:
-        out.append(_summarise(current))
-    return out
+    """Group flagged windows whose time spans overlap or touch
+    (:func:`reveal.analyze.grouping.touching`)."""
+    ordered = sorted(anomalies, key=lambda a: a.start_ns)
+    spans = touching(np.array([a.start_ns for a in ordered], dtype=np.int64),
+                     np.array([a.end_ns for a in ordered], dtype=np.int64))
+    return [_summarise(ordered[first:last + 1]) for first, last in spans]
 
 
 def _summarise(group: list[Anomaly]) -> Episode:

@@ -7,6 +7,7 @@ interpretation lines ``start-end:d1,d2,...`` (0-based start, exclusive end, 1-ba
 
 from __future__ import annotations
 
+import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,6 @@ def load_machine(root: Path, dataset: str, machine: str) -> LabelledMachine:
                          str(root / dataset))
     try:
         interp_path = _file(root, dataset, "interpretation_label", machine)
-        import gzip
-
         opener = gzip.open if interp_path.suffix == ".gz" else open
         with opener(interp_path, "rt", encoding="utf-8") as handle:
             interpretation = parse_interpretation(handle.read(), str(interp_path))

@@ -1,0 +1,312 @@
+"""The watch's model keeper: load or learn a model, rehearse while learning, refit on a
+quiet span, and hand the model in use to a :class:`reveal.live.scorer.LiveScorer`.
+
+Every fit runs in a child process (:mod:`reveal.live.fitproc`) and is saved as the next
+generation in the state directory; the scoring thread calls :meth:`ModelKeeper.learn_step`
+until a model is in use, then :meth:`ModelKeeper.seen` for every scored window and
+:meth:`ModelKeeper.maybe_refit` when a refit is due.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from reveal.analyze.presets import preset, preset_name_for, with_overrides
+from reveal.collect.runner import Notify
+from reveal.errors import InputError
+from reveal.live.allocators import trim_heap
+from reveal.live.buffer import SampleBuffer
+from reveal.live.fitproc import fit_in_child
+from reveal.live.scorer import LiveScorer, LiveWindow
+from reveal.live.state import MODEL_FILE, StateDir
+from reveal.model import Reveal
+
+if TYPE_CHECKING:
+    from reveal.collect.runner import Collector
+    from reveal.live.service import WatchOptions
+
+#: windows the baseline needs for the 99th-percentile threshold (AnalyzeConfig's
+#: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s
+RECOMMENDED_LEARN_S = 63.0
+
+
+def rehearsal_start_s(learn_s: float) -> float | None:
+    """Seconds into the learning span at which a provisional model starts scoring (its
+    verdicts discarded), or None for a span too short to hold a rehearsal: a third of
+    the span, at least :data:`RECOMMENDED_LEARN_S`, with at least that much left after."""
+    start = max(RECOMMENDED_LEARN_S, learn_s / 3.0)
+    return start if learn_s - start >= RECOMMENDED_LEARN_S else None
+
+
+class ModelKeeper:
+    """The model a watch scores with, and how it is kept current.
+
+    ``on_adopt`` is called after every model taken into use (learned, refitted), so that
+    what the watch derived from the last model (which channels it knows) is asked again.
+    """
+
+    def __init__(self, options: WatchOptions, statedir: StateDir, notify: Notify,
+                 stopping: Callable[[], bool],
+                 on_adopt: Callable[[], None] = lambda: None) -> None:
+        self.options = options
+        self.statedir = statedir
+        self.notify = notify
+        self.stopping = stopping
+        self.on_adopt = on_adopt
+        self.model: Reveal | None = None
+        self.scorer: LiveScorer | None = None
+        self.generation = 0
+        self.learned_at: float | None = None  # unix seconds, as written in watch.json
+        #: monotonic seconds at the learn (the model's age does not follow wall-clock steps)
+        self.learned_mono: float | None = None
+        self.learning = False
+        self.learn_start_ns: int | None = None
+        self.rehearse = options.rehearse
+        self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
+        #: monotonic ns: the end of the last window above the threshold, and when the
+        #: current model began to score (a refit learns only from a quiet span after both)
+        self.last_above_ns = 0
+        self.model_since_ns = 0
+        self.next_refit_s: float | None = None
+        self._refit_waiting = False
+        self.buffer: SampleBuffer | None = None
+        self.collector: Collector | None = None
+
+    # -- start ---------------------------------------------------------------------------
+    def read_state(self) -> None:
+        """The generation and learn time a previous watch wrote (watch.json)."""
+        info = self.statedir.read_info()
+        self.generation = int(info.get("generation", 0))
+        self.learned_at = info.get("learned_at")
+
+    def load(self) -> None:
+        """Load the saved model unless ``--relearn`` (or there is none); one-line errors."""
+        path = self.statedir.model
+        if self.options.relearn or not path.exists():
+            return
+        try:
+            model = Reveal.load(path)
+        except InputError as exc:
+            raise InputError(f"{exc}; start with --relearn to learn a new model "
+                             f"(it replaces this one)") from None
+        fitted = model.fitted_
+        wanted = preset_name_for(self.options.interval_s)
+        if abs(fitted.interval_s - self.options.interval_s) > 1e-9 or \
+                fitted.config.preset != wanted:
+            raise InputError(f"the model was learned from samples every "
+                             f"{fitted.interval_s:g} s, not --interval "
+                             f"{self.options.interval_s:g}; use --relearn", str(path))
+        self.model = model
+        saved = dict(model.overrides or {})
+        if fitted.config != with_overrides(preset(wanted), self.options.settings):
+            self.notify("warning", f"the saved model was learned with settings {saved or 'none'}"
+                                   f", not the --set given ({self.options.settings or 'none'})"
+                                   f": they apply at the next learn (--relearn, or a refit)")
+        if self.learned_at is None:
+            self.learned_at = path.stat().st_mtime
+        self.learned_mono = time.monotonic() - max(0.0, time.time() - self.learned_at)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.learned_at))
+        self.notify("info", f"model loaded from {path} (generation {self.generation}, "
+                            f"{len(fitted.channels)} channels, learned {when}); scoring")
+
+    def begin(self, buffer: SampleBuffer, collector: Collector) -> None:
+        """Score the samples ``buffer`` receives with the loaded model, or learn one from
+        the first ``learn_s`` of what ``collector`` records."""
+        self.buffer = buffer
+        self.collector = collector
+        if self.model is not None:
+            self._use(self.model, origin=0)
+        else:
+            self.learning = True
+            self.notify("info", f"learning a model from the first {self.options.learn_s:g} s "
+                                f"(recording into {collector.run_dir})")
+
+    # -- learning ------------------------------------------------------------------------
+    def learn_step(self) -> None:
+        """While learning: rehearse, and fit once the span is recorded."""
+        if self.learning:
+            self._rehearse()
+            self._maybe_learn()
+
+    def learn_remaining_s(self) -> float:
+        """Seconds of the learning span still to record (0 when not learning)."""
+        if not self.learning:
+            return 0.0
+        last = self.buffer.last_row() if self.buffer is not None else None
+        if last is None or self.learn_start_ns is None:
+            return self.options.learn_s
+        return max(0.0, self.options.learn_s - (last[0] - self.learn_start_ns) / 1e9)
+
+    def age_s(self) -> float | None:
+        """Seconds since the model in use was learned (None without one)."""
+        if self.model is None or self.learned_mono is None:
+            return None
+        return time.monotonic() - self.learned_mono
+
+    def _rehearse(self) -> None:
+        """While learning, score as the watch will once it has learned, verdicts dropped.
+
+        The watch's own scoring is work on this host (CPU, allocations, the TLB
+        shootdowns its freed arrays cause): learned without it, the first windows scored
+        after learning differ from the learned span by exactly that, and raise alerts
+        about the watch itself. From :func:`rehearsal_start_s` into the span a
+        provisional model, fitted on what was recorded so far, scores every window, so
+        that the rest of the span holds the watch's steady cost."""
+        assert self.buffer is not None and self.collector is not None
+        buffer = self.buffer
+        if self.rehearsal is not None:
+            if self.rehearsal.pending(buffer.total) >= self.options.score_every:
+                self.rehearsal.score(buffer.read, buffer.total, buffer.oldest)
+            return
+        start_s = rehearsal_start_s(self.options.learn_s)
+        last = buffer.last_row()
+        if not self.rehearse or start_s is None or last is None or self.learn_start_ns is None:
+            return
+        if last[0] < self.learn_start_ns + int((start_s + 2.0) * 1e9):
+            return
+        scratch = self.statedir.provisional
+        try:
+            fit_in_child(self.collector.run_dir, self.learn_start_ns,
+                         self.learn_start_ns + int(start_s * 1e9), scratch, self.stopping,
+                         settings=self.options.settings)
+            provisional = Reveal.load(scratch)
+        except InterruptedError:
+            return
+        except InputError as exc:  # too little data after all: learn without rehearsal
+            self.notify("info", f"no rehearsal while learning: {exc}")
+            self.rehearsal = None
+            self.rehearse = False
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                scratch.unlink()
+        self.rehearsal = LiveScorer(provisional, interval_s=self.options.interval_s,
+                                    origin=max(buffer.total - 1, 0),
+                                    threshold_factor=self.options.threshold_factor)
+        self.notify("info", f"scoring with a provisional model from {start_s:g} s into the "
+                            f"learning span, verdicts dropped, so that the span holds the "
+                            f"watch's own scoring work")
+
+    def _maybe_learn(self) -> None:
+        assert self.buffer is not None and self.collector is not None
+        first = self.buffer.last_row()
+        if first is None:
+            return
+        if self.learn_start_ns is None:
+            self.learn_start_ns = int(self.buffer.read(0, 1).timestamps_ns[0])
+        learn_end = self.learn_start_ns + int(self.options.learn_s * 1e9)
+        if first[0] < learn_end + int(2e9):  # wait for the journal to hold the span
+            return
+        t0 = time.monotonic()
+        try:
+            model, path = self._fit_span(self.learn_start_ns, learn_end)
+        except InterruptedError:  # stopping while it fitted: nothing learned
+            return
+        self.rehearsal = None
+        self._adopt(model, learn_end)
+        fitted = model.fitted_
+        for w in fitted.warnings:
+            self.notify("info", f"model: {w}")
+        self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
+                            f"{path} (generation {self.generation}, {len(fitted.channels)} "
+                            f"channels, {fitted.baseline_windows} windows, threshold "
+                            f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
+
+    # -- while scoring -------------------------------------------------------------------
+    def seen(self, window: LiveWindow) -> None:
+        """Note a scored window (a refit learns only from a span with none above the
+        threshold)."""
+        if window.above:
+            self.last_above_ns = window.end_ns
+
+    def refit_due(self, now_s: float) -> bool:
+        """Whether a refit is due at monotonic ``now_s`` (seconds)."""
+        return self.next_refit_s is not None and now_s >= self.next_refit_s
+
+    def maybe_refit(self, now_ns: int, alert_open: bool) -> None:
+        """Learn again from the latest ``learn_s`` once it holds no window above the
+        threshold, none of an earlier model's span, and no alert is open
+        (``alert_open``); else try again a stride of ``resolve_after_s`` later."""
+        assert self.collector is not None
+        opts = self.options
+        start_ns = now_ns - int(opts.learn_s * 1e9)
+        recorded_from = self.collector.sampler.start_ns if self.collector.sampler else 0
+        if alert_open:
+            why = "an alert is open"
+        elif start_ns <= self.last_above_ns:
+            why = (f"a window was above the threshold "
+                   f"{(now_ns - self.last_above_ns) / 1e9:.0f} s ago")
+        elif start_ns <= max(self.model_since_ns, recorded_from):
+            why = "the model in use has scored for less than --learn"
+        else:
+            why = ""
+        if why:
+            if not self._refit_waiting:
+                self.notify("info", f"refit postponed until the latest {opts.learn_s:g} s "
+                                    f"are quiet ({why})")
+            self._refit_waiting = True
+            self.next_refit_s = time.monotonic() + opts.resolve_after_s
+            return
+        self._refit_waiting = False
+        before = len(self.model.fitted_.channels) if self.model is not None else 0
+        t0 = time.monotonic()
+        try:
+            model, path = self._fit_span(start_ns, now_ns)
+        except InterruptedError:
+            return
+        except InputError as exc:  # e.g. the span's data is unreadable: keep the model
+            self.notify("warning", f"refit skipped ({exc}); the model in use is kept")
+            self.next_refit_s = time.monotonic() + opts.refit_every_s
+            return
+        self._adopt(model, now_ns)
+        fitted = model.fitted_
+        self.notify("info", f"model refitted in {time.monotonic() - t0:.1f} s on the latest "
+                            f"{opts.learn_s:g} s with no window flagged, saved to {path} "
+                            f"(generation {self.generation}, {len(fitted.channels)} channels, "
+                            f"{len(fitted.channels) - before:+d}); scoring")
+
+    # -- fitting and adopting ------------------------------------------------------------
+    def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Any]:
+        """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns) in a child
+        process (:mod:`reveal.live.fitproc`: the fit's memory never enters this one), saved
+        as the next generation; returns it and its path."""
+        assert self.collector is not None
+        run = self.collector.run_dir
+        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
+        path = fit_in_child(run, start_ns, end_ns, self.statedir.model, self.stopping,
+                            settings=self.options.settings)
+        model = Reveal.load(path)
+        self.generation += 1
+        self.learned_at = time.time()
+        self.learned_mono = time.monotonic()
+        self.statedir.write_info({
+            "generation": self.generation, "learned_at": self.learned_at,
+            "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
+            "channels": len(model.fitted_.channels), "model": MODEL_FILE})
+        return model, path
+
+    def _adopt(self, model: Reveal, span_end_ns: int) -> None:
+        """Score with ``model`` from the first sample after the fit: the samples between
+        the fitted span's end and now hold the fit itself (a burst of CPU, allocations,
+        huge-page faults), work of the watch that no window should be judged on."""
+        assert self.buffer is not None
+        origin = max(self.buffer.total - 1, int(np.searchsorted(
+            self.buffer.read(self.buffer.oldest, self.buffer.total).timestamps_ns,
+            span_end_ns)) + self.buffer.oldest)
+        self._use(model, origin=max(origin - 1, 0))
+        self.on_adopt()
+        trim_heap()  # the fit's rows and features are freed: give their pages back
+
+    def _use(self, model: Reveal, origin: int) -> None:
+        self.model = model
+        self.scorer = LiveScorer(model, interval_s=self.options.interval_s, origin=origin,
+                                 threshold_factor=self.options.threshold_factor)
+        self.learning = False
+        self.model_since_ns = time.monotonic_ns()
+        if self.options.refit_every_s > 0:
+            self.next_refit_s = time.monotonic() + self.options.refit_every_s
