@@ -41,8 +41,11 @@ SUITE = ("cpu_contention", "memory_pressure", "writeback_storm", "disk_burst", "
 
 
 def record(out: Path, faults: tuple[str, ...], intensity: str, baseline_s: float,
-           run_s: float, fault_s: float, at_s: float | None = None) -> None:
-    """Record one baseline and one faulted run per fault under ``out/runs/distributed``."""
+           run_s: float, fault_s: float, at_s: float | None = None,
+           one_baseline: bool = False) -> None:
+    """Record one baseline and one faulted run per fault under ``out/runs/distributed``;
+    with ``one_baseline``, one baseline first for all the runs (a reference run that the
+    later runs are compared with, minutes after it)."""
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.inject.faults import FAULTS
     from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
@@ -53,14 +56,15 @@ def record(out: Path, faults: tuple[str, ...], intensity: str, baseline_s: float
         span = fault_s * (2.0 if FAULTS[kind].self_ending else 1.0)
         start = (run_s - span) / 2.0 if at_s is None else at_s
         plans.append([EpisodePlan(kind, intensity, start, fault_s)])
-    scenario = Scenario("distributed", True, baseline_s, run_s, plans)
+    scenario = Scenario("distributed", True, baseline_s, run_s, plans,
+                        baseline_each_run=not one_baseline)
     started = time.monotonic()
     recorded = run_scenario(scenario, out / "runs",
                             lambda m: print(m, file=sys.stderr, flush=True), "torch_ddp")
     (out / "validate.json").write_text(json.dumps(
         {"workloads": {"distributed": recorded.workload}, "faults": list(faults),
          "intensity": intensity, "baseline_s": baseline_s, "run_s": run_s,
-         "fault_s": fault_s, "host": platform.node(),
+         "fault_s": fault_s, "one_baseline": one_baseline, "host": platform.node(),
          "recorded_s": round(time.monotonic() - started, 1)}, indent=1) + "\n")
 
 
@@ -160,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--fault-s", type=float, default=20.0)
     rec.add_argument("--at-s", type=float, default=None,
                      help="seconds into the run the fault starts (default: in the middle)")
+    rec.add_argument("--one-baseline", action="store_true",
+                     help="one baseline for all the runs, recorded first (default: a fresh "
+                          "baseline right before each run)")
     ana = sub.add_parser("analyse", help="analyse recorded suites")
     ana.add_argument("dirs", type=Path, nargs="+")
     ana.add_argument("--after-s", type=float, default=30.0)
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "record":
         record(args.out, tuple(f for f in args.faults.split(",") if f), args.intensity,
-               args.baseline_s, args.run_s, args.fault_s, args.at_s)
+               args.baseline_s, args.run_s, args.fault_s, args.at_s, args.one_baseline)
         return 0
     started = time.monotonic()
     settings = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}

@@ -79,6 +79,9 @@ def test_event_rates_cost_cpu_time_and_links_carry_bytes():
 def test_the_jobs_own_channels_are_also_judged_against_the_jobs_use():
     job = _matter("net.rx_bytes{iface=veth0,netns=job}", level=2e6)
     assert job.least == pytest.approx(0.25 * 2e6) and "job" in job.rule
+    # waiting is no use: a job stalled 0.1 % of the time is judged against wall time
+    stall = _matter("cgroup.psi.io.some.total{cgroup=job}", level=1_000.0)
+    assert stall.least == pytest.approx(0.05 * 1e6) and "job" not in stall.rule
 
 
 def test_labelled_data_has_no_capacity_and_shapes_never_matter_alone():
@@ -378,7 +381,63 @@ def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
     assert led.subsystems == ["cpu", "network"] and led.reasons[0].channel == BUSY
     # a busy CPU all window long outweighs the retransmits' burst (a sum, no median)
     assert led.subsystem_shares == {"cpu": 1.0}
+    # the retransmits are read once a second: their mean is the level that lasts
     both = lead_with_cause(evidence, row_up, np.array([True, True]), least, scale, median,
-                           channels, ["median", "median"], ["cpu", "network"])
+                           channels, ["median", "mean"], ["cpu", "network"])
     assert both.subsystem_shares == {"cpu": 0.6, "network": 0.4}
+    held_median = lead_with_cause(evidence, row_up, np.array([True, True]), least, scale,
+                                  median, channels, ["median", "median"], ["cpu", "network"])
+    assert held_median.subsystem_shares == {"cpu": 1.0}  # 0 between reads: says nothing
     assert attribute_to_changes(evidence, {"gpu"}) is evidence
+
+
+def _held(rate_per_s: np.ndarray, every: int, start: float = 0.0) -> np.ndarray:
+    """A counter at ``rate_per_s`` (per 100 ms sample) read every ``every`` samples and
+    repeated between reads, as the collector records a cgroup's or a namespace's files."""
+    true = start + np.cumsum(rate_per_s * 0.1)
+    read = np.arange(true.size) // every * every
+    return true[read]
+
+
+def test_counters_read_less_often_than_every_sample_are_known_by_name():
+    from reveal.analyze.significance import is_held_counter
+
+    assert is_held_counter("snmp.Udp.OutDatagrams{netns=job}")
+    assert is_held_counter("netstat.TcpExt.TCPFastRetrans{netns=job}")
+    assert is_held_counter("cgroup.cpu.usage_usec{cgroup=job}")
+    assert not is_held_counter("snmp.Udp.OutDatagrams")  # the host's: every tick
+    assert not is_held_counter("cgroup.memory.current{cgroup=job}")  # a gauge repeats well
+    assert not is_held_counter("net.tx_packets{iface=eth0}")
+
+
+def test_a_held_counters_mean_is_its_lasting_level_under_sustained():
+    features = ["mean", "median", "sum", "max"]
+    channel = "snmp.Udp.OutDatagrams{netns=job}"
+    least = feature_matters([channel] * 4, features, {channel: Matter(10.0, "")},
+                            rows_per_window=30, sustained=True)
+    assert least[[0, 2]] == pytest.approx([10.0, 300.0])  # its median is 0 between reads
+    assert np.isinf(least[[1, 3]]).all()
+    plain = feature_matters(["a"] * 4, features, {"a": Matter(10.0, "")},
+                            rows_per_window=30, sustained=True)
+    assert np.isinf(plain[[0, 3]]).all() and plain[1] == pytest.approx(10.0)
+
+
+def test_a_flood_on_a_counter_read_every_second_is_named_by_that_counter():
+    """A UDP flood out of the job's network namespace, whose counters the collector reads
+    once a second: the rate is 0 on nine samples of ten, so the window's median never
+    moves. The flood is still the change that matters and leads the claim; the CPU time
+    it costs follows."""
+    base = ar1_host(120.0, seed=7)
+    run = ar1_host(60.0, seed=8, fault=(20.0, 40.0), start_s=200.0)
+    flood = np.zeros(run.n_samples)
+    flood[200:400] = 200_000.0  # datagrams per second
+    channel = "snmp.Udp.OutDatagrams{netns=job}"
+    base = _with(base, {channel: _held(np.zeros(base.n_samples), 10)})
+    run = _with(run, {channel: _held(flood, 10)})
+    flagged, report = _flagged(base, run, significance=True)
+    assert flagged > 5
+    inside = [a for a in report.anomalies if 22e9 + 200e9 <= a.start_ns < 37e9 + 200e9]
+    assert inside
+    assert sum(a.reasons[0].channel == channel for a in inside) >= len(inside) / 2, \
+        [a.reasons[0].channel for a in inside]
+    assert any("datagrams" in e.claim for e in report.episodes)

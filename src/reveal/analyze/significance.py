@@ -6,7 +6,6 @@ is not enough: a channel that barely moved in the baseline (2 MB of file huge pa
 dirty-page level steady to the page) turns any movement into tens of robust σ. The least
 change that matters comes from the channel's catalog unit and kind, measured against the
 resource's capacity on this host, never from the baseline's spread:
-
 ==============================  ===========================================================
 unit (after rates)              least change that matters
 ==============================  ===========================================================
@@ -47,7 +46,8 @@ metrics not in the catalog
 
 Channels of the job's own cgroup or network namespace are also judged against the job's use:
 the least change is at most :data:`JOB_SHARE` of the baseline level (a job that sends
-2 MB/s loses something when it sends 1 MB/s, whatever the link can carry); GPU channels
+2 MB/s loses something when it sends 1 MB/s, whatever the link can carry; not its time
+spent waiting, :data:`WAITING_METRICS`, judged against wall time alone); GPU channels
 are judged against the GPU alone (a job's processes usually have it to themselves, and a
 per-process share of a few percent is within NVML's sampling noise). A part of a
 cgroup's memory (``cgroup.memory.stat.*`` bytes: anon, file, shmem, ...) is judged against
@@ -79,7 +79,7 @@ import functools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -189,8 +189,36 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "vmstat.nr_file_hugepages", "vmstat.nr_file_pmdmapped",
                        "vmstat.workingset_nodes", "buddy.*", "cgroup.memory.stat.cache",
                        "cgroup.memory.stat.mapped_file")
+#: Time spent waiting for a resource (pressure stall information): it rises because
+#: something uses the resource, and a claim names that use first where it matters too.
+WAITING_METRICS = ("psi.*", "cgroup.psi.*")
 #: Counts of threads that exist, running or sleeping: never a cost on their own.
 EXISTENCE_METRICS = ("cgroup.pids.current", "loadavg.tasks")
+#: Counters the collector reads less often than every sample and repeats between reads:
+#: a cgroup's files (every 0.5 s or 1 s) and a network namespace's protocol counters
+#: (every 1 s). Their rate is 0 on the samples between two reads and the whole period's
+#: on the read, so a window's median is 0 whatever they count; their window mean is their
+#: rate over the window, and takes the median's place as the level that lasts
+#: (:func:`is_held_counter`).
+HELD_COUNTERS = ("cgroup.*",)
+HELD_NETNS_COUNTERS = ("snmp.*", "netstat.*")
+
+
+@functools.lru_cache(maxsize=8192)
+def is_held_counter(channel: str) -> bool:
+    """Whether ``channel`` is a counter read less often than every sample and repeated
+    between reads (:data:`HELD_COUNTERS`, :data:`HELD_NETNS_COUNTERS` with a ``netns``
+    label)."""
+    metric = channel_metric(channel)
+    held = any(fnmatchcase(metric, p) for p in HELD_COUNTERS) or (
+        bool(_label(channel, "netns"))
+        and any(fnmatchcase(metric, p) for p in HELD_NETNS_COUNTERS))
+    return held and default_catalog().lookup(metric).kind in ("counter", "event")
+
+
+def is_waiting(metric: str) -> bool:
+    """Whether ``metric`` is time spent waiting for a resource (:data:`WAITING_METRICS`)."""
+    return any(fnmatchcase(metric, p) for p in WAITING_METRICS)
 
 
 def is_side_effect(metric: str) -> bool:
@@ -421,8 +449,10 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         level = abs(level) if math.isfinite(level) else 0.0
         out = Matter(RELATIVE_SHARE * level, f"{RELATIVE_SHARE:.0%} of the baseline level")
     whole = level if job_level is None else job_level
+    # a GPU is judged against itself; time spent waiting is no use of the job's (its
+    # stall is judged against wall time, whatever share of it the job stalled before)
     if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(whole) and whole > 0 \
-            and not metric.startswith("gpu."):  # a GPU is judged against itself
+            and not metric.startswith("gpu.") and not is_waiting(metric):
         job = JOB_SHARE * abs(whole)
         if job < out.least:
             out = Matter(job, f"{JOB_SHARE:.0%} of the job's own use")
@@ -438,6 +468,10 @@ def channel_matters(d_base: Telemetry, channels: Sequence[str],
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         levels = np.nanmedian(d_base.select(list(channels)).values, axis=0) if channels else []
+        held = [k for k, c in enumerate(channels) if is_held_counter(c)]
+        if held:  # a held counter's level is its mean rate (its median is 0)
+            levels[held] = np.nanmean(d_base.select([channels[k] for k in held]).values,
+                                      axis=0)
         whole_levels = np.nanmedian(d_base.select(wholes).values, axis=0) if wholes else []
     cgroup_memory = {_label(c, "cgroup"): float(lv)
                      for c, lv in zip(wholes, whole_levels, strict=True) if math.isfinite(lv)}
@@ -465,7 +499,7 @@ def feature_matters(column_channels: Sequence[str], column_features: Sequence[st
         m = matters.get(channel)
         least = m.least if m is not None else 0.0
         if feature in SHAPE_FEATURES or (sustained and m is not None and least > 0
-                                         and feature not in SUSTAINED_FEATURES):
+                                         and not lasts(channel, feature)):
             out[k] = np.inf
         elif feature == "std":
             out[k] = least / 2.0
@@ -478,6 +512,23 @@ def feature_matters(column_channels: Sequence[str], column_features: Sequence[st
         else:
             out[k] = least
     return out
+
+
+def lasts(channel: str, feature: str) -> bool:
+    """Whether ``feature`` of ``channel`` moves only with a change that lasts through most
+    of a window (:data:`SUSTAINED_FEATURES`; for a held counter, :func:`is_held_counter`,
+    its mean instead of its median)."""
+    if is_held_counter(channel):
+        return feature in ("mean", "sum")
+    return feature in SUSTAINED_FEATURES
+
+
+@functools.lru_cache(maxsize=32)
+def _lasting_columns(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
+    """Mask over feature columns, made once per column set: the level that lasts through
+    most of a window (:func:`lasts`), sums aside."""
+    return np.array([f != "sum" and lasts(c, f) for c, f in zip(channels, features,
+                                                                 strict=True)], dtype=bool)
 
 
 def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
@@ -526,9 +577,6 @@ def _columns_matching(channels: tuple[str, ...], patterns: tuple[str, ...]) -> n
                      for c in channels], dtype=bool)
 
 
-#: Time spent waiting for a resource (pressure stall information): it rises because
-#: something uses the resource, and a claim names that use first where it matters too.
-WAITING_METRICS = ("psi.*", "cgroup.psi.*")
 
 
 def _surprising_rise(reasons: Sequence[Any]) -> Any:
@@ -548,7 +596,6 @@ def attribute_to_changes(evidence: Any, changed: set[str]) -> Any:
     and the rest is scaled to sum as before, so that a window, and an episode weighed
     from its windows, is named by a subsystem whose change matters, the one its claim
     speaks of. Unchanged when no subsystem of ``changed`` holds a share."""
-    from dataclasses import replace
 
     shares = {s: v for s, v in evidence.subsystem_shares.items() if s in changed and v > 0}
     total = sum(shares.values())
@@ -575,7 +622,6 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
-    from dataclasses import replace
 
     from reveal.analyze.evidence import Reason
 
@@ -605,8 +651,8 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     size = change_size(row, median, least, features)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
     # a change that lasts through most of the window (its median moved) before a burst
-    _, is_median, is_level = _feature_kinds(tuple(features))
-    lasting = is_median & cause
+    _, _, is_level = _feature_kinds(tuple(features))
+    lasting = _lasting_columns(tuple(channels), tuple(features)) & cause
     pool = lasting if lasting.any() else cause
     if not keep_first:
         # among the changes the claim is chosen from: a change that lasts through most
