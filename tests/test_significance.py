@@ -74,6 +74,13 @@ def test_event_rates_cost_cpu_time_and_links_carry_bytes():
     assert link.least == pytest.approx(0.01 * 10e9 / 8)
     unknown_link = _matter("net.rx_bytes{iface=veth9}")
     assert unknown_link.least == pytest.approx(0.01 * 125e6)
+    # the derived throughput is already per second: judged against the link too, even on
+    # a loopback that carried nothing in the baseline
+    derived = _matter("derived.net_bytes_per_s{iface=lo}", level=0.0)
+    assert derived.least == pytest.approx(0.01 * 125e6) and "link" in derived.rule
+    # a cgroup's disk bytes are judged against the device, as the host's are
+    io = _matter("cgroup.io.wbytes{cgroup=job,dev=253:0}", level=0.0)
+    assert io.least == pytest.approx(0.05 * 100e6) and "device" in io.rule
 
 
 def test_the_jobs_own_channels_are_also_judged_against_the_jobs_use():

@@ -18,6 +18,7 @@ busy / utilisation %            the same shares in percentage points (per CPU or
 stall time (PSI µs/s, %)        :data:`STALL_SHARE` of wall time
 disk bytes/s, sectors/s, KiB/s, :data:`DISK_SHARE` of what the device can do: the larger of
 pages dirtied, written, swapped :data:`DEFAULT_DISK_BPS` and the most the baseline showed
+(a cgroup's I/O bytes too)
 disk I/O time (ms/s, util %)    :data:`DISK_SHARE` of wall time
 disk operations/s, I/Os         :data:`DISK_SHARE` of :data:`DEFAULT_DISK_IOPS`
 network bytes/s                 :data:`LINK_SHARE` of the link (``net.speed_mbps``, else
@@ -137,6 +138,9 @@ DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
 #: to disk): judged against the disk's throughput, not as CPU work.
 DISK_PAGE_METRICS = ("vmstat.nr_dirtied", "vmstat.nr_written", "vmstat.pswp*",
                      "cgroup.memory.stat.pgpg*")
+#: A cgroup's disk traffic in bytes: judged against the device, as the host's is.
+CGROUP_DISK_BYTES = ("cgroup.io.rbytes", "cgroup.io.wbytes", "cgroup.io.dbytes",
+                     "cgroup.blkio.bytes")
 MEMORY_BYTE_UNITS = ("bytes (kernel kB × 1024)",)
 HUGE_PAGE_METRICS = ("hugepages.*", "mem.HugePages_*")
 #: Metrics whose movement follows from a cause elsewhere: CPUs entering idle states more
@@ -418,7 +422,7 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     elif metric.startswith("derived.net_") and metric.endswith("_util_pct"):
         out = Matter(100.0 * LINK_SHARE, f"{LINK_SHARE:.0%} of the link (points)")
     elif metric.startswith(("derived.disk_", "disk.sectors", "vmstat.pgpg")) or \
-            any(fnmatchcase(metric, p) for p in DISK_PAGE_METRICS):
+            metric in CGROUP_DISK_BYTES or any(fnmatchcase(metric, p) for p in DISK_PAGE_METRICS):
         dev = _label(channel, "dev")
         device = max(DEFAULT_DISK_BPS, (capacity.disk_bps or {}).get(dev, 0.0)
                      if dev else max((capacity.disk_bps or {}).values(), default=0.0))
@@ -428,11 +432,12 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     elif unit in DISK_OP_UNITS:
         out = Matter(DISK_SHARE * DEFAULT_DISK_IOPS,
                      f"{DISK_SHARE:.0%} of {DEFAULT_DISK_IOPS:,.0f} operations/s")
-    elif unit in ("bytes", "packets") and (metric.startswith(("net.", "derived.net_",
-                                                               "netstat.IpExt", "qdisc."))):
+    elif unit in ("bytes", "packets", "bytes/s", "packets/s") and (
+            metric.startswith(("net.", "derived.net_", "netstat.IpExt", "qdisc."))):
+        # counters (rated per second) and the derived rates already per second
         iface = _label(channel, "iface") or _label(channel, "dev")
         link = (capacity.link_bps or {}).get(iface, DEFAULT_LINK_BPS)
-        per = PACKET_BYTES if unit == "packets" else 1.0
+        per = PACKET_BYTES if unit.startswith("packets") else 1.0
         words = f"{LINK_SHARE:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s link"
         out = Matter(LINK_SHARE * link / per, words + (" in packets" if per > 1 else ""))
     elif unit in EVENT_COST_S or unit == "packets":
