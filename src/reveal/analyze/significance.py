@@ -6,6 +6,7 @@ is not enough: a channel that barely moved in the baseline (2 MB of file huge pa
 dirty-page level steady to the page) turns any movement into tens of robust σ. The least
 change that matters comes from the channel's catalog unit and kind, measured against the
 resource's capacity on this host, never from the baseline's spread:
+
 ==============================  ===========================================================
 unit (after rates)              least change that matters
 ==============================  ===========================================================
@@ -582,8 +583,6 @@ def _columns_matching(channels: tuple[str, ...], patterns: tuple[str, ...]) -> n
                      for c in channels], dtype=bool)
 
 
-
-
 def _surprising_rise(reasons: Sequence[Any]) -> Any:
     """The first of ``reasons`` whose window mean, median or sum rose at least
     :data:`SIGNIFICANT_Z` robust sigmas above the baseline, not a side effect (None if
@@ -601,7 +600,6 @@ def attribute_to_changes(evidence: Any, changed: set[str]) -> Any:
     and the rest is scaled to sum as before, so that a window, and an episode weighed
     from its windows, is named by a subsystem whose change matters, the one its claim
     speaks of. Unchanged when no subsystem of ``changed`` holds a share."""
-
     shares = {s: v for s, v in evidence.subsystem_shares.items() if s in changed and v > 0}
     total = sum(shares.values())
     if total <= 0 or len(shares) == len(evidence.subsystem_shares):
@@ -627,7 +625,6 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
-
     from reveal.analyze.evidence import Reason
 
     if not evidence.reasons:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -271,7 +272,7 @@ class ModelKeeper:
                             f"{len(fitted.channels) - before:+d}); scoring")
 
     # -- fitting and adopting ------------------------------------------------------------
-    def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Any]:
+    def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:
         """Fit a model on the recorded ``[start_ns, end_ns)`` (monotonic ns) in a child
         process (:mod:`reveal.live.fitproc`: the fit's memory never enters this one), saved
         as the next generation; returns it and its path."""
