@@ -88,6 +88,7 @@ from typing import Any
 import numpy as np
 
 from reveal.analyze.constants import LEVEL_FEATURES
+from reveal.analyze.evidence import Reason
 from reveal.analyze.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.frame import Telemetry, channel_metric, parse_channel
@@ -625,7 +626,6 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
-    from reveal.analyze.evidence import Reason
 
     if not evidence.reasons:
         return evidence
