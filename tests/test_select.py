@@ -42,6 +42,25 @@ def test_priority_picks_the_representative_and_constants_are_separate():
     assert selection.selected_ratio == pytest.approx(2 / 3)
 
 
+def test_a_channel_stands_only_for_its_own_subsystem_when_asked():
+    """A job's memory that grew with its CPU use in the baseline still measures memory:
+    pruned across subsystems it would be represented by a CPU's busy share, which says
+    nothing when memory alone moves."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    busy = np.cumsum(rng.normal(size=n))  # the job warming up: CPU and memory together
+    memory = 1e6 * busy + rng.normal(scale=1e5, size=n)
+    catalog = Catalog([MetricInfo("busy", "cpu", "gauge", priority=100),
+                       MetricInfo("available", "memory", "gauge", "bytes", priority=85),
+                       MetricInfo("anon", "memory", "gauge", "bytes", priority=75)])
+    tel = Telemetry("h", np.arange(n) * 10**8, np.column_stack([busy, memory, -memory]),
+                    ["busy", "available", "anon"], {})
+    assert prune(tel, 0.5, catalog).redundant == {"available": "busy", "anon": "busy"}
+    within = prune(tel, 0.5, catalog, same_subsystem=True)
+    assert within.kept == ["busy", "available"]  # in the run's channel order
+    assert within.redundant == {"anon": "available"}  # still pruned inside memory
+
+
 def test_variance_breaks_priority_ties():
     rng = np.random.default_rng(3)
     a = rng.normal(size=2000)

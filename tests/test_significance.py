@@ -177,7 +177,8 @@ def test_a_part_of_a_cgroups_memory_is_judged_against_the_cgroups_whole_memory()
                     list(channels), {"mem_total_bytes": 24 * GIB, "n_cpus": 4})
     _, matters = channel_matters(tel, list(channels))
     current, shmem, lone = matters
-    assert shmem.least == pytest.approx(current.least)  # 1 % of 24 GiB, under 25 % of 8 GiB
+    assert shmem.least == pytest.approx(0.01 * 24 * GIB)  # 1 % of 24 GiB, under 25 % of 8 GiB
+    assert current.least == np.inf  # the whole holds the page cache: judged by its parts
     assert shmem.least > 100 * 20e6 * 0.25 / 100 and "memory" in shmem.rule
     assert lone.least == pytest.approx(0.25 * 20e6)  # no whole on record: its own level
 

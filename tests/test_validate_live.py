@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reveal.cli import main
+from reveal.cli import build_parser, main
+from reveal.commands.validate import suite_options
 from reveal.inject.groundtruth import Episode
 from reveal.inject.live_suite import (
     Alert,
@@ -93,6 +94,19 @@ def test_live_option_errors_are_one_line(argv: list[str], tmp_path: Path, capsys
     assert main(["validate", *argv, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("--live" in err[0] or "--score-every" in err[0]), err
+
+
+@pytest.mark.parametrize(("argv", "learn_s"), [
+    (["--live"], 600.0),  # the watch's own default learn, as an operator runs it
+    (["--live", "--baseline-seconds", "90"], 90.0),
+    (["--live", "--quick"], 45.0),
+    ([], 60.0),  # batch: a 60 s baseline before every faulted run
+])
+def test_the_live_suite_learns_as_the_watch_does_unless_told(argv: list[str],
+                                                              learn_s: float) -> None:
+    parser = build_parser()
+    options = suite_options(parser.parse_args(["validate", *argv]))
+    assert options.baseline_s == learn_s
 
 
 def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,10 @@ class SelectConfig:
     prune: bool = True  # correlation pruning on the baseline before feature extraction
     corr_threshold: float = 0.5  # Pearson |r| above which two metrics are redundant
     min_std: float = 1e-12  # a channel with std below this is constant (never a representative)
+    # a channel is redundant only with a kept channel of its own subsystem: available
+    # memory that rose with a job's CPU use in the baseline still measures memory (off:
+    # any kept channel can stand for it, as in the paper)
+    same_subsystem: bool = True
 
 
 @dataclass(frozen=True)

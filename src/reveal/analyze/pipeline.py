@@ -265,7 +265,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     if metric_set is None and config.select.prune and len(usable) > 1:
         say(f"pruning correlated channels among {len(usable)}")
         selection = prune(d_base.select(usable), config.select.corr_threshold, catalog,
-                          config.select.min_std)
+                          config.select.min_std, same_subsystem=config.select.same_subsystem)
         keep = set(selection.kept) | set(selection.constant)
         if config.rank_cpus:  # a per-CPU channel is kept with all its CPUs
             keep |= set(cpu_siblings(usable, keep))

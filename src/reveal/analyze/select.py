@@ -8,6 +8,11 @@ kept. Constant channels (no information in this run) are never representatives b
 not declared redundant either: they are reported separately and kept available, because a
 channel flat in a baseline (a retransmit counter at zero) is exactly what moves in a fault.
 
+With ``same_subsystem`` (the analysis's default, ``select.same_subsystem``) a channel stands
+only for channels of its own subsystem: a baseline in which the job's memory grew with its
+CPU use must not leave memory measured by a CPU's busy share, which says nothing of memory
+when memory alone changes.
+
 Selections over several runs are merged by **union** of kept channels; the result is a
 *metric-set file* (JSON) that ``reveal analyze --metrics`` reuses.
 """
@@ -85,8 +90,13 @@ def _order(telemetry: Telemetry, catalog: Catalog, std: np.ndarray) -> np.ndarra
 
 
 def prune(telemetry: Telemetry, threshold: float = 0.5, catalog: Catalog | None = None,
-          min_std: float = 1e-12, corr: np.ndarray | None = None) -> Selection:
-    """Greedy correlation pruning of one run's channels (rated values, not raw counters)."""
+          min_std: float = 1e-12, corr: np.ndarray | None = None,
+          same_subsystem: bool = False) -> Selection:
+    """Greedy correlation pruning of one run's channels (rated values, not raw counters).
+
+    ``same_subsystem``: a channel is redundant only with a kept channel of its own catalog
+    subsystem, so that each subsystem keeps the channels that measure it (the host's
+    available memory is not represented by a CPU's busy share it rose with)."""
     if not 0.0 < threshold <= 1.0:
         raise InputError(f"correlation threshold must be in (0, 1], got {threshold}")
     catalog = catalog or default_catalog()
@@ -96,6 +106,9 @@ def prune(telemetry: Telemetry, threshold: float = 0.5, catalog: Catalog | None 
     std = np.nan_to_num(std)
     constant_mask = std <= min_std
     corr = correlation_matrix(telemetry.values) if corr is None else corr
+    if same_subsystem:
+        groups = np.array([catalog.lookup(c).subsystem for c in telemetry.channels])
+        corr = np.where(groups[:, None] == groups[None, :], corr, 0.0)
     kept: list[int] = []
     redundant: dict[str, str] = {}
     for i in _order(telemetry, catalog, std):

@@ -63,7 +63,9 @@ in runnable tasks, CPU time, memory and the fork rate.
 Memory that moves between free and reclaimable (page cache, buffers, reclaimable slab,
 free pages and free lists, :data:`COMPOSITION_METRICS`) never matters on its own: the host
 loses nothing when the page cache is dropped and refilled; what matters shows in available
-and anonymous memory, dirty pages and the disk traffic of the refill.
+and anonymous memory, dirty pages and the disk traffic of the refill. A cgroup's whole
+memory (``memory.current``) holds its page cache, so it is judged by its parts the same
+way: its anonymous memory against the whole, its stalls and its limit events.
 
 Per feature column (:func:`feature_matters`): levels (mean, median, minimum, maximum) take
 the channel's least change, the within-window spread half of it, the slope that change
@@ -184,7 +186,9 @@ SUSTAINED_FEATURES = ("median", "sum")
 #: slab, free pages and their free lists) and virtual commitments: the host loses nothing
 #: when they move, so they never matter on their own. What matters is judged on available
 #: memory, anonymous memory, dirty and writeback pages, and the disk traffic a refill
-#: causes.
+#: causes. A cgroup's whole memory holds its page cache too (dropping the caches halves
+#: a service's): its anonymous part (judged against the whole), its stalls and its limit
+#: events say what the cgroup lost.
 COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "mem.Inactive", "mem.Active_file", "mem.Inactive_file",
                        "mem.SReclaimable", "mem.KReclaimable", "mem.Mapped",
@@ -194,7 +198,10 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "vmstat.nr_slab_reclaimable", "vmstat.nr_mapped",
                        "vmstat.nr_file_hugepages", "vmstat.nr_file_pmdmapped",
                        "vmstat.workingset_nodes", "buddy.*", "cgroup.memory.stat.cache",
-                       "cgroup.memory.stat.mapped_file")
+                       "cgroup.memory.stat.mapped_file", "cgroup.memory.stat.file",
+                       "cgroup.memory.stat.file_mapped", "cgroup.memory.stat.active_file",
+                       "cgroup.memory.stat.inactive_file",
+                       "cgroup.memory.stat.slab_reclaimable", *CGROUP_MEMORY_WHOLE)
 #: Time spent waiting for a resource (pressure stall information): it rises because
 #: something uses the resource, and a claim names that use first where it matters too.
 WAITING_METRICS = ("psi.*", "cgroup.psi.*")

@@ -6,10 +6,14 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reveal.errors import RevealError
 from reveal.paths import check_writable_dir
 from reveal.settings import add_set_argument, parse_sets
+
+if TYPE_CHECKING:
+    from reveal.inject.validation import SuiteOptions
 
 NAME = "validate"
 HELP = ("Record a reference ML workload with the real collector, inject faults at known "
@@ -33,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--intensities", type=_names, default=None, metavar="I1,I2",
                         help="intensities (low, high; packet_loss also has trace = 0.1 %%)")
     parser.add_argument("--baseline-seconds", type=float, default=None, metavar="S",
-                        help="length of each scenario's clean baseline run")
+                        help="length of each scenario's clean baseline run (default 60; "
+                             "with --live the watch's own learn, 600; 45 with --quick)")
     parser.add_argument("--episode-seconds", type=float, default=None, metavar="S",
                         help="length of each injected episode")
     parser.add_argument("--gap-seconds", type=float, default=None, metavar="S",
@@ -107,7 +112,6 @@ def run(args: argparse.Namespace) -> int:
     check_writable_dir(args.reanalyse if args.reanalyse is not None
                        and args.out == Path("validate-out") else args.out)
     from reveal.inject.validation import (
-        SuiteOptions,
         load_recorded,
         run_live_suite,
         run_suite,
@@ -115,19 +119,7 @@ def run(args: argparse.Namespace) -> int:
         write_result,
     )
 
-    options = SuiteOptions.quick_suite() if args.quick else SuiteOptions()
-    changes = {"repetitions": args.repetitions, "faults": args.faults,
-               "intensities": args.intensities, "baseline_s": args.baseline_seconds,
-               "episode_s": args.episode_seconds, "gap_s": args.gap_seconds,
-               "workload": args.workload,
-               "score_every": args.score_every, "clean_s": args.clean_seconds,
-               "settings": _settings(args)}
-    options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
-    if options.repetitions < 1:
-        raise RevealError("--repetitions must be at least 1")
-    if options.gap_s < options.settle_s:
-        raise RevealError(f"--gap-seconds must be at least the settle time after an episode "
-                          f"({options.settle_s:g} s)")
+    options = suite_options(args)
     install_signal_handlers()
 
     def say(message: str) -> None:
@@ -256,3 +248,28 @@ def _run_benign(args: argparse.Namespace) -> int:
     print(md_path.read_text(encoding="utf-8"))
     print(f"written: {json_path}, {md_path}")
     return 0
+
+
+def suite_options(args: argparse.Namespace) -> SuiteOptions:
+    """The fault suite's options from the command line: ``--quick``'s small suite or the
+    full one, with every option given; with ``--live`` the watch learns as long as it does
+    by default unless ``--baseline-seconds`` says otherwise."""
+    from reveal.inject.validation import SuiteOptions
+    from reveal.live.service import DEFAULT_LEARN_S
+
+    options = SuiteOptions.quick_suite() if args.quick else SuiteOptions()
+    changes = {"repetitions": args.repetitions, "faults": args.faults,
+               "intensities": args.intensities, "baseline_s": args.baseline_seconds,
+               "episode_s": args.episode_seconds, "gap_s": args.gap_seconds,
+               "workload": args.workload,
+               "score_every": args.score_every, "clean_s": args.clean_seconds,
+               "settings": _settings(args)}
+    options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
+    if args.live and args.baseline_seconds is None and not args.quick:
+        options = dataclasses.replace(options, baseline_s=DEFAULT_LEARN_S)
+    if options.repetitions < 1:
+        raise RevealError("--repetitions must be at least 1")
+    if options.gap_s < options.settle_s:
+        raise RevealError(f"--gap-seconds must be at least the settle time after an episode "
+                          f"({options.settle_s:g} s)")
+    return options
