@@ -26,13 +26,14 @@ from reveal.inject.benign import BENIGN, is_informational
 from reveal.inject.benign.suite import SCENARIO, BenignOptions, build_scenario, write_pair
 from reveal.inject.live_suite import LiveScenario, run_live_scenario
 from reveal.inject.scenario import Say
+from reveal.live.service import DEFAULT_LEARN_S
 from reveal.report.escape import markdown
 
 SCHEMA = "reveal-validate-benign-live"
 #: Live target: at most this many alert episodes over every benign kind together.
 TARGETS = {"alert_episodes": 1}
 RESULT_JSON, RESULT_MD = "benign_live.json", "benign_live.md"
-LEARN_S = 600.0  # the watch's default learn
+LEARN_S = DEFAULT_LEARN_S  # the watch's default learn
 QUICK_LEARN_S = 60.0  # --quick: the shortest learn the watch takes (with a warning)
 GAP_S = 30.0
 SETTLE_S = 10.0
