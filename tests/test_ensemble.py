@@ -233,3 +233,27 @@ def test_self_fit_threshold_from_the_spread_of_the_inliers():
     assert with_baseline.combined_threshold_ == Ensemble(config).fit(run).combined_threshold_
     with pytest.raises(InputError, match="self_fit_threshold_mads"):
         Ensemble(config, EnsembleOptions(self_fit_threshold_mads=-1.0)).fit(run)
+
+
+def test_baseline_trim_leaves_a_burst_out_of_the_fit():
+    """``baseline_trim_mads``: a burst inside the baseline raises every detector's
+    threshold and hides a fault far smaller than it; left out of the fit, the fault is
+    found. A baseline without such windows fits exactly as without the trim."""
+    rng = np.random.default_rng(11)
+    config = DetectConfig(detectors=("zscore", "pca_mahalanobis"))
+    clean = rng.normal(size=(600, 6))
+    burst = clean.copy()
+    burst[300:306] += 12.0  # six windows of a burst in the baseline
+    plain = Ensemble(config).fit(burst)
+    trimmed = Ensemble(config, EnsembleOptions(baseline_trim_mads=8.0)).fit(burst)
+    assert trimmed.baseline_trimmed_ == 6
+    assert any("6 outlying baseline windows" in w for w in trimmed.warnings_)
+    for tag, threshold in plain.baseline_threshold_.items():
+        assert trimmed.baseline_threshold_[tag] < threshold, tag
+    fault = rng.normal(size=(200, 6)) + 2.0  # a shift of 2 sigmas in every column
+    assert trimmed.score(fault).flagged.mean() > 0.5 > 5 * plain.score(fault).flagged.mean()
+    same = Ensemble(config, EnsembleOptions(baseline_trim_mads=8.0)).fit(clean)
+    assert same.baseline_trimmed_ == 0
+    assert same.combined_threshold_ == Ensemble(config).fit(clean).combined_threshold_
+    with pytest.raises(InputError, match="baseline_trim_mads"):
+        Ensemble(config, EnsembleOptions(baseline_trim_mads=-1.0)).fit(clean)

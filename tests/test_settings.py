@@ -14,6 +14,7 @@ from reveal.cli import main
 from reveal.errors import InputError
 from reveal.fleet.config import FleetConfig
 from reveal.live.fitproc import fit_in_child
+from reveal.live.keeper import learn_settings
 from reveal.model import Reveal
 from reveal.settings import (
     flatten,
@@ -128,6 +129,21 @@ def test_the_watch_fits_its_model_with_its_settings(tmp_path):
         fit_in_child(run, start, end, tmp_path / "other.reveal", settings={"detect.nope": 1})
 
 
+def test_the_watch_leaves_a_burst_in_its_learn_out_of_the_fit(tmp_path):
+    """A watch learns on whatever the host did: an 8 s burst inside the span is left out
+    of its fit (``LEARN_SETTINGS``), as it is not from a baseline given to ``analyze``."""
+    tel = ar1_host(300, seed=4, fault=(150.0, 158.0))
+    run = write_run(tel, tmp_path / "run")
+    start, end = int(tel.timestamps_ns[0]), int(tel.timestamps_ns[-1]) + 1
+    learned = Reveal.load(fit_in_child(run, start, end, tmp_path / "watch.reveal",
+                                       settings=learn_settings(None)))
+    assert learned.fitted_.config.baseline_trim_mads == 12.0
+    assert learned.fitted_.ensemble.baseline_trimmed_ >= 8  # the burst's windows
+    assert Reveal().fit(tel).fitted_.ensemble.baseline_trimmed_ == 0
+    mine = learn_settings({"baseline_trim_mads": None})  # --set goes over the default
+    assert mine == {"baseline_trim_mads": None}
+
+
 def test_watch_help_offers_set():
     text = subprocess.run([sys.executable, "-m", "reveal.cli", "watch", "--help"],
                           capture_output=True, text=True, check=True).stdout
@@ -137,8 +153,8 @@ def test_watch_help_offers_set():
 def test_a_watch_that_loads_a_model_learned_otherwise_says_set_waits(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    Reveal(overrides={"detect.persistence_s": 2.0}).fit(ar1_host(120, seed=4)).save(
-        state / "model.reveal")
+    learned = learn_settings({"detect.persistence_s": 2.0})  # as a watch learns it
+    Reveal(overrides=learned).fit(ar1_host(120, seed=4)).save(state / "model.reveal")
 
     def first_lines(*extra: str) -> str:
         proc = subprocess.Popen([sys.executable, "-m", "reveal.cli", "watch", "--state",
@@ -156,7 +172,8 @@ def test_a_watch_that_loads_a_model_learned_otherwise_says_set_waits(tmp_path):
             proc.wait(60)
 
     other = first_lines("--set", "detect.persistence_s=3")
-    assert "learned with settings {'detect.persistence_s': 2.0}" in other
+    assert f"learned with settings {learned}" in other
+    assert "'detect.persistence_s': 3" in other
     assert "apply at the next learn (--relearn" in other
     same = first_lines("--set", "detect.persistence_s=2")
     assert "model loaded from" in same and "learned with settings" not in same

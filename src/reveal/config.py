@@ -126,6 +126,11 @@ class AnalyzeConfig:
     # median + this many robust sigmas of the run's own combined scores (None: the
     # baseline quantile only)
     self_fit_threshold_mads: float | None = 5.0
+    # with a baseline: its windows whose held-out combined score lies above median + this
+    # many robust sigmas (bursts inside the baseline) are left out and the detectors
+    # refitted on the rest, so a burst within the baseline does not raise the threshold
+    # (None: every baseline window is kept)
+    baseline_trim_mads: float | None = None
     # a baseline shorter than this many windows is named in the report as too short
     min_baseline_windows: int = 60
     # periodic refits on recent unflagged windows and the consensus of model generations

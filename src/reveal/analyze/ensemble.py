@@ -69,6 +69,12 @@ class EnsembleOptions:
         inliers; all windows when none was set aside): the usual threshold, a quantile of
         the run's own inliers, flags about that share of any run, even one without an
         anomaly. None (default): the usual threshold only. No effect with a baseline.
+    baseline_trim_mads : with a baseline (not self-fit), windows whose score lies more than
+        this many robust sigmas (``1.4826 · MAD``) above the median of the baseline's scores
+        for most detectors (the median over detectors; held-out scores where the baseline
+        is cross-fitted) are left out and the detectors refitted on the rest (when at least
+        ``MIN_BASELINE_WINDOWS`` remain): a burst inside the baseline no longer sets the
+        threshold. None (default): no trim.
     """
 
     clip: float = 100.0
@@ -82,6 +88,7 @@ class EnsembleOptions:
     pot_init_quantile: float = 0.98
     self_fit_trim_mads: float = 3.0
     self_fit_threshold_mads: float | None = None
+    baseline_trim_mads: float | None = None
     cross_fit_folds: int = 5
     cross_fit_max_windows: int = 5_000
 
@@ -240,6 +247,10 @@ class Ensemble:
                                   f"undefined on the baseline and were not scored")
         self._fit_detectors(Z, config, options)
         self.self_fitted_ = bool(robust_self_fit)
+        self.baseline_trimmed_ = 0
+        trim = options.baseline_trim_mads
+        if trim is not None and not robust_self_fit:
+            self._trim_baseline(Z, config, options, float(trim))
         if robust_self_fit:
             combined = self._combine(self._raw_scores(Z))
             med = float(np.median(combined))
@@ -256,6 +267,25 @@ class Ensemble:
                 self.combined_threshold_ = max(float(self.combined_threshold_),
                                                med + spread * mad)
         return self
+
+    def _trim_baseline(self, Z: np.ndarray, config: DetectConfig, options: EnsembleOptions,
+                       k: float) -> None:
+        """Refit on the baseline windows that most detectors do not score beyond ``k``
+        robust sigmas of their own held-out baseline scores (see ``baseline_trim_mads``)."""
+        if not (np.isfinite(k) and k >= 0):
+            raise InputError(f"baseline_trim_mads must be a finite number >= 0, got {k}")
+        z = []
+        for det in self.detectors_:
+            s = np.asarray(det.decision_scores_, dtype=np.float64)
+            med = float(np.median(s))
+            mad = float(np.median(np.abs(s - med))) * MAD_TO_SIGMA
+            z.append((s - med) / max(mad, 1e-12))
+        inliers = np.median(np.vstack(z), axis=0) <= k
+        if MIN_BASELINE_WINDOWS <= inliers.sum() < len(inliers):
+            self._fit_detectors(Z[inliers], config, options)
+            self.baseline_trimmed_ = int((~inliers).sum())
+            self.warnings_.append(f"{self.baseline_trimmed_} outlying baseline windows left "
+                                  f"out of the fit")
 
     def _fit_detectors(self, Z: np.ndarray, config: DetectConfig,
                        options: EnsembleOptions) -> None:

@@ -108,6 +108,8 @@ def ensemble_options(config: AnalyzeConfig, stride_s: float) -> EnsembleOptions:
     extra: dict[str, Any] = {}
     if config.self_fit_threshold_mads is not None:
         extra["self_fit_threshold_mads"] = config.self_fit_threshold_mads
+    if config.baseline_trim_mads is not None:
+        extra["baseline_trim_mads"] = config.baseline_trim_mads
     if config.drift_window_s is None:
         return EnsembleOptions(drift_window=None, **extra)
     block = max(1, round(config.drift_block_s / stride_s))

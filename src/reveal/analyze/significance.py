@@ -148,10 +148,12 @@ CGROUP_DISK_BYTES = ("cgroup.io.rbytes", "cgroup.io.wbytes", "cgroup.io.dbytes",
 MEMORY_BYTE_UNITS = ("bytes (kernel kB × 1024)",)
 HUGE_PAGE_METRICS = ("hugepages.*", "mem.HugePages_*")
 #: Metrics whose movement follows from a cause elsewhere: CPUs entering idle states more
-#: often, interrupts and softirqs handled, pages refaulted or shuffled between LRU lists,
-#: load averages. A claim names them after the cause ("also").
-SIDE_EFFECT_METRICS = ("cpuidle.*", "irq.count", "cpu.intr", "softirq.*", "softnet.*",
-                       "vmstat.workingset_*", "vmstat.pgactivate", "vmstat.pgdeactivate",
+#: often, idle CPU time (it falls as much as another state's time rises: that state names
+#: the use), interrupts and softirqs handled, pages refaulted or shuffled between LRU
+#: lists, load averages. A claim names them after the cause ("also").
+SIDE_EFFECT_METRICS = ("cpuidle.*", "cpu.idle", "irq.count", "cpu.intr", "softirq.*",
+                       "softnet.*", "vmstat.workingset_*", "vmstat.pgactivate",
+                       "vmstat.pgdeactivate",
                        "vmstat.pgrefill", "vmstat.pglazyfree*", "loadavg.*",
                        "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
                        "cpufreq.*")
@@ -202,9 +204,10 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "cgroup.memory.stat.file_mapped", "cgroup.memory.stat.active_file",
                        "cgroup.memory.stat.inactive_file",
                        "cgroup.memory.stat.slab_reclaimable", *CGROUP_MEMORY_WHOLE)
-#: Time spent waiting for a resource (pressure stall information): it rises because
-#: something uses the resource, and a claim names that use first where it matters too.
-WAITING_METRICS = ("psi.*", "cgroup.psi.*")
+#: Time spent waiting for a resource (pressure stall information, CPU time idle while
+#: I/O is outstanding): it rises because something uses the resource, and a claim names
+#: that use first where it matters too.
+WAITING_METRICS = ("psi.*", "cgroup.psi.*", "cpu.iowait")
 #: Counts of threads that exist, running or sleeping: never a cost on their own.
 EXISTENCE_METRICS = ("cgroup.pids.current", "loadavg.tasks")
 #: Counters the collector reads less often than every sample and repeats between reads:

@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 #: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s
 RECOMMENDED_LEARN_S = 63.0
 
+#: Analysis settings every learn and refit of the watch starts from (``--set`` goes over
+#: them): the span a watch learns on is whatever the host did in it, not a run someone
+#: chose as clean, so windows that most detectors score beyond 12 robust sigmas of the
+#: span's own scores (a burst inside it) are left out of the fit (``baseline_trim_mads``;
+#: docs/detectors.md, "A burst inside the learn").
+LEARN_SETTINGS: dict[str, object] = {"baseline_trim_mads": 12.0}
+
+
+def learn_settings(settings: dict[str, object] | None) -> dict[str, object]:
+    """The settings a watch learns with: :data:`LEARN_SETTINGS` under ``settings``."""
+    return {**LEARN_SETTINGS, **(settings or {})}
+
 
 def rehearsal_start_s(learn_s: float) -> float | None:
     """Seconds into the learning span at which a provisional model starts scoring (its
@@ -104,9 +116,10 @@ class ModelKeeper:
                              f"{self.options.interval_s:g}; use --relearn", str(path))
         self.model = model
         saved = dict(model.overrides or {})
-        if fitted.config != with_overrides(preset(wanted), self.options.settings):
+        learning = learn_settings(self.options.settings)
+        if fitted.config != with_overrides(preset(wanted), learning):
             self.notify("warning", f"the saved model was learned with settings {saved or 'none'}"
-                                   f", not the --set given ({self.options.settings or 'none'})"
+                                   f", not those this watch learns with ({learning})"
                                    f": they apply at the next learn (--relearn, or a refit)")
         if self.learned_at is None:
             self.learned_at = path.stat().st_mtime
@@ -174,7 +187,7 @@ class ModelKeeper:
         try:
             fit_in_child(self.collector.run_dir, self.learn_start_ns,
                          self.learn_start_ns + int(start_s * 1e9), scratch, self.stopping,
-                         settings=self.options.settings)
+                         settings=learn_settings(self.options.settings))
             provisional = Reveal.load(scratch)
         except InterruptedError:
             return
@@ -280,7 +293,7 @@ class ModelKeeper:
         run = self.collector.run_dir
         self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
         path = fit_in_child(run, start_ns, end_ns, self.statedir.model, self.stopping,
-                            settings=self.options.settings)
+                            settings=learn_settings(self.options.settings))
         model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
