@@ -399,6 +399,66 @@ def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
     assert attribute_to_changes(evidence, {"gpu"}) is evidence
 
 
+DIRTIED = "vmstat.nr_dirtied"
+LOST = "netstat.TcpExt.TCPLostRetransmit{netns=job}"
+
+
+def test_a_change_that_begins_within_the_window_and_holds_is_a_lasting_one():
+    """A fault's first window: the pages dirtied ramp up through it (a mean and a slope
+    that moved the same way, the median not yet), while a lost retransmission's count,
+    read once a second, moved its mean: the onset leads in the subsystem it weighs most,
+    as a change that lasts would. A mean that rose while the slope fell (a burst that is
+    over) is no onset and yields to the lasting count."""
+    from reveal.analyze.evidence import WindowEvidence
+    from reveal.analyze.significance import lead_with_cause, onset_columns
+
+    channels = [DIRTIED, DIRTIED, DIRTIED, LOST]
+    features = ["mean", "slope", "median", "mean"]
+    subsystems = ["memory", "memory", "memory", "network"]
+    median = np.array([30.0, 0.0, 0.0, 0.0])
+    least = np.array([2500.0, 800.0, 2500.0, 1.0])
+    scale = np.array([100.0, 5.0, 100.0, 0.5])
+    cells = np.array([True, True, False, True])
+    evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["memory", "network"],
+                              {"memory": 0.8, "network": 0.2},
+                              [_reason(LOST, "mean", "network", 15.0, 0.0, 30.0, 0.1),
+                               _reason(DIRTIED, "mean", "memory", 59300.0, 30.0, 1000.0)])
+    ramp = np.array([59300.0, 5530.0, 0.0, 15.0])
+    assert onset_columns(ramp, median, cells, channels, features).tolist() == \
+        [True, False, False, False]
+    led = lead_with_cause(evidence, ramp, cells, least, scale, median, channels, features,
+                          subsystems)
+    assert (led.reasons[0].channel, led.reasons[0].feature) == (DIRTIED, "mean")
+    assert led.subsystems[0] == "memory"
+    over = np.array([59300.0, -5530.0, 0.0, 15.0])
+    assert not onset_columns(over, median, cells, channels, features).any()
+    led = lead_with_cause(evidence, over, cells, least, scale, median, channels, features,
+                          subsystems)
+    assert led.reasons[0].channel == LOST and led.subsystems[0] == "network"
+
+
+def test_idle_time_falls_as_another_state_rises_and_never_names_the_cause():
+    """A disk burst's writer: CPU 0's idle time falls to 0 while its iowait rises (both
+    by more than matters) and the disk's writes rise: the writes lead; the idle time and
+    the waiting follow."""
+    from reveal.analyze.evidence import WindowEvidence
+    from reveal.analyze.significance import lead_with_cause
+
+    idle, iowait, writes = "cpu.idle{cpu=0}", "cpu.iowait{cpu=0}", "disk.writes_completed{dev=vda}"
+    channels, features = [idle, iowait, writes], ["median", "median", "median"]
+    row, median = np.array([0.0, 80.0, 3600.0]), np.array([100.0, 0.0, 0.0])
+    least, scale = np.array([5.0, 5.0, 50.0]), np.array([10.0, 1.0, 10.0])
+    evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "storage"],
+                              {"cpu": 0.7, "storage": 0.3},
+                              [_reason(idle, "median", "cpu", 0.0, 100.0, -10.0, 0.4),
+                               _reason(iowait, "median", "cpu", 80.0, 0.0, 80.0, 0.3),
+                               _reason(writes, "median", "storage", 3600.0, 0.0, 360.0)])
+    led = lead_with_cause(evidence, row, np.ones(3, dtype=bool), least, scale, median,
+                          channels, features, ["cpu", "cpu", "storage"])
+    assert [r.channel for r in led.reasons] == [writes, iowait, idle]
+    assert led.subsystems[0] == "storage"
+
+
 def _held(rate_per_s: np.ndarray, every: int, start: float = 0.0) -> np.ndarray:
     """A counter at ``rate_per_s`` (per 100 ms sample) read every ``every`` samples and
     repeated between reads, as the collector records a cgroup's or a namespace's files."""

@@ -248,6 +248,7 @@ class Ensemble:
         self._fit_detectors(Z, config, options)
         self.self_fitted_ = bool(robust_self_fit)
         self.baseline_trimmed_ = 0
+        self.baseline_left_out_ = np.zeros(0, dtype=np.int64)  # rows of the baseline
         trim = options.baseline_trim_mads
         if trim is not None and not robust_self_fit:
             self._trim_baseline(Z, config, options, float(trim))
@@ -284,6 +285,7 @@ class Ensemble:
         if MIN_BASELINE_WINDOWS <= inliers.sum() < len(inliers):
             self._fit_detectors(Z[inliers], config, options)
             self.baseline_trimmed_ = int((~inliers).sum())
+            self.baseline_left_out_ = np.flatnonzero(~inliers)
             self.warnings_.append(f"{self.baseline_trimmed_} outlying baseline windows left "
                                   f"out of the fit")
 

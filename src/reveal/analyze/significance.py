@@ -548,6 +548,32 @@ def _lasting_columns(channels: tuple[str, ...], features: tuple[str, ...]) -> np
                                                                  strict=True)], dtype=bool)
 
 
+@functools.lru_cache(maxsize=32)
+def _slope_partners(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
+    """(K,) int, made once per column set: for a window-mean column, the column of the same
+    channel's slope (−1 where there is none, and for every other feature)."""
+    slope_at = {c: k for k, (c, f) in enumerate(zip(channels, features, strict=True))
+                if f == "slope"}
+    return np.array([slope_at.get(c, -1) if f == "mean" else -1
+                     for c, f in zip(channels, features, strict=True)], dtype=np.int64)
+
+
+def onset_columns(row: np.ndarray, median: np.ndarray, cells: np.ndarray,
+                  channels: Sequence[str], features: Sequence[str]) -> np.ndarray:
+    """Mask over a window's feature columns: a mean that moved where the same channel's
+    slope moved the same way, both by a change that matters: a change that began within
+    the window and holds at its end (a fault's first window, before its median moves)."""
+    partner = _slope_partners(tuple(channels), tuple(features))
+    out = np.zeros(len(partner), dtype=bool)
+    at = np.flatnonzero(partner >= 0)
+    if at.size:
+        slope = partner[at]
+        with np.errstate(invalid="ignore"):
+            same_way = np.sign(row[at] - median[at]) * np.sign(row[slope] - median[slope]) > 0
+        out[at] = cells[at].astype(bool) & cells[slope].astype(bool) & same_way
+    return out
+
+
 def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
                       least: np.ndarray, z_min: float = SIGNIFICANT_Z) -> np.ndarray:
     """``(W, K)``: where a window's change from the baseline median is at least the least
@@ -631,7 +657,8 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
     no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline; with only such falls,
     the first surprising rise among the reasons leads), those that last through most of
-    the window (a median that moved) where there are any, the largest (:func:`change_size`) in the
+    the window (a median that moved; or one that began within it and holds at its end,
+    :func:`onset_columns`) where there are any, the largest (:func:`change_size`) in the
     window's leading subsystem, else in any subsystem, named by its level where a level of
     it matters. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
@@ -662,9 +689,11 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
         cause &= ~waiting
     size = change_size(row, median, least, features)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
-    # a change that lasts through most of the window (its median moved) before a burst
+    # a change that lasts through most of the window (its median moved), or that began
+    # within it and holds at its end, before a burst
     _, _, is_level = _feature_kinds(tuple(features))
-    lasting = _lasting_columns(tuple(channels), tuple(features)) & cause
+    lasting = (_lasting_columns(tuple(channels), tuple(features))
+               | onset_columns(row, median, cells, channels, features)) & cause
     pool = lasting if lasting.any() else cause
     if not keep_first:
         # among the changes the claim is chosen from: a change that lasts through most
