@@ -85,6 +85,14 @@ def test_config_show_prints_the_effective_tree(capsys):
     assert tree["preset"] == "minute" and tree["window.size_rows"] == MINUTE.window.size_rows
     assert main(["config", "--set", "detect.nope=1"]) == 2
     assert "unknown analysis setting detect.nope" in capsys.readouterr().err
+    # what a watch learns with: its own defaults marked, --set still over them
+    assert "baseline_trim_mads = null" in lines
+    assert main(["config", "--watch"]) == 0
+    assert "baseline_trim_mads = 12.0  # watch" in capsys.readouterr().out.splitlines()
+    assert main(["config", "--watch", "--set", "baseline_trim_mads=20"]) == 0
+    assert "baseline_trim_mads = 20.0  # --set" in capsys.readouterr().out.splitlines()
+    assert main(["config", "--watch", "--set", "baseline_trim_mads=lots"]) == 2
+    assert "baseline_trim_mads takes a number of robust sigmas" in capsys.readouterr().err
 
 
 def test_analyze_applies_set_after_its_options(tmp_path, capsys):

@@ -404,11 +404,12 @@ LOST = "netstat.TcpExt.TCPLostRetransmit{netns=job}"
 
 
 def test_a_change_that_begins_within_the_window_and_holds_is_a_lasting_one():
-    """A fault's first window: the pages dirtied ramp up through it (a mean and a slope
-    that moved the same way, the median not yet), while a lost retransmission's count,
-    read once a second, moved its mean: the onset leads in the subsystem it weighs most,
-    as a change that lasts would. A mean that rose while the slope fell (a burst that is
-    over) is no onset and yields to the lasting count."""
+    """A fault's first window: the pages dirtied ramp up through it (the mean moved by
+    more than the channel's median must, and the slope the same way; the median not yet,
+    and under sustained significance only the median may matter), while a lost
+    retransmission count, read once a second, moved its mean: the ramp leads in the
+    subsystem it weighs most, as a change that lasts would. A mean that rose while the
+    slope fell (a burst that is over) is no onset and yields to the lasting count."""
     from reveal.analyze.evidence import WindowEvidence
     from reveal.analyze.significance import lead_with_cause, onset_columns
 
@@ -416,46 +417,50 @@ def test_a_change_that_begins_within_the_window_and_holds_is_a_lasting_one():
     features = ["mean", "slope", "median", "mean"]
     subsystems = ["memory", "memory", "memory", "network"]
     median = np.array([30.0, 0.0, 0.0, 0.0])
-    least = np.array([2500.0, 800.0, 2500.0, 1.0])
+    least = np.array([np.inf, np.inf, 2500.0, 1.0])
     scale = np.array([100.0, 5.0, 100.0, 0.5])
-    cells = np.array([True, True, False, True])
+    cells = np.array([False, False, False, True])
     evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["memory", "network"],
                               {"memory": 0.8, "network": 0.2},
                               [_reason(LOST, "mean", "network", 15.0, 0.0, 30.0, 0.1),
                                _reason(DIRTIED, "mean", "memory", 59300.0, 30.0, 1000.0)])
-    ramp = np.array([59300.0, 5530.0, 0.0, 15.0])
-    assert onset_columns(ramp, median, cells, channels, features).tolist() == \
-        [True, False, False, False]
+    ramp = np.array([59300.0, 5530.0, 160.0, 15.0])
+    onset, sized = onset_columns(ramp, median, scale, least, channels, features)
+    assert onset.tolist() == [True, False, False, False]
+    assert sized[0] == 2500.0 and np.isinf(sized[1])  # the mean sized as the median
     led = lead_with_cause(evidence, ramp, cells, least, scale, median, channels, features,
                           subsystems)
     assert (led.reasons[0].channel, led.reasons[0].feature) == (DIRTIED, "mean")
     assert led.subsystems[0] == "memory"
-    over = np.array([59300.0, -5530.0, 0.0, 15.0])
-    assert not onset_columns(over, median, cells, channels, features).any()
-    led = lead_with_cause(evidence, over, cells, least, scale, median, channels, features,
-                          subsystems)
-    assert led.reasons[0].channel == LOST and led.subsystems[0] == "network"
+    for over in (np.array([59300.0, -5530.0, 160.0, 15.0]),  # the slope fell: it is over
+                 np.array([2000.0, 5530.0, 160.0, 15.0])):  # less than the median must
+        assert not onset_columns(over, median, scale, least, channels, features)[0].any()
+        led = lead_with_cause(evidence, over, cells, least, scale, median, channels,
+                              features, subsystems)
+        assert led.reasons[0].channel == LOST and led.subsystems[0] == "network"
 
 
 def test_idle_time_falls_as_another_state_rises_and_never_names_the_cause():
-    """A disk burst's writer: CPU 0's idle time falls to 0 while its iowait rises (both
-    by more than matters) and the disk's writes rise: the writes lead; the idle time and
-    the waiting follow."""
+    """A disk burst's writer: CPU 0's idle time falls to 0 while its iowait and its time
+    in softirqs rise (all by more than matters) and the disk's writes rise: the writes
+    lead; the waiting, then the idle and softirq time follow."""
     from reveal.analyze.evidence import WindowEvidence
     from reveal.analyze.significance import lead_with_cause
 
-    idle, iowait, writes = "cpu.idle{cpu=0}", "cpu.iowait{cpu=0}", "disk.writes_completed{dev=vda}"
-    channels, features = [idle, iowait, writes], ["median", "median", "median"]
-    row, median = np.array([0.0, 80.0, 3600.0]), np.array([100.0, 0.0, 0.0])
-    least, scale = np.array([5.0, 5.0, 50.0]), np.array([10.0, 1.0, 10.0])
+    idle, iowait, soft = "cpu.idle{cpu=0}", "cpu.iowait{cpu=0}", "cpu.softirq{cpu=0}"
+    writes = "disk.writes_completed{dev=vda}"
+    channels, features = [idle, iowait, soft, writes], ["median"] * 4
+    row, median = np.array([0.0, 80.0, 15.0, 3600.0]), np.array([100.0, 0.0, 0.0, 0.0])
+    least, scale = np.array([5.0, 5.0, 5.0, 50.0]), np.array([10.0, 1.0, 1.0, 10.0])
     evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "storage"],
                               {"cpu": 0.7, "storage": 0.3},
                               [_reason(idle, "median", "cpu", 0.0, 100.0, -10.0, 0.4),
+                               _reason(soft, "median", "cpu", 15.0, 0.0, 15.0, 0.35),
                                _reason(iowait, "median", "cpu", 80.0, 0.0, 80.0, 0.3),
                                _reason(writes, "median", "storage", 3600.0, 0.0, 360.0)])
-    led = lead_with_cause(evidence, row, np.ones(3, dtype=bool), least, scale, median,
-                          channels, features, ["cpu", "cpu", "storage"])
-    assert [r.channel for r in led.reasons] == [writes, iowait, idle]
+    led = lead_with_cause(evidence, row, np.ones(4, dtype=bool), least, scale, median,
+                          channels, features, ["cpu", "cpu", "cpu", "storage"])
+    assert [r.channel for r in led.reasons] == [writes, iowait, idle, soft]
     assert led.subsystems[0] == "storage"
 
 

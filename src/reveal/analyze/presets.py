@@ -31,6 +31,7 @@ through it, so the figures in docs/evaluation.md are those of ``analyze``'s defa
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -83,5 +84,15 @@ def preset_for(interval_s: float) -> AnalyzeConfig:
 def with_overrides(config: AnalyzeConfig, overrides: Mapping[str, Any] | None) -> AnalyzeConfig:
     """``config`` with dotted-key overrides applied, e.g. ``{"window.size_s": 5.0,
     "detect.detectors": ("zscore",)}``; an unknown key, or a value of the wrong kind, is an
-    :class:`InputError` (:func:`reveal.settings.replace_dotted`)."""
-    return replace_dotted(config, overrides, "analysis")
+    :class:`InputError` (:func:`reveal.settings.replace_dotted`), as is a number of
+    robust sigmas that is no finite number ≥ 0."""
+    out = replace_dotted(config, overrides, "analysis")
+    for name in ("baseline_trim_mads", "self_fit_threshold_mads"):
+        value = getattr(out, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not (np.isfinite(value) and value >= 0)):
+            raise InputError(f"analysis setting {name} takes a number of robust sigmas "
+                             f">= 0 or null, got {value!r}")
+    if out.baseline_trim_mads is not None:
+        out = replace(out, baseline_trim_mads=float(out.baseline_trim_mads))
+    return out

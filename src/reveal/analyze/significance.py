@@ -149,14 +149,14 @@ MEMORY_BYTE_UNITS = ("bytes (kernel kB × 1024)",)
 HUGE_PAGE_METRICS = ("hugepages.*", "mem.HugePages_*")
 #: Metrics whose movement follows from a cause elsewhere: CPUs entering idle states more
 #: often, idle CPU time (it falls as much as another state's time rises: that state names
-#: the use), interrupts and softirqs handled, pages refaulted or shuffled between LRU
+#: the use), interrupts and softirqs handled and the CPU time spent on them (the device or
+#: traffic that raised them names the cause), pages refaulted or shuffled between LRU
 #: lists, load averages. A claim names them after the cause ("also").
-SIDE_EFFECT_METRICS = ("cpuidle.*", "cpu.idle", "irq.count", "cpu.intr", "softirq.*",
-                       "softnet.*", "vmstat.workingset_*", "vmstat.pgactivate",
-                       "vmstat.pgdeactivate",
-                       "vmstat.pgrefill", "vmstat.pglazyfree*", "loadavg.*",
-                       "cpu.ctxt", "perf.context_switches", "perf.cpu_migrations",
-                       "cpufreq.*")
+SIDE_EFFECT_METRICS = ("cpuidle.*", "cpu.idle", "cpu.irq", "cpu.softirq", "irq.count",
+                       "cpu.intr", "softirq.*", "softnet.*", "vmstat.workingset_*",
+                       "vmstat.pgactivate", "vmstat.pgdeactivate", "vmstat.pgrefill",
+                       "vmstat.pglazyfree*", "loadavg.*", "cpu.ctxt", "perf.context_switches",
+                       "perf.cpu_migrations", "cpufreq.*")
 #: Work done (CPU time used, instructions, bytes and packets moved, GPU activity) and
 #: waiting (stall pressure, retransmits, throttling). Less work done is where a job waits,
 #: not why; less waiting is no slowdown. A claim leads with such a fall only when the window
@@ -549,29 +549,50 @@ def _lasting_columns(channels: tuple[str, ...], features: tuple[str, ...]) -> np
 
 
 @functools.lru_cache(maxsize=32)
-def _slope_partners(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
-    """(K,) int, made once per column set: for a window-mean column, the column of the same
-    channel's slope (−1 where there is none, and for every other feature)."""
-    slope_at = {c: k for k, (c, f) in enumerate(zip(channels, features, strict=True))
-                if f == "slope"}
-    return np.array([slope_at.get(c, -1) if f == "mean" else -1
-                     for c, f in zip(channels, features, strict=True)], dtype=np.int64)
+def _onset_partners(channels: tuple[str, ...],
+                    features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Two (K,) int arrays, made once per column set: for a window-mean column, the
+    columns of the same channel's slope and of its lasting level (:func:`lasts`: its
+    median, or a held counter's mean itself); −1 where there is none, and for every
+    other feature."""
+    slope_at: dict[str, int] = {}
+    level_at: dict[str, int] = {}
+    for k, (c, f) in enumerate(zip(channels, features, strict=True)):
+        if f == "slope":
+            slope_at[c] = k
+        elif f != "sum" and lasts(c, f):
+            level_at[c] = k
+    slope = [slope_at.get(c, -1) if f == "mean" else -1
+             for c, f in zip(channels, features, strict=True)]
+    level = [level_at.get(c, -1) if f == "mean" else -1
+             for c, f in zip(channels, features, strict=True)]
+    return np.array(slope, dtype=np.int64), np.array(level, dtype=np.int64)
 
 
-def onset_columns(row: np.ndarray, median: np.ndarray, cells: np.ndarray,
-                  channels: Sequence[str], features: Sequence[str]) -> np.ndarray:
-    """Mask over a window's feature columns: a mean that moved where the same channel's
-    slope moved the same way, both by a change that matters: a change that began within
-    the window and holds at its end (a fault's first window, before its median moves)."""
-    partner = _slope_partners(tuple(channels), tuple(features))
-    out = np.zeros(len(partner), dtype=bool)
-    at = np.flatnonzero(partner >= 0)
+def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
+                  least: np.ndarray, channels: Sequence[str],
+                  features: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """A change that began within the window and holds at its end (a fault's first
+    window, before its median moves): a window mean that moved by at least the least
+    change of the channel's lasting level and :data:`SIGNIFICANT_Z` of its own scale,
+    while the channel's slope moved the same way by :data:`SIGNIFICANT_Z` of its scale.
+    Returns the mask over feature columns and the least change to size them by."""
+    slope, level = _onset_partners(tuple(channels), tuple(features))
+    out = np.zeros(len(slope), dtype=bool)
+    sized = np.asarray(least, dtype=np.float64).copy()
+    at = np.flatnonzero((slope >= 0) & (level >= 0))
     if at.size:
-        slope = partner[at]
+        s, lv = slope[at], level[at]
         with np.errstate(invalid="ignore"):
-            same_way = np.sign(row[at] - median[at]) * np.sign(row[slope] - median[slope]) > 0
-        out[at] = cells[at].astype(bool) & cells[slope].astype(bool) & same_way
-    return out
+            moved = row[at] - median[at]
+            rose = row[s] - median[s]
+            onset = ((np.abs(moved) >= least[lv]) & np.isfinite(least[lv])
+                     & (np.abs(moved) >= SIGNIFICANT_Z * scale[at])
+                     & (np.abs(rose) >= SIGNIFICANT_Z * scale[s])
+                     & (np.sign(moved) * np.sign(rose) > 0))
+        out[at] = onset
+        sized[at[onset]] = least[lv[onset]]
+    return out, sized
 
 
 def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
@@ -667,7 +688,9 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     if not evidence.reasons:
         return evidence
     metrics = [channel_metric(c) for c in channels]
-    cause = np.array([bool(cells[k]) and not is_side_effect(metrics[k])
+    # a change that began within the window and holds at its end matters as its level would
+    onset, least = onset_columns(row, median, scale, least, channels, features)
+    cause = np.array([(bool(cells[k]) or bool(onset[k])) and not is_side_effect(metrics[k])
                       and np.isfinite(least[k]) for k in range(len(channels))])
     if not cause.any():
         return evidence
@@ -692,8 +715,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     # a change that lasts through most of the window (its median moved), or that began
     # within it and holds at its end, before a burst
     _, _, is_level = _feature_kinds(tuple(features))
-    lasting = (_lasting_columns(tuple(channels), tuple(features))
-               | onset_columns(row, median, cells, channels, features)) & cause
+    lasting = (_lasting_columns(tuple(channels), tuple(features)) | onset) & cause
     pool = lasting if lasting.any() else cause
     if not keep_first:
         # among the changes the claim is chosen from: a change that lasts through most

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                         help="the data's sampling interval, for --preset auto (the "
                              "collector's: 0.1 s)")
+    parser.add_argument("--watch", action="store_true",
+                        help="the settings reveal watch learns with: its own defaults "
+                             "(marked '# watch') under --set")
     add_set_argument(parser, "fleet.NAME for the fleet comparison")
     parser.add_argument("--json", action="store_true",
                         help="print the tree as one JSON object instead of NAME = VALUE lines")
@@ -36,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     if args.preset == "auto" and not (args.interval > 0):
         raise InputError(f"--interval must be a number of seconds > 0, got {args.interval}")
     analysis, fleet = split_fleet(parse_sets(args.settings))
+    given = set(analysis)
+    if args.watch:
+        from reveal.live.keeper import learn_settings
+
+        analysis = learn_settings(analysis)
     base = preset_for(args.interval) if args.preset == "auto" else preset(args.preset)
     config = with_overrides(base, analysis)
     fleet_config = replace_dotted(FleetConfig(), fleet, "fleet", f"{FLEET}.")
@@ -46,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
                   sys.stdout, indent=2)
         print()
         return 0
-    changed = set(analysis) | {f"{FLEET}.{k}" for k in fleet}
+    changed = given | {f"{FLEET}.{k}" for k in fleet}
+    watch = set(analysis) - given
     print(f"# analysis: preset {config.preset}"
           + (f" (data sampled every {args.interval:g} s)" if args.preset == "auto" else ""))
     in_fleet = False
@@ -54,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
         if name.startswith(f"{FLEET}.") and not in_fleet:
             in_fleet = True
             print("# fleet: the peer comparison (reveal fleet)")
-        mark = "  # --set" if name in changed else ""
+        mark = "  # --set" if name in changed else "  # watch" if name in watch else ""
         print(f"{name} = {shown(value)}{mark}")
     return 0
