@@ -4,6 +4,7 @@ name and kind before any work, and ``reveal config --show`` printing the effecti
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from reveal.cli import main
 from reveal.errors import InputError
 from reveal.fleet.config import FleetConfig
 from reveal.live.fitproc import fit_in_child
-from reveal.live.keeper import learn_settings
+from reveal.live.keeper import learn_settings, left_out_text
 from reveal.model import Reveal
 from reveal.settings import (
     flatten,
@@ -147,7 +148,14 @@ def test_the_watch_leaves_a_burst_in_its_learn_out_of_the_fit(tmp_path):
                                        settings=learn_settings(None)))
     assert learned.fitted_.config.baseline_trim_mads == 12.0
     assert learned.fitted_.ensemble.baseline_trimmed_ >= 8  # the burst's windows
-    assert Reveal().fit(tel).fitted_.ensemble.baseline_trimmed_ == 0
+    plain = Reveal().fit(tel)
+    assert plain.fitted_.ensemble.baseline_trimmed_ == 0 and left_out_text(plain) == ""
+    # the watch says which seconds of its learn it left out: the burst's among them
+    text = left_out_text(learned)
+    n = learned.fitted_.ensemble.baseline_trimmed_
+    assert text.startswith(f"; {n} of {learned.fitted_.baseline_windows} windows")
+    spans = re.findall(r"(\d+)(?:–(\d+))? s", text.split("(at ", 1)[1])
+    assert any(int(a) <= 155 and int(b or a) >= 150 for a, b in spans), text
     mine = learn_settings({"baseline_trim_mads": None})  # --set goes over the default
     assert mine == {"baseline_trim_mads": None}
 

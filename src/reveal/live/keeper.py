@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from reveal.analyze.pipeline import stride_seconds
 from reveal.analyze.presets import preset, preset_name_for, with_overrides
 from reveal.collect.runner import Notify
 from reveal.errors import InputError
@@ -46,6 +47,24 @@ LEARN_SETTINGS: dict[str, object] = {"baseline_trim_mads": 12.0}
 def learn_settings(settings: dict[str, object] | None) -> dict[str, object]:
     """The settings a watch learns with: :data:`LEARN_SETTINGS` under ``settings``."""
     return {**LEARN_SETTINGS, **(settings or {})}
+
+
+def left_out_text(model: Reveal) -> str:
+    """``"; 63 windows of the span left out of the fit as bursts (at 0–31 s, 201–217 s)"``:
+    the learn's windows the fit left out (``baseline_trim_mads``), as spans of seconds
+    from the span's start (window start times), or ``""`` when none was."""
+    fitted = model.fitted_
+    rows = np.asarray(getattr(fitted.ensemble, "baseline_left_out_", ()), dtype=np.int64)
+    if rows.size == 0:
+        return ""
+    stride_s = stride_seconds(fitted.window, fitted.interval_s)
+    breaks = np.flatnonzero(np.diff(rows) > 1)
+    starts, ends = rows[np.r_[0, breaks + 1]], rows[np.r_[breaks, rows.size - 1]]
+    spans = [f"{a * stride_s:g} s" if a == b else f"{a * stride_s:g}–{b * stride_s:g} s"
+             for a, b in zip(starts, ends, strict=True)]
+    more = f", +{len(spans) - 8} more" if len(spans) > 8 else ""
+    return (f"; {rows.size} of {fitted.baseline_windows} windows of the span left out of "
+            f"the fit as bursts (at {', '.join(spans[:8])}{more})")
 
 
 def rehearsal_start_s(learn_s: float) -> float | None:
@@ -229,7 +248,8 @@ class ModelKeeper:
         self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
                             f"{path} (generation {self.generation}, {len(fitted.channels)} "
                             f"channels, {fitted.baseline_windows} windows, threshold "
-                            f"{fitted.ensemble.combined_threshold_:.3g}); scoring")
+                            f"{fitted.ensemble.combined_threshold_:.3g}){left_out_text(model)}"
+                            f"; scoring")
 
     # -- while scoring -------------------------------------------------------------------
     def seen(self, window: LiveWindow) -> None:
@@ -282,7 +302,8 @@ class ModelKeeper:
         self.notify("info", f"model refitted in {time.monotonic() - t0:.1f} s on the latest "
                             f"{opts.learn_s:g} s with no window flagged, saved to {path} "
                             f"(generation {self.generation}, {len(fitted.channels)} channels, "
-                            f"{len(fitted.channels) - before:+d}); scoring")
+                            f"{len(fitted.channels) - before:+d}){left_out_text(model)}; "
+                            f"scoring")
 
     # -- fitting and adopting ------------------------------------------------------------
     def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:
