@@ -126,10 +126,11 @@ class AnalyzeConfig:
     # median + this many robust sigmas of the run's own combined scores (None: the
     # baseline quantile only)
     self_fit_threshold_mads: float | None = 5.0
-    # with a baseline: its windows whose held-out combined score lies above median + this
-    # many robust sigmas (bursts inside the baseline) are left out and the detectors
-    # refitted on the rest, so a burst within the baseline does not raise the threshold
-    # (None: every baseline window is kept)
+    # with a baseline: its windows that most detectors score more than this many robust
+    # sigmas above the median of their own (held-out) baseline scores (bursts inside the
+    # baseline) are left out and the detectors refitted on the rest, so a burst within the
+    # baseline does not raise the thresholds (None: every baseline window is kept; the
+    # watch learns with 12, reveal.live.keeper.LEARN_SETTINGS)
     baseline_trim_mads: float | None = None
     # a baseline shorter than this many windows is named in the report as too short
     min_baseline_windows: int = 60
