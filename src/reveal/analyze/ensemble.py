@@ -247,7 +247,6 @@ class Ensemble:
                                   f"undefined on the baseline and were not scored")
         self._fit_detectors(Z, config, options)
         self.self_fitted_ = bool(robust_self_fit)
-        self.baseline_trimmed_ = 0
         self.baseline_left_out_ = np.zeros(0, dtype=np.int64)  # rows of the baseline
         trim = options.baseline_trim_mads
         if trim is not None and not robust_self_fit:
@@ -269,6 +268,11 @@ class Ensemble:
                                                med + spread * mad)
         return self
 
+    @property
+    def baseline_trimmed_(self) -> int:
+        """How many baseline windows the fit left out (``baseline_trim_mads``)."""
+        return len(getattr(self, "baseline_left_out_", ()))
+
     def _trim_baseline(self, Z: np.ndarray, config: DetectConfig, options: EnsembleOptions,
                        k: float) -> None:
         """Refit on the baseline windows that most detectors do not score beyond ``k``
@@ -284,7 +288,6 @@ class Ensemble:
         inliers = np.median(np.vstack(z), axis=0) <= k
         if MIN_BASELINE_WINDOWS <= inliers.sum() < len(inliers):
             self._fit_detectors(Z[inliers], config, options)
-            self.baseline_trimmed_ = int((~inliers).sum())
             self.baseline_left_out_ = np.flatnonzero(~inliers)
             self.warnings_.append(f"{self.baseline_trimmed_} outlying baseline windows left "
                                   f"out of the fit")

@@ -562,11 +562,10 @@ def _onset_partners(channels: tuple[str, ...],
             slope_at[c] = k
         elif f != "sum" and lasts(c, f):
             level_at[c] = k
-    slope = [slope_at.get(c, -1) if f == "mean" else -1
+    pairs = [(slope_at.get(c, -1), level_at.get(c, -1)) if f == "mean" else (-1, -1)
              for c, f in zip(channels, features, strict=True)]
-    level = [level_at.get(c, -1) if f == "mean" else -1
-             for c, f in zip(channels, features, strict=True)]
-    return np.array(slope, dtype=np.int64), np.array(level, dtype=np.int64)
+    both = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return both[:, 0].copy(), both[:, 1].copy()
 
 
 def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
