@@ -80,12 +80,18 @@ class DetectConfig:
 
 @dataclass(frozen=True)
 class RefitConfig:
-    """A baseline that keeps itself current (see :mod:`reveal.analyze.consensus`): as scored
-    data comes in (``Reveal.partial_fit``), a new model *generation* is fitted every
+    """A baseline that keeps itself current: as scored data comes in
+    (``Reveal.partial_fit``), with the ``"generations"`` scheme
+    (:mod:`reveal.analyze.consensus`) a new model *generation* is fitted every
     ``every_s`` seconds of data on the recent windows that were not flagged; the newest
     ``generations`` are kept, and a window is flagged only when every one of them finds it
     above its own threshold. Nothing changes while no scored data is given back."""
 
+    # "generations": the above. "quiet_span": every ``every_s``, a whole new model is
+    # fitted on the raw samples of the latest ``span_s`` when no window in it was above
+    # the threshold, and scores alone (reveal.analyze.quietspan; how ``reveal watch``
+    # keeps its model current, with --refit-every and --learn)
+    scheme: str = "generations"
     every_s: float | None = None  # seconds of scored data between refits (None: never)
     span_s: float = 86400.0  # a refit learns from the unflagged windows of this many seconds
     generations: int = 3  # generations kept; all must agree for a flag

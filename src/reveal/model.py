@@ -37,7 +37,7 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -60,6 +60,7 @@ from reveal.analyze.pipeline import (
     usable_channels,
 )
 from reveal.analyze.presets import preset, preset_for, with_overrides
+from reveal.analyze.quietspan import QuietSpan
 from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
 from reveal.frame import Telemetry
@@ -138,6 +139,9 @@ class Reveal(BaseEstimator):
                                     progress=progress)
         self.consensus_ = None
         self.scale_consensus_ = None
+        self.quiet_ = None
+        # the quiet-span scheme learns only from samples after the baseline's
+        self.quiet_from_ns_ = int(tel.timestamps_ns[-1]) if tel.n_samples else 0
         return self
 
     def fit_score(self, run: Source, *, progress: Progress | None = None) -> Report:
@@ -186,15 +190,27 @@ class Reveal(BaseEstimator):
         return fitted
 
     def partial_fit(self, recent: Source | Analysis, *, lead_in: Source | None = None,
-                    refit: bool | None = None) -> Self:
+                    refit: bool | None = None,
+                    span: Callable[[int, int], Source] | None = None) -> Self:
         """Learn from data just scored: ``recent`` is the :class:`Analysis` this model made
         of the windows that follow those given before (or a run, scored here first, with
-        ``lead_in`` as in :meth:`analyse`). Its windows move the drift-following centre on
-        and join the recent buffer; when ``refit.every_s`` seconds of data have passed
-        since the last refit (``refit=None``; ``True``: now; ``False``: not), a new model
-        generation is fitted on the recent windows that were not flagged (with refits off
-        in the settings, ``refit=True`` fits it on the unflagged windows of ``recent``
-        itself). Scoring then flags a window only when every kept generation agrees."""
+        ``lead_in`` as in :meth:`analyse`).
+
+        With ``refit.scheme = "generations"`` (the default), its windows move the
+        drift-following centre on and join the recent buffer; when ``refit.every_s``
+        seconds of data have passed since the last refit (``refit=None``; ``True``: now;
+        ``False``: not), a new model generation is fitted on the recent windows that were
+        not flagged (with refits off in the settings, ``refit=True`` fits it on the
+        unflagged windows of ``recent`` itself). Scoring then flags a window only when
+        every kept generation agrees.
+
+        With ``"quiet_span"`` (how ``reveal watch`` keeps its model current): when a refit
+        is due (``refit=True``: now) and the latest ``refit.span_s`` held no window above
+        the threshold, the model is fitted again on the raw samples of that span, which
+        ``span(start_ns, end_ns)`` returns (the windows' clock), and scores alone. Either
+        way, the windows carry the stream's state (drift-following centre, persistence)
+        on to the next call, so that between refits scoring chunk by chunk is scoring at
+        once."""
         analysis = recent if isinstance(recent, Analysis) else self.analyse(recent,
                                                                             lead_in=lead_in)
         consensus = self._consensus()
@@ -207,6 +223,8 @@ class Reveal(BaseEstimator):
             keeper.advance(scored.features.values, v.flagged,
                            v.combined > v.combined_threshold, scored.windows.end_ns,
                            v.combined)
+        if self.config_.refit.scheme == "quiet_span":  # the stream state, no generations
+            return self._quiet_span_step(analysis, refit, span)
         due = consensus.refit_due() if refit is None else refit  # the main size's clock
         for keeper, scored in pairs:
             if refit and _refits_off(self.config_):  # learn from ``recent`` itself
@@ -214,6 +232,50 @@ class Reveal(BaseEstimator):
             elif due:
                 keeper.fit_generation()
         return self
+
+    def _quiet_span_step(self, analysis: Analysis, refit: bool | None,
+                         span: Callable[[int, int], Source] | None) -> Self:
+        """``partial_fit`` under the quiet-span scheme (:mod:`reveal.analyze.quietspan`)."""
+        if span is None:
+            raise InputError('refit.scheme "quiet_span" refits on raw samples: pass '
+                             'span=, a function of (start_ns, end_ns) that returns them')
+        settings = self.config_.refit
+        windows, v = analysis.windows, analysis.verdicts
+        if windows.end_ns.size == 0:
+            return self
+        clock = getattr(self, "quiet_", None)
+        if clock is None:
+            every = settings.every_s
+            clock = QuietSpan(span_ns=int(settings.span_s * 1e9),
+                              every_ns=int(every * 1e9) if every else 0, retry_ns=0)
+            clock.adopted(int(windows.start_ns[0]))
+            self.quiet_ = clock
+        clock.seen(windows.end_ns, v.combined > v.combined_threshold)
+        now = int(windows.end_ns[-1])
+        if not (clock.due(now) if refit is None else refit):
+            return self
+        if clock.why_not(now, recorded_from_ns=int(getattr(self, "quiet_from_ns_", 0))):
+            clock.postpone(now)
+            return self
+        start, end = clock.span(now)
+        tel = load_source(span(start, end))
+        try:
+            self._fit_fresh(tel)
+        except InputError:  # too little usable data in the span: keep the model in use
+            clock.retry_later(now)
+            return self
+        clock.refits += 1
+        clock.adopted(now)
+        return self
+
+    def _fit_fresh(self, tel: Telemetry) -> None:
+        """Replace the fit with one on ``tel`` (the same settings), keeping the stream's
+        quiet-span clock."""
+        clock, since = getattr(self, "quiet_", None), getattr(self, "quiet_from_ns_", 0)
+        fresh = copy.copy(self).fit(tel)
+        self.config_, self.fitted_ = fresh.config_, fresh.fitted_
+        self.consensus_ = self.scale_consensus_ = None
+        self.quiet_, self.quiet_from_ns_ = clock, since
 
     @property
     def generations_(self) -> int:

@@ -81,6 +81,10 @@ def preset_for(interval_s: float) -> AnalyzeConfig:
     return PRESETS[preset_name_for(interval_s)]
 
 
+#: ways a model keeps itself current (``refit.scheme``; docs/model.md)
+REFIT_SCHEMES = ("generations", "quiet_span")
+
+
 def with_overrides(config: AnalyzeConfig, overrides: Mapping[str, Any] | None) -> AnalyzeConfig:
     """``config`` with dotted-key overrides applied, e.g. ``{"window.size_s": 5.0,
     "detect.detectors": ("zscore",)}``; an unknown key, or a value of the wrong kind, is an
@@ -93,6 +97,9 @@ def with_overrides(config: AnalyzeConfig, overrides: Mapping[str, Any] | None) -
                                   or not (np.isfinite(value) and value >= 0)):
             raise InputError(f"analysis setting {name} takes a number of robust sigmas "
                              f">= 0 or null, got {value!r}")
+    if out.refit.scheme not in REFIT_SCHEMES:
+        raise InputError(f"analysis setting refit.scheme takes one of "
+                         f"{', '.join(REFIT_SCHEMES)}, got {out.refit.scheme!r}")
     if out.baseline_trim_mads is not None:
         out = replace(out, baseline_trim_mads=float(out.baseline_trim_mads))
     return out

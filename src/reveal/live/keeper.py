@@ -19,6 +19,7 @@ import numpy as np
 
 from reveal.analyze.pipeline import stride_seconds
 from reveal.analyze.presets import preset, preset_name_for, with_overrides
+from reveal.analyze.quietspan import QuietSpan
 from reveal.collect.runner import Notify
 from reveal.errors import InputError
 from reveal.live.allocators import trim_heap
@@ -100,12 +101,10 @@ class ModelKeeper:
         self.learn_start_ns: int | None = None
         self.rehearse = options.rehearse
         self.rehearsal: LiveScorer | None = None  # scores while learning; verdicts dropped
-        #: monotonic ns: the end of the last window above the threshold, and when the
-        #: current model began to score (a refit learns only from a quiet span after both)
-        self.last_above_ns = 0
-        self.model_since_ns = 0
-        self.next_refit_s: float | None = None
-        self._refit_waiting = False
+        #: when a refit on the latest quiet --learn is due and allowed (monotonic ns)
+        self.quiet = QuietSpan(span_ns=int(options.learn_s * 1e9),
+                               every_ns=int(options.refit_every_s * 1e9),
+                               retry_ns=int(options.resolve_after_s * 1e9))
         self.buffer: SampleBuffer | None = None
         self.collector: Collector | None = None
 
@@ -255,12 +254,11 @@ class ModelKeeper:
     def seen(self, window: LiveWindow) -> None:
         """Note a scored window (a refit learns only from a span with none above the
         threshold)."""
-        if window.above:
-            self.last_above_ns = window.end_ns
+        self.quiet.seen(window.end_ns, window.above)
 
     def refit_due(self, now_s: float) -> bool:
         """Whether a refit is due at monotonic ``now_s`` (seconds)."""
-        return self.next_refit_s is not None and now_s >= self.next_refit_s
+        return self.quiet.due(int(now_s * 1e9))
 
     def maybe_refit(self, now_ns: int, alert_open: bool) -> None:
         """Learn again from the latest ``learn_s`` once it holds no window above the
@@ -268,25 +266,14 @@ class ModelKeeper:
         (``alert_open``); else try again a stride of ``resolve_after_s`` later."""
         assert self.collector is not None
         opts = self.options
-        start_ns = now_ns - int(opts.learn_s * 1e9)
         recorded_from = self.collector.sampler.start_ns if self.collector.sampler else 0
-        if alert_open:
-            why = "an alert is open"
-        elif start_ns <= self.last_above_ns:
-            why = (f"a window was above the threshold "
-                   f"{(now_ns - self.last_above_ns) / 1e9:.0f} s ago")
-        elif start_ns <= max(self.model_since_ns, recorded_from):
-            why = "the model in use has scored for less than --learn"
-        else:
-            why = ""
+        why = self.quiet.why_not(now_ns, recorded_from, alert_open, span_name="--learn")
         if why:
-            if not self._refit_waiting:
+            if self.quiet.postpone(time.monotonic_ns()):
                 self.notify("info", f"refit postponed until the latest {opts.learn_s:g} s "
                                     f"are quiet ({why})")
-            self._refit_waiting = True
-            self.next_refit_s = time.monotonic() + opts.resolve_after_s
             return
-        self._refit_waiting = False
+        start_ns, now_ns = self.quiet.span(now_ns)
         before = len(self.model.fitted_.channels) if self.model is not None else 0
         t0 = time.monotonic()
         try:
@@ -295,7 +282,7 @@ class ModelKeeper:
             return
         except InputError as exc:  # e.g. the span's data is unreadable: keep the model
             self.notify("warning", f"refit skipped ({exc}); the model in use is kept")
-            self.next_refit_s = time.monotonic() + opts.refit_every_s
+            self.quiet.retry_later(time.monotonic_ns())
             return
         self._adopt(model, now_ns)
         fitted = model.fitted_
@@ -342,6 +329,4 @@ class ModelKeeper:
         self.scorer = LiveScorer(model, interval_s=self.options.interval_s, origin=origin,
                                  threshold_factor=self.options.threshold_factor)
         self.learning = False
-        self.model_since_ns = time.monotonic_ns()
-        if self.options.refit_every_s > 0:
-            self.next_refit_s = time.monotonic() + self.options.refit_every_s
+        self.quiet.adopted(time.monotonic_ns())
