@@ -98,6 +98,8 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
         "episodes_after_fault": len(later), "episodes": len(report.episodes),
         "steady_states": [n.claim for n in report.steady_states],
         "aftermath_claims": [e.claim for e in later][:3],
+        "before_claims": [a.claim for a in report.anomalies
+                          if a.end_ns <= episode.start_ns][:3],
     }
 
 
@@ -106,7 +108,7 @@ def analyse(dirs: list[Path], after_s: float,
     """Analyse every recorded run of ``dirs`` against its own baseline (``overrides``:
     analysis settings by dotted name, as ``reveal analyze`` takes them)."""
     from reveal.inject.validation import load_recorded
-    from reveal.model import Reveal, analyze
+    from reveal.model import Reveal, report_run
     from reveal.store.run_reader import read_run
 
     rows = []
@@ -116,8 +118,8 @@ def analyse(dirs: list[Path], after_s: float,
                 if len(rec.episodes) != 1:
                     continue
                 print(f"analysing {rec.path}", file=sys.stderr, flush=True)
-                report = analyze(read_run(rec.path), read_run(rec.baseline),
-                                 model=Reveal(overrides=dict(overrides or {})))
+                report = report_run(read_run(rec.path), read_run(rec.baseline),
+                                    model=Reveal(overrides=dict(overrides or {})))
                 row = score_run(report, rec.episodes[0], after_s)
                 row["run"] = str(rec.path)
                 row["warnings"] = report.warnings[:5]

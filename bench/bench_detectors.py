@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions
+from reveal.analysis.ensemble import Ensemble, EnsembleOptions
 from reveal.config import DetectConfig
 
 ROOT = Path(__file__).resolve().parents[1]

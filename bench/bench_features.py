@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from reveal.analyze.features import DYNAMIC_FEATURES, compute_features
-from reveal.analyze.windows import make_windows
+from reveal.analysis.features import DYNAMIC_FEATURES, compute_features
+from reveal.analysis.windows import make_windows
 from reveal.config import WindowConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "features.json"

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import chromium  # noqa: E402
 from reveal.frame import Telemetry  # noqa: E402
-from reveal.model import analyze  # noqa: E402
+from reveal.model import report_run  # noqa: E402
 from reveal.report.html import render_html  # noqa: E402
 from reveal.report.html_page import bokeh_script  # noqa: E402
 from synthetic import ar1_host  # noqa: E402
@@ -96,7 +96,7 @@ def demo_sized() -> tuple[Any, Telemetry, Telemetry, str]:
     run = ar1_host(60, 11, fault=(12, 22))
     run = _shifted(run, [(36, 46)], 1, 3e6)
     base = ar1_host(60, 12)
-    return analyze(run, base), run, base, "synthetic: 60 s at 100 ms, 4 channels, 2 faults"
+    return report_run(run, base), run, base, "synthetic: 60 s at 100 ms, 4 channels, 2 faults"
 
 
 def from_demo(directory: Path) -> tuple[Any, Telemetry, Telemetry, str]:
@@ -107,7 +107,7 @@ def from_demo(directory: Path) -> tuple[Any, Telemetry, Telemetry, str]:
     run, base = read_run(runs / "run1"), read_run(runs / "baseline1")
     what = (f"reveal demo recorded on this host: {run.n_samples * run.interval_s:.0f} s at "
             f"{run.interval_s * 1e3:.0f} ms, {len(run.channels):,} channels")
-    return analyze(run, base), run, base, what
+    return report_run(run, base), run, base, what
 
 
 def hour() -> tuple[Any, Telemetry, Telemetry, str]:
@@ -115,7 +115,7 @@ def hour() -> tuple[Any, Telemetry, Telemetry, str]:
     run = ar1_host(3600, 21)
     run = _shifted(run, [(600 * k + 300, 600 * k + 330) for k in range(6)], 0, 45.0)
     base = ar1_host(600, 22)
-    return analyze(run, base), run, base, "synthetic: 1 h at 100 ms, 4 channels, 6 faults"
+    return report_run(run, base), run, base, "synthetic: 1 h at 100 ms, 4 channels, 6 faults"
 
 
 def measure(browser: chromium.Browser, path: Path, repeats: int,

@@ -4,7 +4,7 @@ For every SMD and ASD machine in ``../shared/data`` the minute preset's analysis
 on train and scored on test (causally, train's last rows completing the first windows) once
 per window size in ``--sizes`` (10 rows, the preset's, and each candidate beside it). Each
 candidate set of sizes is then joined by the shipped rule
-(:func:`reveal.analyze.scales.combine`: mean over the sizes of score / threshold, flagged
+(:func:`reveal.analysis.scales.combine`: mean over the sizes of score / threshold, flagged
 when any size flags) and scored: point-wise best F1, AUPRC, automatic-threshold F1, event
 recall, machines whose automatic F1 is below half their best.
 
@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from reveal.analyze.scales import combine  # noqa: E402
+from reveal.analysis.scales import combine  # noqa: E402
 from reveal.evaluate.metrics import (  # noqa: E402
     auprc,
     best_f1,
@@ -52,7 +52,7 @@ def _ratio(a) -> np.ndarray:
 
 
 #: flag rules for the main and one extra size: (main flags, extra flags, mean of score /
-#: threshold) -> flags; "main, or extra above 1" is the shipped one (reveal.analyze.scales)
+#: threshold) -> flags; "main, or extra above 1" is the shipped one (reveal.analysis.scales)
 RULES = {
     "any size flags": lambda m, e, j: m | e,
     "mean above 1 and a size flags": lambda m, e, j: (j > 1) & (m | e),
@@ -82,7 +82,7 @@ def analyses(lm, sizes: list[int]) -> dict[int, object]:
     for rows in sizes:
         model = Reveal(preset="minute", overrides={"window.size_rows": rows,
                                                    "extra_window_rows": ()})
-        out[rows] = fit_for_run(model, lm.test, lm.train).analyse(lm.test, lead_in=lm.train)
+        out[rows] = fit_for_run(model, lm.test, lm.train).score_windows(lm.test, lead_in=lm.train)
     return out
 
 

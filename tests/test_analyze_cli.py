@@ -11,7 +11,7 @@ import pytest
 
 from reveal.cli import main
 from reveal.frame import Telemetry
-from reveal.model import analyze
+from reveal.model import report_run
 from reveal.store.run_writer import write_run
 from synthetic import CHANNELS, ar1_host
 
@@ -32,7 +32,7 @@ def runs(tmp_path_factory):
 
 def test_clean_run_against_baseline_reports_no_or_few_anomalies(runs, capsys):
     base, clean, _ = runs
-    report = analyze(clean, base)
+    report = report_run(clean, base)
     flagged = len(report.anomalies) / len(report.windows.start_ns)
     assert flagged <= 0.05
     assert not report.baseline["self_fitted"]
@@ -73,7 +73,7 @@ def test_mismatched_channels_and_nonfinite_values_are_reported(runs, tmp_path):
     tel = Telemetry(tel.host, tel.timestamps_ns, extra[:, [0, 1, 2, 4]],
                     [CHANNELS[0], CHANNELS[1], CHANNELS[2], "net.tx_bytes{iface=eth9}"])
     run = write_run(tel, tmp_path / "odd")
-    report = analyze(run, base)
+    report = report_run(run, base)
     text = " ".join(report.warnings)
     assert "absent from the baseline" in text and "net.tx_bytes{iface=eth9}" in text
     assert "baseline channels are absent from the run" in text

@@ -1,5 +1,5 @@
 """The Python API: ``reveal.analyze`` on DataFrames, run paths and Telemetry; the result's
-tables, JSON and HTML; the callable ``reveal.analyze`` package; one-line errors for bad
+tables, JSON and HTML; ``reveal.analyze`` is the API function; one-line errors for bad
 frames; untrusted column names kept as data and escaped."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 import chromium
 import reveal
-import reveal.analyze.pipeline  # the package stays callable after this import
+import reveal.analysis.pipeline  # the package stays callable after this import
 from reveal.api import analyze as api_analyze
 from reveal.api import to_telemetry, window_features
 from reveal.errors import RevealError
@@ -63,11 +63,11 @@ def result(frames):
     return out
 
 
-# -- the callable package --------------------------------------------------------------
-def test_reveal_analyze_is_the_api_function_and_the_package() -> None:
-    assert callable(reveal.analyze) and reveal.analyze.pipeline.analyse
-    from reveal.analyze import pipeline
-    assert pipeline is sys.modules["reveal.analyze.pipeline"]
+# -- the one-call function -------------------------------------------------------------
+def test_reveal_analyze_is_the_api_function() -> None:
+    assert reveal.analyze is api_analyze
+    from reveal.analysis import pipeline
+    assert pipeline is sys.modules["reveal.analysis.pipeline"] and pipeline.score_windows
     assert inspect.signature(reveal.analyze) == inspect.signature(api_analyze)
     text = pydoc.render_doc(reveal.analyze, renderer=pydoc.plaintext)
     assert f"analyze{inspect.signature(api_analyze)}" in text
@@ -79,9 +79,9 @@ def test_a_fresh_interpreter_imports_lightly_and_submodules_still_import() -> No
         "import sys, reveal\n"
         "heavy = [m for m in ('pandas', 'sklearn', 'numpy', 'reveal.model') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
-        "import reveal.analyze.pipeline as p\n"
-        "assert p.__name__ == 'reveal.analyze.pipeline' and callable(reveal.analyze)\n"
-        "from reveal.analyze import windows\n"
+        "import reveal.analysis.pipeline as p\n"
+        "assert p.__name__ == 'reveal.analysis.pipeline' and callable(reveal.analyze)\n"
+        "from reveal.analysis import windows\n"
         "assert windows.make_windows and 'Reveal' in dir(reveal)\n"
         "assert reveal.Reveal.__module__ == 'reveal.model' and reveal.Result\n"
     )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.attribute import ROBUST_Z_CAP, attribute, robust_z
-from reveal.analyze.evidence import heaviest_subsystem, weigh_subsystems
+from reveal.analysis.attribute import ROBUST_Z_CAP, attribute, robust_z
+from reveal.analysis.evidence import heaviest_subsystem, weigh_subsystems
 from reveal.catalog import Catalog, MetricInfo
 from reveal.report.claims import window_claim
 
@@ -132,7 +132,7 @@ def test_a_bursty_channel_idle_at_the_median_is_judged_by_its_spread_not_worded_
     """A counter idle in most baseline windows (median and MAD of its window means 0) that
     bursts now and then: the detectors scale it by its standard deviation, and a reason
     about a burst quotes that z, not the "flat baseline" cap."""
-    from reveal.analyze.pipeline import reason_scales
+    from reveal.analysis.pipeline import reason_scales
     from reveal.frame import Telemetry
     from reveal.model import Reveal
     from reveal.report.claims import FLAT_Z
@@ -153,7 +153,7 @@ def test_a_bursty_channel_idle_at_the_median_is_judged_by_its_spread_not_worded_
     fitted = model.fitted_
     col = fitted.column_channels.index("smd.sparse")  # its window mean
     assert fitted.mad[col] == 0 and reason_scales(fitted)[col] > 0
-    quoted = [r.robust_z for e in model.analyse(run, lead_in=base).evidence
+    quoted = [r.robust_z for e in model.score_windows(run, lead_in=base).evidence
               for r in e.reasons if r.channel == "smd.sparse" and r.feature == "mean"]
     assert quoted and all(3 < z < FLAT_Z for z in quoted)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reveal.analyze.percpu import cpu_groups
+from reveal.analysis.percpu import cpu_groups
 from reveal.catalog import default_catalog
 from reveal.collect import _procfs
 from reveal.collect.cpu import CpuProbe

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from reveal.analyze.evidence import Reason
+from reveal.analysis.evidence import Reason
 from reveal.catalog import default_catalog
 from reveal.frame import Telemetry, channel_metric, parse_channel
 from reveal.report.claims import FLAT_Z, window_claim
@@ -155,9 +155,9 @@ def _per_cpu(seconds: float, seed: int, hot: tuple[float, float] | None = None) 
 
 def test_claims_name_the_cpu_the_reasons_name():
     """CPU columns are compared by busy rank; reasons and claims name the CPU itself."""
-    from reveal.model import analyze
+    from reveal.model import report_run
 
-    report = analyze(_per_cpu(90, seed=2, hot=(40, 55)), _per_cpu(300, seed=1))
+    report = report_run(_per_cpu(90, seed=2, hot=(40, 55)), _per_cpu(300, seed=1))
     assert report.anomalies
     named = 0
     for a in report.anomalies:

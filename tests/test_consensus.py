@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.consensus import Consensus
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions
+from reveal.analysis.consensus import Consensus
+from reveal.analysis.ensemble import Ensemble, EnsembleOptions
 from reveal.config import DetectConfig, RefitConfig
 from reveal.errors import InputError
 from reveal.frame import Telemetry
@@ -42,7 +42,7 @@ def _walk(model: Reveal, run: Telemetry, lead: Telemetry, rows: int):
     combined, flagged = [], []
     for a in range(0, run.n_samples, rows):
         chunk = run.slice_rows(a, min(a + rows, run.n_samples))
-        analysis = model.analyse(chunk, lead_in=lead if a == 0 else run.slice_rows(a - 20, a))
+        analysis = model.score_windows(chunk, lead_in=lead if a == 0 else run.slice_rows(a - 20, a))
         combined.append(analysis.verdicts.combined)
         flagged.append(analysis.verdicts.flagged)
         model.partial_fit(analysis)
@@ -62,7 +62,7 @@ def test_chunk_by_chunk_without_refits_is_the_batch_verdict(data, rows):
     whatever the chunk size (drift centre and persistence carried across chunks)."""
     base, run = data
     batch = Reveal(overrides={**FAST, "detect.persistence_s": 120.0}).fit(base)
-    expected = batch.analyse(run, lead_in=base).verdicts
+    expected = batch.score_windows(run, lead_in=base).verdicts
     model = Reveal(overrides={**FAST, "detect.persistence_s": 120.0}).fit(base)
     combined, flagged = _walk(model, run, base, rows)
     np.testing.assert_allclose(combined, expected.combined, rtol=0, atol=1e-9)
@@ -96,7 +96,7 @@ def test_a_noisier_normal_is_learned_and_stops_alarming():
     much of it for ever; with refits (the baseline's model dropped) it stops."""
     base = _minutes(3000, seed=3)
     run = _minutes(4000, seed=4, start_row=3000, noise=1.2)
-    alone = Reveal(overrides=FAST).fit(base).analyse(run, lead_in=base).verdicts.flagged
+    alone = Reveal(overrides=FAST).fit(base).score_windows(run, lead_in=base).verdicts.flagged
     model = Reveal(overrides={**REFITS, "refit.keep_baseline": False}).fit(base)
     _, flagged = _walk(model, run, base, 360)
     assert alone[2000:].mean() > 0.08  # the 99th percentile of train: ~1 % expected
@@ -116,7 +116,7 @@ def test_a_window_is_flagged_only_when_every_generation_agrees():
     alone = consensus.score(X)
     assert alone.flagged.tolist() == [False, True, True]
     np.testing.assert_allclose(alone.combined, calm.score(X).combined)
-    from reveal.analyze.consensus import Generation
+    from reveal.analysis.consensus import Generation
 
     consensus.generations.append(Generation(wide, "refit", 2000, 0))
     both = consensus.score(X)
@@ -138,8 +138,8 @@ def test_generations_survive_save_and_load(data, tmp_path):
     loaded = Reveal.load(path)
     rest = run.slice_rows(1200, 1500)
     lead = run.slice_rows(1180, 1200)
-    a = model.analyse(rest, lead_in=lead).verdicts
-    b = loaded.analyse(rest, lead_in=lead).verdicts
+    a = model.score_windows(rest, lead_in=lead).verdicts
+    b = loaded.score_windows(rest, lead_in=lead).verdicts
     np.testing.assert_array_equal(a.flagged, b.flagged)
     np.testing.assert_allclose(a.combined, b.combined)
     assert loaded.generations_ == model.generations_

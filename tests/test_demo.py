@@ -14,7 +14,7 @@ from reveal.cli import main
 from reveal.frame import Telemetry
 from reveal.inject.groundtruth import Episode
 from reveal.inject.scoring import score_report
-from reveal.model import analyze
+from reveal.model import report_run
 from reveal.report.markdown_dir import write_report_dir
 
 S = 1_000_000_000
@@ -42,7 +42,7 @@ def _telemetry(seed: int, seconds: float, spike: tuple[float, float] | None) -> 
 def test_report_dir_has_figures_tables_and_escapes_tenant_names(tmp_path: Path) -> None:
     base = _telemetry(1, 120, None)
     run = _telemetry(2, 90, (40.0, 50.0))
-    report = analyze(run, base)
+    report = report_run(run, base)
     fault = Episode(140 * S, 150 * S, "cpu_contention", "cpu", "high", {"workers": 2})
     scores, _ = score_report(report, [fault])
     written = write_report_dir(report, tmp_path / "rep", run, base, [fault], scores)

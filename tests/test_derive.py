@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.derive import (
+from reveal.analysis.derive import (
     counter_deltas,
     derive,
     multiplex_columns,

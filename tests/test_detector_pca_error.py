@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.detectors import PCAError, PCAMahalanobis, get, names
-from reveal.analyze.ensemble import Ensemble
+from reveal.analysis.detectors import PCAError, PCAMahalanobis, get, names
+from reveal.analysis.ensemble import Ensemble
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from reveal.analyze import detectors
-from reveal.analyze.detectors import (
+from reveal.analysis import detectors
+from reveal.analysis.detectors import (
     GMM,
     Detector,
     IsolationForest,
@@ -17,7 +17,7 @@ from reveal.analyze.detectors import (
     register,
     unregister,
 )
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions
+from reveal.analysis.ensemble import Ensemble, EnsembleOptions
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.detectors import GMM, IsolationForest, PCAMahalanobis, ZScore
-from reveal.analyze.preprocess import RobustScaler
+from reveal.analysis.detectors import GMM, IsolationForest, PCAMahalanobis, ZScore
+from reveal.analysis.preprocess import RobustScaler
 from reveal.errors import InputError
 
 ALL = [ZScore, PCAMahalanobis, IsolationForest, GMM]
@@ -211,8 +211,8 @@ def test_no_direction_narrower_than_one_floor(cls):
 
 def test_forest_walk_gives_scikit_learns_scores_bit_for_bit() -> None:
     """The all-trees-at-once walk used for a few windows equals scikit-learn's scoring."""
-    from reveal.analyze.detectors.iforest import IsolationForest as Forest
-    from reveal.analyze.detectors.iforest import _forest_scores
+    from reveal.analysis.detectors.iforest import IsolationForest as Forest
+    from reveal.analysis.detectors.iforest import _forest_scores
 
     rng = np.random.default_rng(3)
     for shape in [(600, 40), (30, 3)]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reveal.analyze.derive import derive
-from reveal.analyze.direct import baseline_levels, direct_signs, lead_with, window_means
-from reveal.analyze.evidence import Reason, WindowEvidence
+from reveal.analysis.derive import derive
+from reveal.analysis.direct import baseline_levels, direct_signs, lead_with, window_means
+from reveal.analysis.evidence import Reason, WindowEvidence
 from reveal.frame import Telemetry
 from reveal.model import Reveal
 from reveal.report.claims import FLAT_Z
@@ -48,7 +48,7 @@ def _throttled(n: int, start: int, share: float) -> dict[str, np.ndarray]:
 def test_a_cgroup_that_appears_throttled_mid_run_leads_the_claim() -> None:
     base = _host(3000, 1)
     run = _host(1200, 2, slow_from=600, extra=_throttled(1200, 600, 0.9))
-    report = Reveal().fit(base).score(run)
+    report = Reveal().fit(base).report(run)
     assert report.episodes, "the slowed job should be flagged"
     assert any("judged against zero" in w for w in report.warnings)
     late = [a for a in report.anomalies if a.start_ns >= 600 * TICK_NS]
@@ -72,12 +72,12 @@ def test_drops_the_baseline_already_had_are_no_sign_more_of_them_are() -> None:
     base = _host(3000, 4, extra={label: np.cumsum(rng.poisson(0.2, 3000)).astype(float)})
     steady = _host(1200, 5, slow_from=600,
                    extra={label: np.cumsum(rng.poisson(0.2, 1200)).astype(float)})
-    report = Reveal().fit(base).score(steady)
+    report = Reveal().fit(base).report(steady)
     assert report.anomalies
     assert all(r.metric != "qdisc.drops" for a in report.anomalies for r in a.reasons[:1])
     drops = np.cumsum(rng.poisson(0.2, 1200) + (np.arange(1200) >= 600) * 20).astype(float)
     lossy = _host(1200, 5, slow_from=600, extra={label: drops})
-    report = Reveal().fit(base).score(lossy)
+    report = Reveal().fit(base).report(lossy)
     late = [a for a in report.anomalies if a.start_ns >= 600 * TICK_NS]
     assert late
     assert all(a.reasons[0].channel == label and a.subsystems[0] == "network" for a in late)
@@ -88,7 +88,7 @@ def test_a_sign_flags_windows_the_detectors_miss_under_persistence() -> None:
     base = _host(3000, 6)
     # throttled from 60 s, the host's channels unaffected: only the sign tells
     run = _host(1200, 7, extra=_throttled(1200, 600, 0.9))
-    report = Reveal().fit(base).score(run)
+    report = Reveal().fit(base).report(run)
     assert report.anomalies
     assert all(a.start_ns >= 570 * TICK_NS for a in report.anomalies)
     assert all(a.detectors == ["direct"] and a.subsystems[0] == "cpu"

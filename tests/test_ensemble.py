@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.ensemble import (
+from reveal.analysis.ensemble import (
     Ensemble,
     EnsembleOptions,
     Verdicts,

@@ -12,8 +12,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from reveal.analyze.detectors import registry
-from reveal.analyze.estimators import DetectorOutlier
+from reveal.analysis.detectors import registry
+from reveal.analysis.estimators import DetectorOutlier
 from reveal.api import window_features
 from synthetic import ar1_host
 

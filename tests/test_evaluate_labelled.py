@@ -84,8 +84,8 @@ def test_cli_bad_data_root(tmp_path, capsys):
 
 
 def test_drift_window_is_set_in_time():
-    from reveal.analyze.pipeline import ensemble_options
-    from reveal.analyze.presets import MINUTE
+    from reveal.analysis.pipeline import ensemble_options
+    from reveal.analysis.presets import MINUTE
 
     smd = ensemble_options(MINUTE, 60.0)  # one row a minute: 2 days, hourly blocks
     assert (smd.drift_window, smd.drift_block) == (2880, 60)

@@ -11,14 +11,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import reveal.analyze.features as features_module
-from reveal.analyze.features import (
+import reveal.analysis.features as features_module
+from reveal.analysis.features import (
     DYNAMIC_FEATURES,
     EVENT_FEATURES,
     FeatureMatrix,
     compute_features,
 )
-from reveal.analyze.windows import Windows, make_windows
+from reveal.analysis.windows import Windows, make_windows
 from reveal.config import WindowConfig
 from reveal.errors import InputError
 
@@ -375,9 +375,9 @@ def test_allocator_settings_change_only_when_features_are_computed() -> None:
     # computation sets the thresholds (glibc) and records that it did
     code = (
         "import numpy as np\n"
-        "import reveal.analyze.features as f\n"
-        "from reveal.analyze import _feat_alloc as a\n"
-        "from reveal.analyze.windows import make_windows\n"
+        "import reveal.analysis.features as f\n"
+        "from reveal.analysis import _feat_alloc as a\n"
+        "from reveal.analysis.windows import make_windows\n"
         "from reveal.config import WindowConfig\n"
         "print(a._configured, a._libc is not None)\n"
         "w = make_windows(np.arange(40) * 100_000_000, WindowConfig())\n"
@@ -396,7 +396,7 @@ def test_allocator_settings_change_only_when_features_are_computed() -> None:
 
 def test_runtime_does_not_import_oracles() -> None:
     code = (
-        "import sys, reveal.analyze.features;"
+        "import sys, reveal.analysis.features;"
         "bad = [m for m in ('tsfresh', 'statsmodels') if m in sys.modules];"
         "assert not bad, bad"
     )

@@ -23,7 +23,7 @@ def test_the_child_fits_the_model_this_process_would(tmp_path):
     child = Reveal.load(path)
     here = Reveal().fit(read_run(run, start_ns=start, end_ns=end))
     scored = ar1_host(40, seed=9, fault=(15, 30))
-    a, b = child.analyse(scored).verdicts, here.analyse(scored).verdicts
+    a, b = child.score_windows(scored).verdicts, here.score_windows(scored).verdicts
     np.testing.assert_allclose(a.combined, b.combined, rtol=1e-9)
     np.testing.assert_array_equal(a.flagged, b.flagged)
     assert a.flagged.any()  # the fault is there

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.ensemble import Ensemble
-from reveal.analyze.floors import SPIKE_GRANULES, ChannelFloor, channel_floors, feature_floors
-from reveal.analyze.preprocess import RobustScaler
+from reveal.analysis.ensemble import Ensemble
+from reveal.analysis.floors import SPIKE_GRANULES, ChannelFloor, channel_floors, feature_floors
+from reveal.analysis.preprocess import RobustScaler
 from reveal.catalog import NOT_DETECTED, default_catalog
 from reveal.config import DetectConfig
 
@@ -167,7 +167,7 @@ def test_task_counts_are_floored_at_one_task():
 def test_sampling_floors_are_what_chance_gives_one_window():
     """σ from the channel's median std column, κ from its kurtosis column (excess + 3,
     between 3 and the window's rows); none for unfloored data or without a std column."""
-    from reveal.analyze.floors import sampling_floors
+    from reveal.analysis.floors import sampling_floors
 
     rows = 30
     channels = ["vmstat.nr_dirtied"] * 5 + ["smd.cpu_r"] * 2 + ["mem.Cached"]

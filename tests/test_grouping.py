@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from reveal.analyze.grouping import runs, touching
+from reveal.analysis.grouping import runs, touching
 
 
 def _by_loop(start: list[int], end: list[int]) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ from reveal.inject.cleanup import install_signal_handlers
 from reveal.inject.faults import FaultContext, make_fault, run_episode
 from reveal.inject.cleanup import make_temp_dir
 from reveal.inject.jobcgroup import JobCgroup
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 install_signal_handlers()
 JobCgroup().create()
 workdir = make_temp_dir("kill")

@@ -16,7 +16,7 @@ from reveal.inject import processes
 from reveal.inject.cleanup import make_temp_dir, read_hugepages, snapshot
 from reveal.inject.faults import FAULTS, FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import EventLog, load_episodes
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 
 pytestmark = pytest.mark.root
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reveal.inject.cleanup import make_temp_dir
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 from reveal.inject.workloads import WorkloadRun, torch_available, unavailable_reason
 
 

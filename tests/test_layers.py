@@ -1,4 +1,4 @@
-"""The layers hold: analysis returns numbers (analyze/ imports neither the collector, the
+"""The layers hold: analysis returns numbers (analysis/ imports neither the collector, the
 store nor report/), reports word analyses, the fleet compares analyses without the
 collector or the commands, the collector knows nothing of the analysis, and no module
 imports the package's front (``reveal/__init__``) for a name it defines.
@@ -43,7 +43,7 @@ def test_a_report_import_in_analyze_breaks_the_contract(tmp_path: Path) -> None:
     windows.write_text(windows.read_text() + "\nimport reveal.report.text  # noqa\n")
     result = _lint(tmp_path, tmp_path / "src")
     assert result.returncode != 0
-    assert "BROKEN" in result.stdout and "reveal.analyze.windows" in result.stdout
+    assert "BROKEN" in result.stdout and "reveal.analysis.windows" in result.stdout
 
 
 def test_the_core_never_imports_the_package_front() -> None:

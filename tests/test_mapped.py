@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 
-from reveal.analyze._feat_alloc import reuse_freed_memory
+from reveal.analysis._feat_alloc import reuse_freed_memory
 from reveal.store._mapped import mapped_zeros
 
 

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from reveal.analyze.presets import MINUTE, TELEMETRY, preset_name_for, with_overrides
+from reveal.analysis.presets import MINUTE, TELEMETRY, preset_name_for, with_overrides
 from reveal.errors import InputError
-from reveal.model import MAGIC, Reveal, analyze
+from reveal.model import MAGIC, Reveal, report_run
 from synthetic import ar1_host
 
 _synthetic = ar1_host
@@ -23,13 +23,13 @@ def fitted():
 
 
 def test_fit_once_score_many_finds_the_fault_and_passes_the_clean_run(fitted):
-    faulted = fitted.score(_synthetic(120, seed=3, fault=(60, 80)))
+    faulted = fitted.report(_synthetic(120, seed=3, fault=(60, 80)))
     assert not faulted.no_anomaly
     assert {e.subsystem for e in faulted.episodes} >= {"cpu"}
     peak = max(faulted.episodes, key=lambda e: e.peak_score)
     assert 57e9 <= peak.start_ns <= 80e9 and peak.subsystem == "cpu"  # windows of 3 s
     assert "CPU busy" in peak.claim  # worded by report/
-    clean = fitted.score(_synthetic(120, seed=2))
+    clean = fitted.report(_synthetic(120, seed=2))
     assert len(clean.anomalies) <= 0.03 * len(clean.windows.start_ns)
     decision = faulted.to_dict()["decision"]  # what decided the verdicts is in the JSON
     assert decision["preset"] == "telemetry" and decision["persistence_windows"] == 2
@@ -40,8 +40,8 @@ def test_fit_once_score_many_finds_the_fault_and_passes_the_clean_run(fitted):
 
 def test_the_same_as_the_one_call_analysis(fitted):
     run = _synthetic(120, seed=3, fault=(60, 80))
-    direct = analyze(run, _synthetic(600, seed=1))
-    again = fitted.score(run)
+    direct = report_run(run, _synthetic(600, seed=1))
+    again = fitted.report(run)
     np.testing.assert_array_equal(direct.windows.flagged, again.windows.flagged)
     np.testing.assert_allclose(direct.windows.combined, again.windows.combined)
 
@@ -52,7 +52,7 @@ def test_save_and_load_give_the_same_verdicts(fitted, tmp_path):
     assert not list(tmp_path.glob(".*tmp"))  # written atomically, nothing left behind
     loaded = Reveal.load(path)
     run = _synthetic(120, seed=3, fault=(60, 80))
-    a, b = fitted.score(run).to_dict(), loaded.score(run).to_dict()
+    a, b = fitted.report(run).to_dict(), loaded.report(run).to_dict()
     assert a["windows"] == b["windows"] and a["anomalies"] == b["anomalies"]
     assert loaded.get_params() == fitted.get_params()
 
@@ -79,7 +79,7 @@ def test_params_are_kept_as_given_so_clone_and_set_params_work(fitted):
     fresh = clone(fitted)  # a clone of a fitted model is not fitted
     assert fresh.get_params() == fitted.get_params() and not hasattr(fresh, "fitted_")
     with pytest.raises(InputError, match="not fitted"):
-        fresh.score(_synthetic(60, seed=2))
+        fresh.report(_synthetic(60, seed=2))
 
 
 def test_a_bad_model_file_is_one_clear_error(fitted, tmp_path):
@@ -106,7 +106,7 @@ def test_a_bad_model_file_is_one_clear_error(fitted, tmp_path):
 
 def test_scoring_before_fitting_says_so():
     with pytest.raises(InputError, match="not fitted"):
-        Reveal().score(_synthetic(30, seed=4))
+        Reveal().report(_synthetic(30, seed=4))
 
 
 def test_presets_follow_the_sampling_interval():
@@ -129,21 +129,21 @@ def test_minute_data_gets_the_minute_preset_and_a_verdict_per_row():
                      fault=(200 * 60, 230 * 60))
     model = Reveal().fit(base)
     assert model.config_.preset == "minute"
-    report = model.score(run, lead_in=base)  # the run continues the baseline
+    report = model.report(run, lead_in=base)  # the run continues the baseline
     assert len(report.windows.start_ns) == run.n_samples  # the lead-in completes row 0 too
     flagged_rows = np.flatnonzero(report.windows.flagged)
     assert flagged_rows.size and 195 <= flagged_rows.min() <= 215
 
 
 def test_self_fit_says_so_and_finds_a_fault():
-    report = Reveal().fit_score(_synthetic(300, seed=7, fault=(150, 170)))
+    report = Reveal().fit_report(_synthetic(300, seed=7, fault=(150, 170)))
     assert report.baseline["self_fitted"] and report.decision["self_fitted"]
     assert any("fitted on the run itself" in w for w in report.warnings)
     assert report.episodes and max(report.episodes, key=lambda e: e.peak_score).subsystem == "cpu"
 
 
 def test_a_short_baseline_is_named_in_the_report():
-    report = analyze(_synthetic(120, seed=3), _synthetic(30, seed=1))
+    report = report_run(_synthetic(120, seed=3), _synthetic(30, seed=1))
     assert any("baseline is too short" in w for w in report.warnings)
 
 
@@ -167,26 +167,26 @@ def test_cli_saves_and_reuses_a_model(tmp_path):
 def test_partial_fit_adds_a_generation_that_must_agree(tmp_path):
     """partial_fit(analysis, refit=True) with refits off in the settings fits a generation
     on the analysis' own unflagged windows; both must then agree, the fault still shows,
-    and the generations survive save and load (format 2, counted in the header)."""
+    and the generations survive save and load (format 3, counted in the header)."""
     model = Reveal(overrides={"detect.iforest_trees": 50}).fit(_synthetic(600, seed=1))
     assert model.generations_ == 1 and model.scoring_fitted() is model.fitted_
-    recent = model.analyse(_synthetic(400, seed=8, start_s=600))
+    recent = model.score_windows(_synthetic(400, seed=8, start_s=600))
     model.partial_fit(recent, refit=True)
     assert model.generations_ == 2
     assert model.scoring_fitted().ensemble is model.consensus_
-    faulted = model.analyse(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
+    faulted = model.score_windows(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
     flagged = np.flatnonzero(faulted.verdicts.flagged)
     assert flagged.size and 55 <= flagged.min() <= 80
     assert any("consensus of 2 model generations" in w for w in faulted.warnings)
     path = model.save(tmp_path / "host.model")
     header = json.loads(path.read_bytes()[len(MAGIC):].split(b"\n", 1)[0])
-    assert header["format_version"] == 2 and header["generations"] == 2
-    again = Reveal.load(path).analyse(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
+    assert header["format_version"] == 3 and header["generations"] == 2
+    again = Reveal.load(path).score_windows(_synthetic(120, seed=3, fault=(60, 80), start_s=1000))
     np.testing.assert_array_equal(again.verdicts.flagged, faulted.verdicts.flagged)
 
 
 def test_a_run_under_a_very_different_load_is_named_in_the_report(fitted):
-    busy = fitted.score(_synthetic(60, seed=8, fault=(0, 60)))  # busy 85 % against 40 %
+    busy = fitted.report(_synthetic(60, seed=8, fault=(0, 60)))  # busy 85 % against 40 %
     assert any("very different load" in w and "85 %" in w for w in busy.warnings)
-    clean = fitted.score(_synthetic(60, seed=9))
+    clean = fitted.report(_synthetic(60, seed=9))
     assert not any("very different load" in w for w in clean.warnings)

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from reveal.catalog import default_catalog
-from reveal.collect import _netns
+from reveal.collect import _namespaces
 from reveal.collect.cgroup import cgroup_mounts
 from reveal.collect.netns import NetnsProbe
 from reveal.errors import InputError
@@ -64,7 +64,7 @@ def wait_in_namespace(proc: subprocess.Popen, ns: str, program: str | None = Non
     for _ in range(300):
         try:
             comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
-            if _netns.ns_inode(os.readlink(f"/proc/{proc.pid}/ns/net")) == want and \
+            if _namespaces.ns_inode(os.readlink(f"/proc/{proc.pid}/ns/net")) == want and \
                     (comm == program if program else comm != "ip"):
                 return
         except OSError:
@@ -194,7 +194,7 @@ def test_a_namespace_is_released_when_its_last_process_exits() -> None:
         probe = NetnsProbe(protocols="none")
         probe.open()
         try:
-            ino = _netns.ns_inode(link)
+            ino = _namespaces.ns_inode(link)
             label = str(ino)  # no name: the inode is the label
             assert label in probe.info["namespaces"]
             assert probe.info["namespaces"][label]["read_via"] == f"pid {sleeper.pid}"
@@ -210,7 +210,7 @@ def test_a_namespace_is_released_when_its_last_process_exits() -> None:
                 time.sleep(0.05)
             assert probe.released_early >= 1
             assert np.isnan(values(probe)[rx])
-            _netns.forget_scan()
+            _namespaces.forget_scan()
             assert probe.refresh()
             assert rx not in probe.channels and label not in probe.info["namespaces"]
         finally:
@@ -440,7 +440,7 @@ def test_a_namespace_whose_process_exits_gets_another_then_is_retired() -> None:
            str(first.pid))
         probe = NetnsProbe(protocols="none")
         probe.open()
-        label = str(_netns.ns_inode(link))
+        label = str(_namespaces.ns_inode(link))
         assert probe.info["namespaces"][label]["read_via"] == f"pid {first.pid}"
         rx = of(probe.channels, "net.rx_packets", iface=ns_end, netns=label)
         first.kill()

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from reveal.analyze.percpu import (
+from reveal.analysis.percpu import (
     cpu_order,
     cpu_siblings,
     rank_cpu_columns,
@@ -19,7 +19,7 @@ from reveal.analyze.percpu import (
 )
 from reveal.config import AnalyzeConfig
 from reveal.frame import Telemetry
-from reveal.model import Reveal, analyze
+from reveal.model import Reveal, report_run
 
 
 def test_ranks_follow_the_busiest_cpu_and_move_a_cpus_channels_together():
@@ -122,8 +122,8 @@ def _flagged_share(report, after_s: float) -> float:
 
 def test_a_job_moved_to_the_other_cpu_is_not_an_anomaly_by_rank(baseline):
     moved = _two_cpus(120, seed=2, swap_at=40)
-    by_number = analyze(moved, baseline, model=Reveal(config=AnalyzeConfig(rank_cpus=False)))
-    by_rank = analyze(moved, baseline)
+    by_number = report_run(moved, baseline, model=Reveal(config=AnalyzeConfig(rank_cpus=False)))
+    by_rank = report_run(moved, baseline)
     assert _flagged_share(by_number, 45) > 0.8  # every window after the move, by CPU number
     assert _flagged_share(by_rank, 45) < 0.05
 
@@ -153,10 +153,10 @@ def test_a_job_that_hops_to_the_other_cpu_within_a_window_is_not_an_anomaly(base
     hops = (40.3, 62.6, 81.1, 100.8)
     run = _two_cpus(120, seed=4, hops=hops)
     # bursts as short as a hop may count here (detect.sustained off): the ranking decides
-    by_window = analyze(run, baseline, model=Reveal(overrides={"detect.sustained": False}))
+    by_window = report_run(run, baseline, model=Reveal(overrides={"detect.sustained": False}))
     ranked = AnalyzeConfig(rank_cpu_samples=True)
     ranked = replace(ranked, detect=replace(ranked.detect, sustained=False))
-    by_sample = analyze(run, baseline, model=Reveal(config=ranked))
+    by_sample = report_run(run, baseline, model=Reveal(config=ranked))
     start = np.asarray(by_window.windows.start_ns) / 1e9
     near = np.zeros(len(start), dtype=bool)
     for at in hops:  # windows that hold part of a hop
@@ -167,7 +167,7 @@ def test_a_job_that_hops_to_the_other_cpu_within_a_window_is_not_an_anomaly(base
 
 def test_contention_is_still_found_and_reported_on_the_cpu_it_hit(baseline):
     run = _two_cpus(120, seed=3, both_busy=(50, 70))
-    report = analyze(run, baseline)
+    report = report_run(run, baseline)
     inside = [a for a in report.anomalies if 50e9 <= a.start_ns < 68e9]
     assert len(inside) >= 10
     assert all(a.subsystems[0] == "cpu" for a in inside)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reveal.analyze.derive import derive
+from reveal.analysis.derive import derive
 from reveal.catalog import (
     TIME_ENABLED_METRIC,
     TIME_RUNNING_METRIC,

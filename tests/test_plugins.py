@@ -175,7 +175,7 @@ def test_a_plugin_module_run_as_a_script_keeps_its_registered_class():
 
 
 def test_every_kind_keeps_one_registry():
-    from reveal.analyze.detectors.registry import DETECTORS
+    from reveal.analysis.detectors.registry import DETECTORS
 
     for registry in (DETECTORS, REGISTRY, FAULTS, BENIGN, SINKS):
         assert isinstance(registry, Registry) and len(registry) > 0

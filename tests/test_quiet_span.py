@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.quietspan import QuietSpan
+from reveal.analysis.quietspan import QuietSpan
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 from reveal.model import Reveal
@@ -44,7 +44,7 @@ def _stream(model: Reveal, run: Telemetry, lead: Telemetry, chunk_rows: int):
     for a in range(0, run.n_samples, chunk_rows):
         b = min(a + chunk_rows, run.n_samples)
         prior = lead if a == 0 else run.slice_rows(max(0, a - 60), a)
-        analysis = model.analyse(run.slice_rows(a, b), lead_in=prior)
+        analysis = model.score_windows(run.slice_rows(a, b), lead_in=prior)
         v = analysis.verdicts
         ends.append(analysis.windows.end_ns)
         flagged.append(v.flagged)
@@ -91,6 +91,6 @@ def test_the_scheme_is_checked_and_needs_the_raw_span():
     with pytest.raises(InputError, match=r"refit\.scheme takes one of generations, quiet_span"):
         Reveal(overrides={"refit.scheme": "often"}).fit(ar1_host(120, seed=1))
     model = Reveal(overrides=QUIET).fit(ar1_host(300, seed=1))
-    analysis = model.analyse(ar1_host(200, seed=2, start_s=300))
+    analysis = model.score_windows(ar1_host(200, seed=2, start_s=300))
     with pytest.raises(InputError, match="pass span="):
         model.partial_fit(analysis, refit=True)

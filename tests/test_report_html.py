@@ -18,11 +18,11 @@ from markdown_it import MarkdownIt
 import chromium
 from reveal.cli import main
 from reveal.frame import Telemetry
-from reveal.model import analyze
+from reveal.model import report_run
 from reveal.report.html import render_html
 from reveal.report.html_decimate import min_max, peak_rows
 from reveal.report.html_page import script_json
-from reveal.report.model import Report
+from reveal.report.schema import Report
 from reveal.report.terminal import render_text
 from reveal.report.text import render_table
 from reveal.store.run_writer import write_run
@@ -86,13 +86,13 @@ def _evil(t: Telemetry, extra: bool = False) -> Telemetry:
 @pytest.fixture(scope="module")
 def plain_case() -> tuple[Report, Telemetry, Telemetry]:
     run, base = ar1_host(90, 1, fault=FAULT_S), ar1_host(90, 2)
-    return analyze(run, base), run, base
+    return report_run(run, base), run, base
 
 
 @pytest.fixture(scope="module")
 def evil_case() -> tuple[Report, Telemetry, Telemetry]:
     run, base = _evil(ar1_host(90, 1, fault=FAULT_S), extra=True), _evil(ar1_host(90, 2))
-    return analyze(run, base), run, base
+    return report_run(run, base), run, base
 
 
 def _open(browser: chromium.Browser, path: Path) -> chromium.Page:

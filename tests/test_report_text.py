@@ -11,13 +11,13 @@ import re
 import numpy as np
 import pytest
 
-from reveal.analyze.evidence import Reason
+from reveal.analysis.evidence import Reason
 from reveal.catalog import default_catalog
 from reveal.cli import main
 from reveal.frame import Telemetry
 from reveal.report.build import episodes
 from reveal.report.claims import window_claim
-from reveal.report.model import Anomaly, DetectorSummary, Report, WindowTable
+from reveal.report.schema import Anomaly, DetectorSummary, Report, WindowTable
 from reveal.report.terminal import render_text
 from reveal.report.text import render_table
 from reveal.store.run_writer import write_run

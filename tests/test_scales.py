@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.presets import MINUTE
+from reveal.analysis.presets import MINUTE
 from reveal.errors import InputError
 from reveal.model import Reveal
 from synthetic import ar1_host
@@ -36,9 +36,9 @@ def test_the_minute_preset_scores_two_sizes_and_joins_them(tmp_path):
     model = Reveal().fit(base)
     assert model.fitted_.config.preset == "minute"
     assert [s.window.size_rows for s in model.fitted_.scales] == [5]
-    joined = model.analyse(run, lead_in=base)
-    ten = _alone(10).fit(base).analyse(run, lead_in=base)
-    five = _alone(5).fit(base).analyse(run, lead_in=base)
+    joined = model.score_windows(run, lead_in=base)
+    ten = _alone(10).fit(base).score_windows(run, lead_in=base)
+    five = _alone(5).fit(base).score_windows(run, lead_in=base)
     assert len(joined.windows) == run.n_samples == len(ten.windows) == len(five.windows)
     mean = (ten.verdicts.combined / ten.verdicts.combined_threshold
             + five.verdicts.combined / five.verdicts.combined_threshold) / 2
@@ -59,14 +59,14 @@ def test_the_minute_preset_scores_two_sizes_and_joins_them(tmp_path):
         assert by_window[i].start_ns == joined.windows.start_ns[i] and by_window[i].end_ns \
             == ends[i]
     # the same after a save and load (the extra size travels in the model file)
-    again = Reveal.load(model.save(tmp_path / "m.model")).analyse(run, lead_in=base)
+    again = Reveal.load(model.save(tmp_path / "m.model")).score_windows(run, lead_in=base)
     np.testing.assert_array_equal(again.verdicts.combined, joined.verdicts.combined)
 
 
 def test_without_lead_in_the_longer_size_starts_later_and_the_report_reads_it():
     base, run = _runs()
     model = Reveal().fit(base)
-    report = model.score(run)  # no lead-in: rates start at row 1, 10-row windows 9 later
+    report = model.report(run)  # no lead-in: rates start at row 1, 10-row windows 9 later
     assert len(report.windows.combined) == run.n_samples - 1 - 9
     assert report.decision["combined_threshold"] == 1.0
     assert any(a.window_id in range(90, 110) for a in report.anomalies)
@@ -75,7 +75,7 @@ def test_without_lead_in_the_longer_size_starts_later_and_the_report_reads_it():
 def test_a_self_fit_scores_two_sizes_too():
     _, run = _runs()
     model = Reveal()
-    report = model.fit_score(run)
+    report = model.fit_report(run)
     assert [s.window.size_rows for s in model.fitted_.scales] == [5]
     assert report.decision["combined_threshold"] == 1.0 and report.baseline["self_fitted"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.select import (
+from reveal.analysis.select import (
     load_metric_set,
     prune,
     pruning_curves,

@@ -83,7 +83,7 @@ def _three_clean_runs(root: Path) -> None:
         beside.append(_busiest_beside(before, _cpu_ticks_by_process()))
     flagged, windows, with_anomaly, claims = 0, 0, 0, []
     for run in runs:
-        report = Reveal().fit_score(run)
+        report = Reveal().fit_report(run)
         assert report.decision["self_fitted"]
         combined = np.asarray(report.windows.combined)
         assert len(combined) >= 40
@@ -111,7 +111,7 @@ def test_self_fit_still_flags_a_clear_fault() -> None:
     ts = np.arange(n, dtype=np.int64) * 100_000_000
     tel = Telemetry("host", ts, np.column_stack([busy, dirty]),
                     ["derived.cpu_busy_pct", "mem.Dirty"], {"interval_s": 0.1})
-    report = Reveal().fit_score(tel)
+    report = Reveal().fit_report(tel)
     assert not report.no_anomaly
     flagged_s = [a.start_ns / 1e9 for a in report.anomalies]
     assert min(flagged_s) >= 46 and max(flagged_s) <= 61  # inside (or at the edge of) it
@@ -141,8 +141,8 @@ def test_one_burst_more_in_a_steady_rhythm_is_not_an_anomaly() -> None:
     run = Telemetry("host", ts, _rhythmic_dirtying(n, 615, 2)[:, None],
                     ["vmstat.nr_dirtied"], {"interval_s": 0.1})
     model = Reveal().fit(base)
-    assert model.score(run).no_anomaly
+    assert model.report(run).no_anomaly
     storm = Telemetry("host", ts, np.cumsum(np.where(np.arange(n) >= 600, 400.0, 0.0))[:, None]
                       + _rhythmic_dirtying(n, None, 3)[:, None],
                       ["vmstat.nr_dirtied"], {"interval_s": 0.1})
-    assert not model.score(storm).no_anomaly  # a dirty-page storm still is
+    assert not model.report(storm).no_anomaly  # a dirty-page storm still is

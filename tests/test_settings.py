@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from reveal.analyze.presets import MINUTE, TELEMETRY, with_overrides
+from reveal.analysis.presets import MINUTE, TELEMETRY, with_overrides
 from reveal.cli import main
 from reveal.errors import InputError
 from reveal.fleet.config import FleetConfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.significance import (
+from reveal.analysis.significance import (
     Capacity,
     Matter,
     change_size,
@@ -201,7 +201,7 @@ def _with(tel: Telemetry, channels: dict[str, np.ndarray]) -> Telemetry:
 
 def _flagged(base: Telemetry, run: Telemetry, significance: bool) -> tuple[int, object]:
     model = Reveal(overrides={"detect.significance": significance}).fit(base)
-    report = model.score(run)
+    report = model.report(run)
     return int(np.asarray(report.windows.flagged).sum()), report
 
 
@@ -301,14 +301,14 @@ def test_a_rate_that_stays_different_is_never_adopted():
 
 
 def _window(reasons):
-    from reveal.analyze.evidence import WindowEvidence
+    from reveal.analysis.evidence import WindowEvidence
 
     return WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "network"],
                           {"cpu": 0.6, "network": 0.4}, reasons)
 
 
 def _reason(channel, feature, subsystem, value, median, z, contribution=0.1):
-    from reveal.analyze.evidence import Reason
+    from reveal.analysis.evidence import Reason
     from reveal.frame import channel_metric
 
     return Reason(channel, channel_metric(channel), feature, subsystem, contribution,
@@ -321,7 +321,7 @@ BUSY, RETRANS = "derived.cpu_busy_pct{cpu=1}", "snmp.Tcp.RetransSegs{netns=job}"
 def test_less_work_done_is_no_cause_when_a_rise_also_matters():
     """A job's CPU busy falling (where it waits) and retransmits rising (why), both
     changes that matter: the claim leads with the retransmits, in a CPU-led window."""
-    from reveal.analyze.significance import lead_with_cause
+    from reveal.analysis.significance import lead_with_cause
 
     channels, features = [BUSY, RETRANS], ["median", "sum"]
     row = np.array([18.0, 3000.0])
@@ -347,7 +347,7 @@ def test_only_falls_that_matter_yield_to_a_surprising_rise():
     but the retransmit rate rose 5.9 robust sigmas: it goes first, the fall follows. A
     spread that rose is no level and is passed over; with no surprising rise the fall
     keeps the lead."""
-    from reveal.analyze.significance import lead_with_cause
+    from reveal.analysis.significance import lead_with_cause
 
     channels, features = [BUSY, RETRANS], ["median", "mean"]
     row, median = np.array([18.0, 246.0]), np.array([89.0, 47.7])
@@ -371,7 +371,7 @@ def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
     as before. Changes that last through the window (medians) outweigh bursts (sums); a
     window where every subsystem with a share holds a lasting change keeps its shares, and
     one where none does keeps them too."""
-    from reveal.analyze.significance import attribute_to_changes, lead_with_cause
+    from reveal.analysis.significance import attribute_to_changes, lead_with_cause
 
     channels, features = [BUSY, RETRANS], ["median", "sum"]
     row, median = np.array([18.0, 3000.0]), np.array([89.0, 500.0])
@@ -410,8 +410,8 @@ def test_a_change_that_begins_within_the_window_and_holds_is_a_lasting_one():
     retransmission count, read once a second, moved its mean: the ramp leads in the
     subsystem it weighs most, as a change that lasts would. A mean that rose while the
     slope fell (a burst that is over) is no onset and yields to the lasting count."""
-    from reveal.analyze.evidence import WindowEvidence
-    from reveal.analyze.significance import lead_with_cause, onset_columns
+    from reveal.analysis.evidence import WindowEvidence
+    from reveal.analysis.significance import lead_with_cause, onset_columns
 
     channels = [DIRTIED, DIRTIED, DIRTIED, LOST]
     features = ["mean", "slope", "median", "mean"]
@@ -444,8 +444,8 @@ def test_idle_time_falls_as_another_state_rises_and_never_names_the_cause():
     """A disk burst's writer: CPU 0's idle time falls to 0 while its iowait and its time
     in softirqs rise (all by more than matters) and the disk's writes rise: the writes
     lead; the waiting, then the idle and softirq time follow."""
-    from reveal.analyze.evidence import WindowEvidence
-    from reveal.analyze.significance import lead_with_cause
+    from reveal.analysis.evidence import WindowEvidence
+    from reveal.analysis.significance import lead_with_cause
 
     idle, iowait, soft = "cpu.idle{cpu=0}", "cpu.iowait{cpu=0}", "cpu.softirq{cpu=0}"
     writes = "disk.writes_completed{dev=vda}"
@@ -473,7 +473,7 @@ def _held(rate_per_s: np.ndarray, every: int, start: float = 0.0) -> np.ndarray:
 
 
 def test_counters_read_less_often_than_every_sample_are_known_by_name():
-    from reveal.analyze.significance import is_held_counter
+    from reveal.analysis.significance import is_held_counter
 
     assert is_held_counter("snmp.Udp.OutDatagrams{netns=job}")
     assert is_held_counter("netstat.TcpExt.TCPFastRetrans{netns=job}")

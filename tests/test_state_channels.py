@@ -9,7 +9,7 @@ import numpy as np
 
 from reveal.config import AnalyzeConfig, DetectConfig
 from reveal.frame import Telemetry
-from reveal.model import Reveal, analyze
+from reveal.model import Reveal, report_run
 
 BUDDY = "buddy.free_blocks{node=0,order=2,zone=Normal}"
 
@@ -47,7 +47,7 @@ def _surprise(config: AnalyzeConfig | None = None) -> Reveal:
 
 def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     base, run = _run(300, seed=1), _run(120, seed=2, reshape_at=40)
-    report = analyze(run, base, model=_surprise())
+    report = report_run(run, base, model=_surprise())
     assert _flagged(report, 38, 43).any()  # while the free lists are being reshaped
     assert _flagged(report, 50, 120).mean() < 0.05  # afterwards: a new arrangement
     reasons = {r.metric for a in report.anomalies if 38e9 <= a.start_ns < 43e9
@@ -56,8 +56,8 @@ def test_reshaping_is_flagged_and_the_new_steady_level_is_not():
     # with its level features and no steady state adopted, the same channel keeps
     # flagging long after
     levels = AnalyzeConfig(detect=dataclasses.replace(DetectConfig(), state_levels=True))
-    with_levels = analyze(run, base, model=_surprise(levels))
+    with_levels = report_run(run, base, model=_surprise(levels))
     assert _flagged(with_levels, 50, 120).mean() > 0.8
     assert with_levels.channels["features"] > report.channels["features"]
     # judged on what matters, the free lists' arrangement alone is no anomaly
-    assert not analyze(run, base, model=Reveal(config=levels)).anomalies
+    assert not report_run(run, base, model=Reveal(config=levels)).anomalies

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reveal.analyze.subsystems import channel_subsystems, irq_names, irq_subsystem
+from reveal.analysis.subsystems import channel_subsystems, irq_names, irq_subsystem
 from reveal.collect.interrupts import irq_descriptions
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.threshold import fit_gpd, pot_threshold, quantile_threshold
+from reveal.analysis.threshold import fit_gpd, pot_threshold, quantile_threshold
 from reveal.errors import InputError
 
 

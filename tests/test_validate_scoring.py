@@ -85,7 +85,7 @@ def test_clean_windows_are_also_counted_at_longer_settle_times() -> None:
     """A flag 12 s after an episode is clean at a 10 s settle time and not at 15 s or
     more; a flag long after it stays clean at every settle time."""
     from reveal.inject.scoring import SETTLE_STUDY_S, merge_by_settle, score_report
-    from reveal.report.model import Report, WindowTable
+    from reveal.report.schema import Report, WindowTable
 
     start, end = _windows(80)
     flagged = np.zeros(80, dtype=bool)

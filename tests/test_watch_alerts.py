@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reveal.analyze.evidence import Reason, WindowEvidence
+from reveal.analysis.evidence import Reason, WindowEvidence
 from reveal.frame import Telemetry
 from reveal.live.alerts import EpisodeTracker
 from reveal.live.scorer import LiveScorer, LiveWindow

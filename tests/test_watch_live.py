@@ -73,7 +73,7 @@ def _assert_same(live, report) -> None:
 def test_replay_of_a_synthetic_fault_equals_the_batch_report():
     model = Reveal().fit(_synthetic(600, seed=1))
     run = _synthetic(120, seed=3, fault=(60, 80))
-    report = model.score(run)
+    report = model.report(run)
     live = replay(model, run, chunk_rows=[7, 13, 1, 30, 45, 2])
     assert sum(x.flagged for x in live) >= 10  # the fault is there, and flagged live too
     _assert_same(live, report)
@@ -83,10 +83,10 @@ def test_a_model_with_generations_is_scored_live_with_them():
     # a model file carrying a second generation: live scoring asks both, as Reveal.score
     model = Reveal().fit(_synthetic(600, seed=1))
     run = _synthetic(120, seed=3, fault=(60, 80), start_s=1000)
-    alone = model.score(run)
-    model.partial_fit(model.analyse(_synthetic(400, seed=8, start_s=600)), refit=True)
+    alone = model.report(run)
+    model.partial_fit(model.score_windows(_synthetic(400, seed=8, start_s=600)), refit=True)
     assert model.generations_ == 2
-    report = model.score(run)
+    report = model.report(run)
     assert not np.allclose(report.windows.combined, alone.windows.combined)  # they differ
     _assert_same(replay(model, run, chunk_rows=[9, 31, 4]), report)
     with pytest.raises(InputError, match="generations"):
@@ -117,7 +117,7 @@ def test_replay_of_a_real_recording_equals_the_batch_report(recorded):
     split = int(np.searchsorted(tel.timestamps_ns, tel.timestamps_ns[0] + 22e9))
     baseline, run = tel.slice_rows(0, split), tel.slice_rows(split, tel.n_samples)
     model = Reveal().fit(baseline)
-    report = model.score(run)
+    report = model.report(run)
     live = replay(model, run, chunk_rows=[10, 3, 27, 10, 1])
     assert len(live) >= 15
     _assert_same(live, report)
@@ -129,7 +129,7 @@ def test_replay_of_a_real_recording_equals_the_batch_report(recorded):
 def test_a_scorer_behind_catches_up_in_one_call_and_a_lost_window_breaks_persistence():
     model = Reveal().fit(_synthetic(600, seed=1))
     run = _synthetic(60, seed=3, fault=(20, 40))
-    report = model.score(run)
+    report = model.report(run)
     scorer = LiveScorer(model, interval_s=0.1, max_windows=100)
     buffer = SampleBuffer(run.channels, capacity=run.n_samples, meta={"interval_s": 0.1})
     buffer.append_block(run.timestamps_ns, run.values)
@@ -254,7 +254,7 @@ def test_a_new_steady_state_is_adopted_live_as_in_the_batch():
 
     model = Reveal().fit(with_anon(_synthetic(600, seed=1), None))
     run = with_anon(_synthetic(120, seed=3), 40.0)
-    report = model.score(run)
+    report = model.report(run)
     live = replay(model, run, chunk_rows=[7, 13, 1, 30, 45, 2])
     flagged = np.array([x.flagged for x in live])
     start = (np.array([x.start_ns for x in live]) - run.timestamps_ns[0]) / 1e9
@@ -271,7 +271,7 @@ def test_a_window_that_holds_a_change_that_matters_is_scored_at_once():
     model = Reveal().fit(_synthetic(600, seed=1))
     run = _synthetic(120, seed=3, fault=(60, 80))
     run.meta.update(mem_total_bytes=24 * 2**30, n_cpus=2)
-    report = model.score(run)
+    report = model.report(run)
     late_at: list[int] = []
     early_at: list[int] = []
     late = replay(model, run, chunk_rows=1, score_every=5, scored_at=late_at)

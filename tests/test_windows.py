@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reveal.analyze.windows import Windows, make_windows, sampling_interval_s, span_sums
+from reveal.analysis.windows import Windows, make_windows, sampling_interval_s, span_sums
 from reveal.config import WindowConfig
 from reveal.errors import InputError
 

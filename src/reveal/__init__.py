@@ -18,10 +18,10 @@ from reveal._version import __version__
 
 #: public names and the modules that define them (imported on first access)
 _LAZY = {
-    "analyze": "reveal.analyze",  # the package is callable: reveal.api.analyze
+    "analyze": "reveal.api",
     "Result": "reveal.result",
     "Reveal": "reveal.model",
-    "Report": "reveal.report.model",
+    "Report": "reveal.report.schema",
     "Telemetry": "reveal.frame",
     "RevealError": "reveal.errors",
     "InputError": "reveal.errors",
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'reveal' has no attribute {name!r}")
     loaded = importlib.import_module(module)
-    value = loaded if name == "analyze" else getattr(loaded, name)
+    value = getattr(loaded, name)
     globals()[name] = value
     return value
 

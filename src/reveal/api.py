@@ -16,9 +16,9 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Union
 
-from reveal.analyze import frontend
-from reveal.analyze.derive import derive
-from reveal.analyze.pipeline import Progress
+from reveal.analysis import frontend
+from reveal.analysis.derive import derive
+from reveal.analysis.pipeline import Progress
 from reveal.config import WindowConfig
 from reveal.dataframe import telemetry_from_frame
 from reveal.errors import InputError
@@ -103,14 +103,14 @@ def analyze(data: Data, baseline: Data | None = None, *, preset: str = "auto",
     base = to_telemetry(baseline, "baseline", host) if baseline is not None else None
     model = model if model is not None else Reveal(preset=preset)
     if fitted:
-        report = model.score(run, progress=progress)
+        report = model.report(run, progress=progress)
     elif base is None:
-        report = model.fit_score(run, progress=progress)
+        report = model.fit_report(run, progress=progress)
     else:
         fit_for_run(model, run, base, progress)
         follows = _is_path(data) and _is_path(baseline) and \
             continues(os.fspath(data), os.fspath(baseline))  # type: ignore[arg-type]
-        report = model.score(run, lead_in=base if follows else None, progress=progress)
+        report = model.report(run, lead_in=base if follows else None, progress=progress)
     return Result(report, run, base, model)
 
 

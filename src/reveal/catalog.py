@@ -46,7 +46,7 @@ class MetricInfo:
     e.g. "CPU busy percentage". ``multiplex_group``: for a counter the kernel may
     time-multiplex (perf), the name of its event group; its raw count is scaled per interval
     by the channels ``TIME_ENABLED_METRIC`` / ``TIME_RUNNING_METRIC`` with the same labels
-    plus ``group=NAME`` (see ``reveal.analyze.derive``).
+    plus ``group=NAME`` (see ``reveal.analysis.derive``).
     """
 
     name: str

@@ -40,18 +40,18 @@ class DetectConfig:
     gmm_max_components: int = 6
     random_state: int = 0
     # least change that counts (collector channels with units only; see
-    # reveal.analyze.floors): a share of the channel's baseline level, and a burst of a
+    # reveal.analysis.floors): a share of the channel's baseline level, and a burst of a
     # few counts for counters; scale_floors=False turns both off
     scale_floors: bool = True
     # a window is an anomaly only when some change in it also matters in its unit against
-    # the host's capacity (reveal.analyze.significance); off: surprise alone decides
+    # the host's capacity (reveal.analysis.significance); off: surprise alone decides
     significance: bool = True
     # with significance: only a window's median (and an event count's sum) can matter, so
-    # that a change must last through most of a window (reveal.analyze.significance); off:
+    # that a change must last through most of a window (reveal.analysis.significance); off:
     # a burst shorter than half a window can be an anomaly too
     sustained: bool = True
     # seconds a changed level of a state-like gauge must hold still to be a new steady
-    # state, named once instead of flagged (reveal.analyze.steady; 0: never adopted)
+    # state, named once instead of flagged (reveal.analysis.steady; 0: never adopted)
     settle_s: float = 20.0
     relative_floor: float = 0.05
     # the isolation forest sees floored columns rounded to whole floors (it is blind to
@@ -82,14 +82,14 @@ class DetectConfig:
 class RefitConfig:
     """A baseline that keeps itself current: as scored data comes in
     (``Reveal.partial_fit``), with the ``"generations"`` scheme
-    (:mod:`reveal.analyze.consensus`) a new model *generation* is fitted every
+    (:mod:`reveal.analysis.consensus`) a new model *generation* is fitted every
     ``every_s`` seconds of data on the recent windows that were not flagged; the newest
     ``generations`` are kept, and a window is flagged only when every one of them finds it
     above its own threshold. Nothing changes while no scored data is given back."""
 
     # "generations": the above. "quiet_span": every ``every_s``, a whole new model is
     # fitted on the raw samples of the latest ``span_s`` when no window in it was above
-    # the threshold, and scores alone (reveal.analyze.quietspan; how ``reveal watch``
+    # the threshold, and scores alone (reveal.analysis.quietspan; how ``reveal watch``
     # keeps its model current, with --refit-every and --learn)
     scheme: str = "generations"
     every_s: float | None = None  # seconds of scored data between refits (None: never)
@@ -107,7 +107,7 @@ class RefitConfig:
 @dataclass(frozen=True)
 class AnalyzeConfig:
     """The whole analysis. Settings that depend on the data's resolution come from a preset
-    (see :mod:`reveal.analyze.presets`), chosen from the sampling interval."""
+    (see :mod:`reveal.analysis.presets`), chosen from the sampling interval."""
 
     preset: str = "telemetry"  # the preset these settings come from (or "custom")
     window: WindowConfig = field(default_factory=WindowConfig)
@@ -145,5 +145,5 @@ class AnalyzeConfig:
     # more window sizes (rows; with windows by rows) scored beside window.size_rows, each
     # by an analysis of its own: a window's combined score is the mean over the sizes of
     # score / threshold (threshold 1); a window is flagged where the main size flags it,
-    # or another size does and that mean is above 1 (see reveal.analyze.scales)
+    # or another size does and that mean is above 1 (see reveal.analysis.scales)
     extra_window_rows: tuple[int, ...] = ()

@@ -2,23 +2,24 @@
 
     model = Reveal()                       # parameters only, as given
     model.fit(baseline)                    # a run directory, CSV, smd:/asd: spec or Telemetry
-    report = model.score(run)              # a Report: windows, verdicts, evidence, claims
+    report = model.report(run)             # a Report: windows, verdicts, evidence, claims
+    analysis = model.score_windows(run)    # the same as numbers (an Analysis)
     model.save("host.model"); Reveal.load("host.model")
     model.partial_fit(analysis)            # a stream: learn from what was just scored
 
 ``reveal analyze``, ``evaluate``, ``validate``, ``demo`` and ``profile`` all go through it.
 Settings that depend on the data's resolution come from a preset chosen from the
-baseline's sampling interval (:mod:`reveal.analyze.presets`); ``overrides`` change single
+baseline's sampling interval (:mod:`reveal.analysis.presets`); ``overrides`` change single
 settings of it by dotted name (``{"window.size_s": 5.0}``).
 
-Without a baseline, :meth:`Reveal.fit_score` fits on the run itself, robustly, and says so.
+Without a baseline, :meth:`Reveal.fit_report` fits on the run itself, robustly, and says so.
 
 A baseline that keeps itself current (``evaluate --mode stream``, the Python API): score
 what comes in, in time order, and give each scored chunk back with
 :meth:`Reveal.partial_fit`.
 Every ``refit.every_s`` seconds of data a new model generation is fitted on the recent
 windows that were not flagged; a window is flagged only when all kept generations agree
-(:mod:`reveal.analyze.consensus`). While nothing is given back, scoring is that of the
+(:mod:`reveal.analysis.consensus`). While nothing is given back, scoring is that of the
 baseline's model alone, as before. ``reveal watch`` scores through the model (with the
 generations a model file carries) but keeps it current another way: a full refit on a
 quiet span of ``--learn`` (``ModelKeeper.maybe_refit``, :mod:`reveal.live.keeper`;
@@ -45,32 +46,33 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from reveal._version import __version__
-from reveal.analyze.consensus import Consensus
-from reveal.analyze.pipeline import (
+from reveal.analysis.consensus import Consensus
+from reveal.analysis.pipeline import (
     Analysis,
     FittedAnalysis,
     Progress,
-    analyse,
     ensemble_options,
     explain_windows,
     fit_analysis,
-    fit_and_analyse,
+    fit_and_score_windows,
     rows_per_window,
+    score_windows,
     stride_seconds,
     usable_channels,
 )
-from reveal.analyze.presets import preset, preset_for, with_overrides
-from reveal.analyze.quietspan import QuietSpan
+from reveal.analysis.presets import preset, preset_for, with_overrides
+from reveal.analysis.quietspan import QuietSpan
 from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 from reveal.report.build import build_report
-from reveal.report.model import Report
+from reveal.report.schema import Report
 from reveal.store.sources import default_baseline, open_source, parse_labelled
 
 MAGIC = b"REVEAL-MODEL\n"
 MODEL_FORMAT = "reveal-model"
-MODEL_FORMAT_VERSION = 2  # 2: model generations and the stream state (consensus_)
+MODEL_FORMAT_VERSION = 3  # 2: model generations and the stream state (consensus_);
+# 3: the analysis modules under reveal.analysis (a pickled fit names their classes)
 
 Source = str | Path | Telemetry
 
@@ -85,7 +87,8 @@ class Reveal(BaseEstimator):
 
     A scikit-learn estimator in its parameters: they are stored as given, so
     ``get_params(deep)``, ``set_params`` and ``sklearn.base.clone`` work (a clone is
-    unfitted). Unlike scikit-learn's, :meth:`score` returns a :class:`Report`.
+    unfitted). It has no ``score`` method: :meth:`report` words a run's findings,
+    :meth:`score_windows` gives them as numbers.
 
     Parameters
     ----------
@@ -109,6 +112,9 @@ class Reveal(BaseEstimator):
         None before: the baseline's model alone).
     scale_consensus_ : list of Consensus or None
         The same for each extra window size (``fitted_.scales``).
+    quiet_ : QuietSpan or None
+        With ``refit.scheme = "quiet_span"``: when the model was last fitted and when the
+        stream last had a window above the threshold (after :meth:`partial_fit`).
     """
 
     def __init__(self, preset: str = "auto", config: AnalyzeConfig | None = None,
@@ -144,13 +150,14 @@ class Reveal(BaseEstimator):
         self.quiet_from_ns_ = int(tel.timestamps_ns[-1]) if tel.n_samples else 0
         return self
 
-    def fit_score(self, run: Source, *, progress: Progress | None = None) -> Report:
+    def fit_report(self, run: Source, *, progress: Progress | None = None) -> Report:
         """Fit on ``run`` itself, robustly (median/MAD, outlying windows left out of the
         refit), and score it; the report says it was self-fitted."""
         tel = load_source(run)
         self.config_ = self.resolve_config(tel.interval_s)
-        self.fitted_, analysis = fit_and_analyse(tel, self.config_, metric_set=self.metric_set,
-                                                 progress=progress)
+        self.fitted_, analysis = fit_and_score_windows(tel, self.config_,
+                                                       metric_set=self.metric_set,
+                                                       progress=progress)
         self.consensus_ = None
         self.scale_consensus_ = None
         return build_report(self.fitted_, analysis)
@@ -171,7 +178,7 @@ class Reveal(BaseEstimator):
 
     def scoring_fitted(self) -> FittedAnalysis:
         """The fitted analysis that scores now (for callers of
-        :func:`reveal.analyze.pipeline.analyse`): the baseline's model alone, or, once data
+        :func:`reveal.analysis.pipeline.score_windows`): the baseline's model alone, or, once data
         was given back by :meth:`partial_fit`, the same with the consensus of the model
         generations in place of its ensemble. Fetch it again after each ``partial_fit``."""
         return self._scoring()
@@ -194,7 +201,7 @@ class Reveal(BaseEstimator):
                     span: Callable[[int, int], Source] | None = None) -> Self:
         """Learn from data just scored: ``recent`` is the :class:`Analysis` this model made
         of the windows that follow those given before (or a run, scored here first, with
-        ``lead_in`` as in :meth:`analyse`).
+        ``lead_in`` as in :meth:`score_windows`).
 
         With ``refit.scheme = "generations"`` (the default), its windows move the
         drift-following centre on and join the recent buffer; when ``refit.every_s``
@@ -211,8 +218,8 @@ class Reveal(BaseEstimator):
         way, the windows carry the stream's state (drift-following centre, persistence)
         on to the next call, so that between refits scoring chunk by chunk is scoring at
         once."""
-        analysis = recent if isinstance(recent, Analysis) else self.analyse(recent,
-                                                                            lead_in=lead_in)
+        analysis = recent if isinstance(recent, Analysis) else self.score_windows(
+            recent, lead_in=lead_in)
         consensus = self._consensus()
         pairs = [(consensus, analysis)]
         if getattr(analysis, "sizes", None):  # each window size keeps its own generations
@@ -235,7 +242,7 @@ class Reveal(BaseEstimator):
 
     def _quiet_span_step(self, analysis: Analysis, refit: bool | None,
                          span: Callable[[int, int], Source] | None) -> Self:
-        """``partial_fit`` under the quiet-span scheme (:mod:`reveal.analyze.quietspan`)."""
+        """``partial_fit`` under the quiet-span scheme (:mod:`reveal.analysis.quietspan`)."""
         if span is None:
             raise InputError('refit.scheme "quiet_span" refits on raw samples: pass '
                              'span=, a function of (start_ns, end_ns) that returns them')
@@ -312,21 +319,21 @@ class Reveal(BaseEstimator):
             raise InputError("the model is not fitted (call fit() or load a model file)")
         return self.fitted_
 
-    def analyse(self, run: Source, *, lead_in: Source | None = None,
-                progress: Progress | None = None) -> Analysis:
-        """Score ``run``: windows, verdicts and evidence as numbers. ``lead_in``: a
-        recording directly before the run (its last samples complete the first windows)."""
+    def score_windows(self, run: Source, *, lead_in: Source | None = None,
+                      progress: Progress | None = None) -> Analysis:
+        """Score ``run``: every window's verdict and evidence, as numbers (an
+        :class:`Analysis`). ``lead_in``: a recording directly before the run (its last
+        samples complete the first windows)."""
         lead = load_source(lead_in) if lead_in is not None else None
-        return analyse(self._scoring(), load_source(run), lead_in=lead, progress=progress)
+        return score_windows(self._scoring(), load_source(run), lead_in=lead,
+                             progress=progress)
 
-    def score(self, run: Source, *, lead_in: Source | None = None,
-              progress: Progress | None = None) -> Report:
-        """Score ``run`` and word the result: a :class:`Report`."""
-        analysis = self.analyse(run, lead_in=lead_in, progress=progress)
-        return build_report(self._scoring(), analysis)
-
-    def report(self, analysis: Analysis) -> Report:
-        """The :class:`Report` of an analysis made by :meth:`analyse`."""
+    def report(self, run: Source | Analysis, *, lead_in: Source | None = None,
+               progress: Progress | None = None) -> Report:
+        """Score ``run`` (or take the :class:`Analysis` :meth:`score_windows` made) and
+        word the result: a :class:`Report`."""
+        analysis = run if isinstance(run, Analysis) else self.score_windows(
+            run, lead_in=lead_in, progress=progress)
         return build_report(self._scoring(), analysis)
 
     def explain(self, analysis: Analysis, rows: np.ndarray) -> np.ndarray:
@@ -340,7 +347,9 @@ class Reveal(BaseEstimator):
         consensus = getattr(self, "consensus_", None)
         payload = pickle.dumps({"params": self._saved_params(), "fitted": fitted,
                                 "consensus": consensus,
-                                "scale_consensus": getattr(self, "scale_consensus_", None)},
+                                "scale_consensus": getattr(self, "scale_consensus_", None),
+                                "quiet": getattr(self, "quiet_", None),
+                                "quiet_from_ns": getattr(self, "quiet_from_ns_", 0)},
                                protocol=pickle.HIGHEST_PROTOCOL)
         header = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION,
                   "reveal_version": __version__, "preset": fitted.config.preset,
@@ -395,6 +404,8 @@ class Reveal(BaseEstimator):
         model.config_ = model.fitted_.config
         model.consensus_ = state.get("consensus")
         model.scale_consensus_ = state.get("scale_consensus")
+        model.quiet_ = state.get("quiet")
+        model.quiet_from_ns_ = state.get("quiet_from_ns", 0)
         return model
 
     def _saved_params(self) -> dict[str, Any]:
@@ -426,9 +437,9 @@ def fit_for_run(model: Reveal, run: Telemetry, baseline: Telemetry,
     return model.fit(baseline, channels=usable_channels(run), progress=progress)
 
 
-def analyze(run: Source, baseline: Source | None = None, *, model: Reveal | None = None,
-            progress: Progress | None = None) -> Report:
-    """Analyse one run: fitted on ``baseline`` (for ``smd:M``/``asd:M``, the machine's
+def report_run(run: Source, baseline: Source | None = None, *, model: Reveal | None = None,
+               progress: Progress | None = None) -> Report:
+    """Report on one run: fitted on ``baseline`` (for ``smd:M``/``asd:M``, the machine's
     ``train`` part by default, whose last rows also complete the first windows), or on
     the run itself, robustly, when there is none."""
     model = model if model is not None else Reveal()
@@ -436,11 +447,11 @@ def analyze(run: Source, baseline: Source | None = None, *, model: Reveal | None
     if baseline is None and not isinstance(run, Telemetry):
         baseline = default_baseline(run)
     if baseline is None:
-        return model.fit_score(tel, progress=progress)
+        return model.fit_report(tel, progress=progress)
     base = load_source(baseline)
     fit_for_run(model, tel, base, progress)
     lead = base if continues(run, baseline) else None
-    return model.score(tel, lead_in=lead, progress=progress)
+    return model.report(tel, lead_in=lead, progress=progress)
 
 
 def continues(run: Source, baseline: Source) -> bool:

@@ -1,10 +1,10 @@
 """One way for every kind of plugin to join: a registry keyed by name, a class decorator.
 
-Detectors (:mod:`reveal.analyze.detectors`), probes (:mod:`reveal.collect.probe`), faults
+Detectors (:mod:`reveal.analysis.detectors`), probes (:mod:`reveal.collect.probe`), faults
 (:mod:`reveal.inject.faults`) and alert sinks (:mod:`reveal.live.sinks`) each keep one
 :class:`Registry`; a new one is one module whose class carries the registry's decorator::
 
-    from reveal.analyze.detectors import register, Detector
+    from reveal.analysis.detectors import register, Detector
 
     @register
     class Farthest(Detector):

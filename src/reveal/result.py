@@ -17,7 +17,7 @@ import numpy as np
 
 from reveal.frame import Telemetry
 from reveal.report.escape import plain
-from reveal.report.model import Report
+from reveal.report.schema import Report
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,7 +2,7 @@
 
 The tree's root is the analysis (:class:`reveal.config.AnalyzeConfig`: ``window.*``,
 ``select.*``, ``detect.*``, ``refit.*`` and the top-level settings), whose values come
-from a preset chosen by the data's sampling interval (:mod:`reveal.analyze.presets`); a
+from a preset chosen by the data's sampling interval (:mod:`reveal.analysis.presets`); a
 preset is a named set of overrides of it. Beside it, ``fleet.*`` holds the peer comparison
 (:class:`reveal.fleet.config.FleetConfig`). Every command that analyses takes ``--set``;
 ``reveal config --show`` prints the effective tree.

@@ -1,4 +1,4 @@
-"""Metrics computed at analysis time by :mod:`reveal.analyze.derive`."""
+"""Metrics computed at analysis time by :mod:`reveal.analysis.derive`."""
 
 from reveal.catalog import MetricInfo
 

@@ -4,7 +4,7 @@ opened, plus each event group's time enabled and running.
 Counts are stored as the kernel read them, unscaled. When the PMU multiplexes hardware
 counters a group counts only part of the time; ``multiplex_group`` names the group whose
 ``perf.time_enabled_ns`` / ``perf.time_running_ns{cpu=N,group=NAME}`` channels scale each
-interval's delta at analysis time (``reveal.analyze.derive``).
+interval's delta at analysis time (``reveal.analysis.derive``).
 """
 
 from reveal.catalog import TIME_ENABLED_METRIC, TIME_RUNNING_METRIC, MetricInfo

@@ -122,7 +122,7 @@ def parse_qdisc(payload: memoryview) -> Qdisc:
 
 class Rtnl:
     """A ``NETLINK_ROUTE`` socket of the namespace it was made in (see
-    :func:`reveal.collect._netns.run_inside` to make one in another namespace)."""
+    :func:`reveal.collect._namespaces.run_inside` to make one in another namespace)."""
 
     def __init__(self, groups: int = 0) -> None:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,

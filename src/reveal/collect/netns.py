@@ -2,7 +2,7 @@
 
 The ``network`` probe reads the collector's own namespace; a containerised job's traffic,
 retransmissions and drops are counted in its own namespace, invisible there. This probe
-finds every network namespace of the host (:func:`reveal.collect._netns.scan`: the unique
+finds every network namespace of the host (:func:`reveal.collect._namespaces.scan`: the unique
 ``/proc/PID/ns/net`` inodes, names from the ``/run/netns`` bind mounts) and reads each one's
 ``/proc/net`` files through one process inside it, with the descriptors kept open (a
 namespace with no process inside is entered with ``setns`` on a short-lived thread, as
@@ -28,9 +28,9 @@ for the links at 100 ms and 0.01 % for the protocols at 1 s (``bench/bench_conta
 
 Namespaces that end: every file held keeps its namespace alive in the kernel (and its
 interfaces: a veth peer on the host). The probe's thread watches one process per
-namespace with a pidfd (:class:`reveal.collect._netns.Exits`); when it exits, the
+namespace with a pidfd (:class:`reveal.collect._namespaces.Exits`); when it exits, the
 namespace is checked at once (another process inside, its bind mount, a fresh scan) and
-one that ended is released (:meth:`reveal.collect._netns.NsFile.release`); its channels
+one that ended is released (:meth:`reveal.collect._namespaces.NsFile.release`); its channels
 are NaN until the next refresh drops them. One kept only by a bind mount is looked at
 every ``protocol_interval_s``. At most ``max_namespaces`` (64) are read, the rest counted in
 ``info["namespaces_dropped"]``. Without root only the namespaces of this user's processes
@@ -49,9 +49,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from reveal.collect import _netns
+from reveal.collect import _namespaces
 from reveal.collect._dirwatch import DirWatch
-from reveal.collect._netns import DOCKER_NETNS_DIR, Namespace, NsFile
+from reveal.collect._namespaces import DOCKER_NETNS_DIR, Namespace, NsFile
 from reveal.collect._procfs import (
     FileProbe,
     Layout,
@@ -320,7 +320,7 @@ class _Protocols:
 
 
 @register
-class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
+class NetnsProbe(_namespaces.DrivenPeriodic, FileProbe):
     """Interface and protocol counters of every other network namespace."""
 
     name = "netns"
@@ -351,7 +351,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         if not self.link_interval_s >= 0:
             raise InputError("netns: link_interval_s must be 0 or more seconds")
         self.max_namespaces = int(options.get("max_namespaces", 64))
-        self.netns_dir = str(options.get("netns_dir", _netns.NETNS_DIR))
+        self.netns_dir = str(options.get("netns_dir", _namespaces.NETNS_DIR))
         self.watch_dirs = bool(options.get("watch_dirs", True))
         self._dirwatch: DirWatch | None = None
         self.skip_ifaces = tuple(as_list(options.get("skip_ifaces", ())))
@@ -371,8 +371,8 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         self._protocols: _Protocols | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._exits: _netns.Exits | None = None
-        self._cadence = _netns.Cadence(self.protocol_interval_s)
+        self._exits: _namespaces.Exits | None = None
+        self._cadence = _namespaces.Cadence(self.protocol_interval_s)
         self.released_early = 0
 
     # -- discovery -----------------------------------------------------------------------
@@ -397,7 +397,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
 
     def _open_state(self, ns: Namespace) -> NsState:
         names = ("dev",) if self.protocols == "none" else _FILES
-        files, via = _netns.open_net_files(ns, names, self.proc_root, self.netns_dir)
+        files, via = _namespaces.open_net_files(ns, names, self.proc_root, self.netns_dir)
         labels, cgroup = namespace_labels(ns, self.proc_root)
         self._generation += 1
         state = NsState(ns, labels, files, via, ns.pids[0] if ns.pids else 0,
@@ -419,7 +419,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         return state
 
     def plan(self) -> dict[str, PlanItem]:
-        found = _netns.scan(self.proc_root, self.netns_dir)
+        found = _namespaces.scan(self.proc_root, self.netns_dir)
         with self.lock:
             for ino in [i for i, s in self.states.items()
                         if i not in found.namespaces or s.released]:
@@ -455,7 +455,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         self._protocols = _Protocols(self)
         return self._protocols
 
-    def _describe(self, found: _netns.Scan) -> None:
+    def _describe(self, found: _namespaces.Scan) -> None:
         self.info["namespaces"] = {
             s.labels["netns"]: {"inode": s.ns.ino, "names": list(s.ns.names),
                                 "read_via": s.via, "cgroup": s.cgroup[:256],
@@ -487,10 +487,10 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         with contextlib.suppress(OSError):
             self._nsfs_dev = os.stat(f"{self.proc_root}/self/ns/net").st_dev
-        _netns.forget_scan()  # a scan made before this probe existed may be a second old
+        _namespaces.forget_scan()  # a scan made before this probe existed may be a second old
         super().open()
-        self._exits = _netns.Exits()
-        self._cadence = _netns.Cadence(self.protocol_interval_s)
+        self._exits = _namespaces.Exits()
+        self._cadence = _namespaces.Cadence(self.protocol_interval_s)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-netns", daemon=True)
         self._thread.start()
@@ -504,7 +504,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         a container runtime); the next scan looks afresh."""
         if self._dirwatch is None or not self._dirwatch.changed():
             return False
-        _netns.forget_scan()
+        _namespaces.forget_scan()
         return True
 
     def _periodic(self) -> None:
@@ -521,7 +521,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         """Wait for a watched process to exit and let go at once of a namespace that ended
         with it; every ``protocol_interval_s`` read the protocols, unless the sampler drives
         that (:meth:`poll`)."""
-        _netns.name_thread("reveal-netns")
+        _namespaces.name_thread("reveal-netns")
         cadence = self._cadence
         exits = self._exits
         assert exits is not None
@@ -549,7 +549,7 @@ class NetnsProbe(_netns.DrivenPeriodic, FileProbe):
         with self.lock:
             items = [(ino, self.states[ino].ns, self.states[ino].holder) for ino in inodes
                      if ino in self.states and not self.states[ino].released]
-        alive, ended = _netns.settle(items, self.proc_root, self.netns_dir, self._nsfs_dev)
+        alive, ended = _namespaces.settle(items, self.proc_root, self.netns_dir, self._nsfs_dev)
         with self.lock:
             for ino, (ns, holder) in alive.items():
                 if ino in self.states:

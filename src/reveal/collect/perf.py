@@ -6,7 +6,7 @@ ctypes: no ``perf`` subprocess. Events are opened in small named groups per CPU 
 Everything is stored raw, as read: the counts (unscaled, cumulative since the probe opened)
 and the group's two times. When the kernel multiplexes hardware counters a count covers
 only the time its group ran; analysis scales each interval's delta by Δenabled / Δrunning
-(``reveal.analyze.derive``), which a stored running estimate cannot do (it can go down). A
+(``reveal.analysis.derive``), which a stored running estimate cannot do (it can go down). A
 group whose read fails reads NaN. Software events (task clock, context switches, migrations,
 page faults) exist everywhere; hardware events (cycles, instructions, caches, branches,
 stalls, LLC) only where a PMU is exposed, so a virtual machine without one gives a

@@ -14,7 +14,7 @@ second.
 A probe that cannot run here raises :class:`ProbeUnavailable` from ``open()`` with a reason
 an operator can act on; the rest of the collector keeps going. A probe that runs with less
 than everything (e.g. perf without a hardware PMU) sets ``status = "degraded"`` and says why
-in ``reason``. Probes never import :mod:`reveal.analyze`.
+in ``reason``. Probes never import :mod:`reveal.analysis`.
 """
 
 from __future__ import annotations

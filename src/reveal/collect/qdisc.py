@@ -5,7 +5,7 @@ loss shows in the qdisc's own counters long before anything else explains it. Th
 reads them through rtnetlink (:mod:`reveal.collect._rtnl`: one ``RTM_GETQDISC`` dump per
 namespace and read, what ``tc -s qdisc show`` asks; no process started), for the
 collector's own network namespace and every other one
-(:func:`reveal.collect._netns.scan`; a socket made inside each with ``setns``, as root).
+(:func:`reveal.collect._namespaces.scan`; a socket made inside each with ``setns``, as root).
 
 Channels, per qdisc (labels ``iface``, ``qdisc`` = its kind, ``handle``, ``parent`` as ``tc``
 prints them, and for another namespace ``netns`` plus its owner's ``container``/``pod``/
@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from reveal.collect import _netns
+from reveal.collect import _namespaces
 from reveal.collect._rtnl import (
     RTMGRP_LINK,
     RTMGRP_TC,
@@ -69,7 +69,7 @@ class _Space:
     ino: int  # 0: the collector's own namespace
     rtnl: Rtnl
     labels: dict[str, str]
-    ns: _netns.Namespace | None = None
+    ns: _namespaces.Namespace | None = None
     holder: int = 0
     links: dict[int, str] = field(default_factory=dict)
     seen: dict[Key, tuple[float, ...]] = field(default_factory=dict)
@@ -83,7 +83,7 @@ class _Space:
 
 
 @register
-class QdiscProbe(_netns.DrivenPeriodic, Probe):
+class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
     """Bytes, packets, drops, overlimits, requeues and backlog of every qdisc."""
 
     name = "qdisc"
@@ -105,7 +105,7 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
         self.namespaces = bool(options.get("namespaces", True))
         self.max_namespaces = int(options.get("max_namespaces", 64))
         self.skip_kinds = tuple(as_list(options.get("skip_kinds", ("noqueue",))))
-        self.netns_dir = str(options.get("netns_dir", _netns.NETNS_DIR))
+        self.netns_dir = str(options.get("netns_dir", _namespaces.NETNS_DIR))
         self.proc_root = str(options.get("proc_root", "/proc")).rstrip("/")
         self.lock = threading.RLock()
         self.spaces: dict[int, _Space] = {}
@@ -116,8 +116,8 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._nsfs_dev: int | None = None
-        self._exits: _netns.Exits | None = None
-        self._cadence = _netns.Cadence(self.poll_s)
+        self._exits: _namespaces.Exits | None = None
+        self._cadence = _namespaces.Cadence(self.poll_s)
         self.released_early = 0
         self._announced = False
 
@@ -126,7 +126,7 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
         """Open sockets in namespaces that appeared, close those of namespaces gone."""
         if not self.namespaces:
             return
-        found = _netns.scan(self.proc_root, self.netns_dir)
+        found = _namespaces.scan(self.proc_root, self.netns_dir)
         wanted = sorted(found.namespaces, key=lambda i: (not found.namespaces[i].names, i))
         self.info["namespaces_dropped"] = max(0, len(wanted) - self.max_namespaces)
         wanted = wanted[: self.max_namespaces]
@@ -143,7 +143,7 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
                 try:
                     path = (f"{self.netns_dir}/{ns.names[0]}" if ns.names
                             else f"{self.proc_root}/{ns.pids[0]}/ns/net")
-                    rtnl, events = _netns.run_inside(path, ino, _sockets)
+                    rtnl, events = _namespaces.run_inside(path, ino, _sockets)
                 except OSError as exc:
                     self.failed[ino] = ("entering a namespace needs CAP_SYS_ADMIN"
                                         if isinstance(exc, PermissionError)
@@ -211,7 +211,7 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
             items = [(ino, self.spaces[ino].ns, self.spaces[ino].holder) for ino in inodes
                      if ino in self.spaces and not self.spaces[ino].gone
                      and self.spaces[ino].ns is not None]
-        alive, ended = _netns.settle(items, self.proc_root, self.netns_dir,  # type: ignore[arg-type]
+        alive, ended = _namespaces.settle(items, self.proc_root, self.netns_dir,  # type: ignore[arg-type]
                                      self._nsfs_dev)
         with self.lock:
             for ino, (ns, holder) in alive.items():
@@ -230,7 +230,7 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
         at a refresh, which dumps them all); between, let go at once of a namespace whose
         last process exited, and ask for a refresh as soon as the kernel announces a qdisc
         added, changed or deleted anywhere (:meth:`wants_refresh`)."""
-        _netns.name_thread("reveal-qdisc")
+        _namespaces.name_thread("reveal-qdisc")
         cadence = self._cadence
         exits = self._exits
         assert exits is not None
@@ -282,7 +282,7 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
         deleted (the next namespace scan then looks afresh)."""
         announced, self._announced = self._announced, False
         if announced:
-            _netns.forget_scan()
+            _namespaces.forget_scan()
         return announced
 
     def _channels_of(self, key: Key) -> list[str]:
@@ -320,12 +320,12 @@ class QdiscProbe(_netns.DrivenPeriodic, Probe):
             self._nsfs_dev = None
         own, events = _sockets()
         self.spaces = {0: _Space(0, own, {}, events=events)}
-        _netns.forget_scan()
+        _namespaces.forget_scan()
         self._sync_spaces()
         self._poll()
         self._adopt()
-        self._exits = _netns.Exits()
-        self._cadence = _netns.Cadence(self.poll_s)
+        self._exits = _namespaces.Exits()
+        self._cadence = _namespaces.Cadence(self.poll_s)
         self._cadence.due()  # just dumped
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="reveal-qdisc", daemon=True)

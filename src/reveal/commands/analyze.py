@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stride in rows with --window-rows")
     class _Registered:  # the detector registry's names, looked up when help is shown only
         def __str__(self) -> str:  # (it imports scikit-learn: seconds at every start)
-            from reveal.analyze.detectors import names
+            from reveal.analysis.detectors import names
 
             return ",".join(names())
 
@@ -132,13 +132,13 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     settings = overrides(args)
     if settings:  # a wrong name or kind fails now, before any data is read
-        from reveal.analyze.presets import TELEMETRY, with_overrides
+        from reveal.analysis.presets import TELEMETRY, with_overrides
 
         with_overrides(TELEMETRY, settings)
     if args.json_out and args.json_out != "-":
         check_writable_file(args.json_out)  # before the analysis, not after it
-    from reveal.analyze.select import load_metric_set
-    from reveal.model import Reveal, analyze
+    from reveal.analysis.select import load_metric_set
+    from reveal.model import Reveal, report_run
     from reveal.report.terminal import render_text
     from reveal.report.text import render_table
 
@@ -156,10 +156,10 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--model scores with the saved model's own settings: give no "
                              "--baseline, --metrics or analysis settings with it")
         model = Reveal.load(args.model)
-        report = model.score(args.run, progress=progress)
+        report = model.report(args.run, progress=progress)
     else:
         model = Reveal(preset=args.preset, overrides=overrides(args), metric_set=metric_set)
-        report = analyze(args.run, args.baseline, model=model, progress=progress)
+        report = report_run(args.run, args.baseline, model=model, progress=progress)
     if args.save_model:
         model.save(args.save_model)
         progress(f"model written to {args.save_model}")

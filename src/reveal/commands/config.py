@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.analyze.presets import preset, preset_for, with_overrides
+    from reveal.analysis.presets import preset, preset_for, with_overrides
     from reveal.fleet.config import FleetConfig
     from reveal.settings import flatten, parse_sets, replace_dotted, shown, split_fleet
 

@@ -112,7 +112,7 @@ BASELINE_MARGIN_S = 10.0
 def baseline_seconds() -> float:
     """The shortest baseline (seconds) whose windows are enough to place the threshold
     (the analysis warns below ``min_baseline_windows`` windows)."""
-    from reveal.analyze.presets import TELEMETRY
+    from reveal.analysis.presets import TELEMETRY
 
     window = TELEMETRY.window
     return ((TELEMETRY.min_baseline_windows - 1) * window.stride_s + window.size_s
@@ -126,15 +126,15 @@ def run(args: argparse.Namespace) -> int:
         check_writable_file(args.html)
     args.out = choose_out(args.out, args.force,
                           lambda line: print(line, file=sys.stderr, flush=True))
-    from reveal.analyze.derive import derive
-    from reveal.analyze.presets import TELEMETRY, with_overrides
+    from reveal.analysis.derive import derive
+    from reveal.analysis.presets import TELEMETRY, with_overrides
     from reveal.catalog import default_catalog
     from reveal.commands.report import write_html
     from reveal.inject.cleanup import install_signal_handlers
     from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
     from reveal.inject.scoring import score_report
     from reveal.inject.validation import host_state, host_text
-    from reveal.model import Reveal, analyze
+    from reveal.model import Reveal, report_run
     from reveal.report.html import render_html
     from reveal.report.markdown_dir import write_report_dir
     from reveal.report.terminal import render_text
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     faulted = recorded.runs[0]
     say("analysing")
     run_tel, base_tel = read_run(faulted.path), read_run(recorded.baseline)
-    report = analyze(run_tel, base_tel, model=Reveal(overrides=settings or None))
+    report = report_run(run_tel, base_tel, model=Reveal(overrides=settings or None))
     scores, _ = score_report(report, faulted.episodes, run=str(faulted.path))
     catalog = default_catalog()
     run_derived, base_derived = derive(run_tel, catalog)[0], derive(base_tel, catalog)[0]

@@ -44,14 +44,14 @@ def _exit_status(returncode: int) -> int:
 
 def _analyse(run_dir: str, baseline: str | None, settings: dict | None = None) -> None:
     try:
-        from reveal.model import Reveal, analyze
+        from reveal.model import Reveal, report_run
         from reveal.report.terminal import render_text
     except ImportError as exc:
         print(f"reveal profile: analysis unavailable in this build ({exc}); run recorded in "
               f"{run_dir}", file=sys.stderr)
         return
     try:
-        report = analyze(run_dir, baseline, model=Reveal(overrides=settings or None))
+        report = report_run(run_dir, baseline, model=Reveal(overrides=settings or None))
     except RevealError as exc:  # the command's status still wins; the run stays on disk
         print(f"reveal profile: analysis failed: {exc}", file=sys.stderr)
         return
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("no command given: reveal profile [options] -- CMD ARGS...")
     settings = parse_sets(args.settings)
     if settings:
-        from reveal.analyze.presets import TELEMETRY, with_overrides
+        from reveal.analysis.presets import TELEMETRY, with_overrides
 
         with_overrides(TELEMETRY, settings)  # a wrong name fails before the command runs
     options = options_from_args(args, "reveal profile", command=cmd)

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_report(path: str | Path) -> tuple[Any, list[Any]]:
     """The :class:`Report` saved at ``path`` and the injected faults it lists (a demo's
     ``injected``); one-line :class:`InputError` for a missing, truncated or foreign file."""
-    from reveal.report.model import Report
+    from reveal.report.schema import Report
 
     path = Path(path)
     try:

@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.analyze.derive import derive
-    from reveal.analyze.select import prune, pruning_curves, save_metric_set, union
+    from reveal.analysis.derive import derive
+    from reveal.analysis.select import prune, pruning_curves, save_metric_set, union
     from reveal.catalog import NOT_DETECTED, default_catalog
     from reveal.frame import channel_metric
     from reveal.store.sources import open_source

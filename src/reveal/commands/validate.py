@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _settings(args: argparse.Namespace) -> dict:
     """``--set`` by dotted name, checked against the analysis settings before any run."""
-    from reveal.analyze.presets import TELEMETRY, with_overrides
+    from reveal.analysis.presets import TELEMETRY, with_overrides
 
     settings = parse_sets(args.settings)
     with_overrides(TELEMETRY, settings)

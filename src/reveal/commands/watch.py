@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
     lean_allocators()  # a long-lived process: before the heavy imports and any thread
     leave_out_unused()
-    from reveal.analyze.presets import TELEMETRY, with_overrides
+    from reveal.analysis.presets import TELEMETRY, with_overrides
     from reveal.collect.options import options_from_args as probe_options
     from reveal.live.exporter import parse_listen
     from reveal.live.service import Watch, WatchOptions, default_state_dir

@@ -54,7 +54,7 @@ HIT_PERCENTS = (1.0, 1.5)
 @dataclass(frozen=True)
 class EvalSettings:
     """The one global setting used for every machine: ``reveal analyze``'s own (the preset
-    for the data's sampling interval, :mod:`reveal.analyze.presets`), plus the PCA
+    for the data's sampling interval, :mod:`reveal.analysis.presets`), plus the PCA
     baseline's. ``overrides`` change single analysis settings by dotted name."""
 
     preset: str = "auto"
@@ -96,7 +96,7 @@ def run_reveal(lm: LabelledMachine, settings: EvalSettings) -> MachineRun:
     t0 = time.perf_counter()
     train, test = lm.train, lm.test
     model = fit_for_run(reveal_model(settings), test, train)
-    analysis = model.analyse(test, lead_in=train)
+    analysis = model.score_windows(test, lead_in=train)
     verdicts = analysis.verdicts
     if verdicts.combined.shape[0] != test.n_samples:
         raise InputError(f"{lm.dataset}/{lm.machine}: {verdicts.combined.shape[0]} windows "

@@ -2,7 +2,7 @@
 
 The model is fitted on ``train`` exactly as in batch mode; then ``test`` is cut into chunks
 of ``chunk_s`` seconds (by default one refit period) and walked in time order. Each chunk
-is scored by :meth:`Reveal.analyse` with the generations that exist before it (its first
+is scored by :meth:`Reveal.score_windows` with the generations that exist before it (its first
 windows completed by the rows just before it), then given back with
 :meth:`Reveal.partial_fit` — which moves the drift-following centre on and, once a refit
 period of data has passed, fits a new generation on the recent unflagged windows. Nothing
@@ -12,7 +12,7 @@ before its start.
 With ``--set refit.scheme=quiet_span`` the walk measures how ``reveal watch`` keeps its
 model current instead: every ``refit.every_s`` a whole new model is fitted on the raw rows
 of the latest ``refit.span_s`` when no window in it was above the threshold
-(:mod:`reveal.analyze.quietspan`, the rule the watch's keeper applies).
+(:mod:`reveal.analysis.quietspan`, the rule the watch's keeper applies).
 
 With refits off (``refit.every_s`` None) the walk gives exactly the batch verdicts
 (tests/test_evaluate_stream.py).
@@ -58,7 +58,7 @@ def walk(model: Reveal, lm: LabelledMachine, chunk_s: float | None = None,
     for a in range(0, test.n_samples, rows):
         b = min(a + rows, test.n_samples)
         lead = train if a < lead_rows else test.slice_rows(a - lead_rows, a)
-        analysis = model.analyse(test.slice_rows(a, b), lead_in=lead)
+        analysis = model.score_windows(test.slice_rows(a, b), lead_in=lead)
         v = analysis.verdicts
         if v.combined.shape[0] != b - a:
             raise InputError(f"{lm.dataset}/{lm.machine}: {v.combined.shape[0]} windows for "

@@ -100,7 +100,7 @@ def granularity_study(run: Any, baseline: Any = None,
     """
 
     from reveal.config import AnalyzeConfig, WindowConfig
-    from reveal.model import Reveal, analyze
+    from reveal.model import Reveal, report_run
     from reveal.store.sources import open_source
 
     config = config or AnalyzeConfig()
@@ -111,7 +111,7 @@ def granularity_study(run: Any, baseline: Any = None,
     intervals = []
     for size_s, stride_s in settings:
         cfg = dataclasses.replace(config, window=WindowConfig(size_s=size_s, stride_s=stride_s))
-        report = analyze(tel, base, model=Reveal(config=cfg))
+        report = report_run(tel, base, model=Reveal(config=cfg))
         w = report.windows
         iv = flagged_intervals(w.start_ns, w.end_ns, w.flagged)
         intervals.append(iv)
@@ -211,7 +211,7 @@ def reproducibility_study(runs: Sequence[Any], step_s: float = 0.5, chunk_s: flo
     """
     from scipy.stats import wilcoxon
 
-    from reveal.analyze.derive import derive
+    from reveal.analysis.derive import derive
     from reveal.catalog import default_catalog
     from reveal.store.sources import open_source
 

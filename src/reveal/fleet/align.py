@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reveal.fleet.result import ClockOffset, HostFeatures
+from reveal.fleet.records import ClockOffset, HostFeatures
 
 
 def grid_slots(hosts: Sequence[HostFeatures], stride_ns: int) -> tuple[int, list[np.ndarray]]:

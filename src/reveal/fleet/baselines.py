@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reveal.analyze.pipeline import FittedAnalysis
+from reveal.analysis.pipeline import FittedAnalysis
 
 _SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
 

@@ -36,7 +36,7 @@ from reveal.fleet.engine import (
     trace_requests,
 )
 from reveal.fleet.peers import BlockResult
-from reveal.fleet.result import FleetResult, HostFeatures, OwnVerdicts, summary
+from reveal.fleet.records import FleetResult, HostFeatures, OwnVerdicts, summary
 from reveal.frame import Telemetry
 
 #: a host's data: telemetry as is, a run path (read by the worker), or a callable making it

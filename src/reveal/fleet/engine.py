@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reveal.analyze.ensemble import persistence_windows
-from reveal.analyze.subsystems import channel_subsystems
+from reveal.analysis.ensemble import persistence_windows
+from reveal.analysis.subsystems import channel_subsystems
 from reveal.catalog import SUBSYSTEMS, default_catalog
 from reveal.errors import InputError
 from reveal.fleet.align import clock_offsets, grid_slots, place
@@ -28,7 +28,7 @@ from reveal.fleet.config import FleetConfig
 from reveal.fleet.episodes import episodes, flag, window_cut
 from reveal.fleet.host import host_features, own_verdicts
 from reveal.fleet.peers import BlockResult, compare_block
-from reveal.fleet.result import (
+from reveal.fleet.records import (
     ClockOffset,
     ConfigOutlier,
     FleetResult,

@@ -13,10 +13,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from reveal.analyze.constants import MAD_TO_SIGMA
-from reveal.analyze.ensemble import persistent
-from reveal.analyze.grouping import runs
-from reveal.fleet.result import HostEpisode, PeerReason
+from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.ensemble import persistent
+from reveal.analysis.grouping import runs
+from reveal.fleet.records import HostEpisode, PeerReason
 
 
 def window_cut(scores: np.ndarray, min_score: float, cut_mads: float) -> np.ndarray:

@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from reveal.catalog import default_catalog
-from reveal.fleet.result import FleetResult, HostEpisode
+from reveal.fleet.records import FleetResult, HostEpisode
 from reveal.frame import channel_metric
 from reveal.report.claims import subject
 from reveal.report.escape import plain

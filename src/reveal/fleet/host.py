@@ -1,6 +1,6 @@
 """One host's side of the fleet comparison: its window features on the wall clock.
 
-The single host's front end (:mod:`reveal.analyze.frontend`: usable channels, window
+The single host's front end (:mod:`reveal.analysis.frontend`: usable channels, window
 features without the levels of ``state`` channels, per-CPU ranks, the catalog's unit
 floors), with the fleet's feature set, channels matched by role
 (:mod:`reveal.fleet.roles`), a floor at the window statistic's sampling error, and the
@@ -13,17 +13,17 @@ import warnings as pywarnings
 
 import numpy as np
 
-from reveal.analyze import frontend
-from reveal.analyze.derive import derive
-from reveal.analyze.floors import SAMPLING_SE
-from reveal.analyze.percpu import BUSY_METRIC
-from reveal.analyze.pipeline import FittedAnalysis, analyse, rows_per_window, window_config
+from reveal.analysis import frontend
+from reveal.analysis.derive import derive
+from reveal.analysis.floors import SAMPLING_SE
+from reveal.analysis.percpu import BUSY_METRIC
+from reveal.analysis.pipeline import FittedAnalysis, rows_per_window, score_windows, window_config
 from reveal.catalog import default_catalog
 from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
 from reveal.fleet.channels import compared_channels
 from reveal.fleet.config import FleetConfig
-from reveal.fleet.result import HostFeatures, OwnVerdicts
+from reveal.fleet.records import HostFeatures, OwnVerdicts
 from reveal.fleet.roles import role_names
 from reveal.frame import Telemetry, channel_metric, parse_channel
 
@@ -123,7 +123,7 @@ def _statics(d: Telemetry, kinds: list[str], finite: np.ndarray,
 def sampling_errors(channels: list[str], features: list[str], sigma: dict[str, float],
                     sources: dict[str, list[str]], rows: float) -> np.ndarray:
     """Per feature column, the spread chance alone gives the statistic in one window
-    (feature units): :data:`reveal.analyze.floors.SAMPLING_SE` (Gaussian shape) × the
+    (feature units): :data:`reveal.analysis.floors.SAMPLING_SE` (Gaussian shape) × the
     channel's typical within-window spread σ
     (``sigma``, by channel; a CPU rank takes its group's largest). Peers whose window
     means agree more closely than that (steady hosts) do not make a small difference read
@@ -189,7 +189,7 @@ def _activity(d: Telemetry, starts: np.ndarray, size: int) -> np.ndarray:
 
 def own_verdicts(telemetry: Telemetry, fitted: FittedAnalysis) -> OwnVerdicts:
     """``telemetry`` scored against the host's own fitted baseline, per window (wall clock)."""
-    analysis = analyse(fitted, telemetry)
+    analysis = score_windows(fitted, telemetry)
     v = analysis.verdicts
     threshold = v.combined_threshold if v.combined_threshold > 0 else 1.0
     subsystem = [""] * len(analysis.windows)

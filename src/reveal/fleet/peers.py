@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reveal.analyze.constants import MAD_TO_SIGMA
+from reveal.analysis.constants import MAD_TO_SIGMA
 
 #: |z| from which a host counts as deviating on a column (for ``max_deviating_share``)
 DEVIATING_Z = 3.0

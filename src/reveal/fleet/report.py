@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from reveal.catalog import default_catalog
-from reveal.fleet.result import ClockOffset, ConfigOutlier, FleetResult, HostEpisode, PeerReason
+from reveal.fleet.records import ClockOffset, ConfigOutlier, FleetResult, HostEpisode, PeerReason
 from reveal.frame import channel_metric
 from reveal.report.claims import subject
 from reveal.report.escape import markdown, plain

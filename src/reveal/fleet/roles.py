@@ -5,7 +5,7 @@ other; ``nvme0n1`` against ``vda``. What corresponds is the role: the busiest in
 the busiest disk. Channels labelled by an interface (``iface``) or a block device (``dev``)
 are renamed by traffic rank over the run, ``iface=rank0`` the busiest; GPUs keep their
 index (``gpu=0`` is the first GPU everywhere); per-CPU channels are ranked per window by
-busy share (``cpu=r0``, see :mod:`reveal.analyze.percpu`). Hosts with 2 and 8 GPUs then
+busy share (``cpu=r0``, see :mod:`reveal.analysis.percpu`). Hosts with 2 and 8 GPUs then
 share ``gpu=0`` and ``gpu=1``; the comparison uses the columns hosts share.
 """
 

@@ -127,8 +127,8 @@ def record_fleet(out_dir: Path, plans: list[HostPlan], run_s: float, say: Say,
     from reveal.inject.cleanup import make_temp_dir
     from reveal.inject.faults import FaultContext
     from reveal.inject.jobcgroup import JobCgroup
-    from reveal.inject.netns import NetnsPair
     from reveal.inject.scenario import WARMUP_S, EpisodePlan, record
+    from reveal.inject.veth_pair import NetnsPair
     from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
 
     if os.geteuid() != 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from reveal.fleet.result import ConfigOutlier, HostFeatures
+from reveal.fleet.records import ConfigOutlier, HostFeatures
 
 #: share of hosts that must agree on a value for the others to be outliers
 MAJORITY = 0.5

@@ -43,8 +43,8 @@ from reveal.inject.cleanup import make_temp_dir
 from reveal.inject.faults import FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import Episode, EventLog
 from reveal.inject.jobcgroup import JobCgroup
-from reveal.inject.netns import NetnsPair
 from reveal.inject.scenario import WARMUP_S, Say, Scenario
+from reveal.inject.veth_pair import NetnsPair
 from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
 from reveal.settings import set_arguments
 

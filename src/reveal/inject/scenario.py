@@ -26,7 +26,7 @@ from reveal.inject.cleanup import make_temp_dir
 from reveal.inject.faults import FAULTS, FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import Episode, EventLog
 from reveal.inject.jobcgroup import JobCgroup
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
 
 Say = Callable[[str], None]

@@ -139,7 +139,7 @@ def separation_auc(inside: np.ndarray, clean: np.ndarray) -> float | None:
 
 def score_report(report: Any, episodes: Sequence[Episode], settle_s: float = DEFAULT_SETTLE_S,
                  run: str = "") -> tuple[list[EpisodeScore], dict[str, int]]:
-    """Score a :class:`reveal.report.model.Report`: episode verdicts and clean-window counts."""
+    """Score a :class:`reveal.report.schema.Report`: episode verdicts and clean-window counts."""
     table = report.windows
     shares: list[dict[str, float] | None] = [None] * len(table.start_ns)
     for anomaly in report.anomalies:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.constants import MAD_TO_SIGMA
+from reveal.analysis.constants import MAD_TO_SIGMA
 from reveal.errors import RevealError
 from reveal.frame import Telemetry
 from reveal.inject.faults import FAULTS
@@ -99,8 +99,8 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
                    top: int = 5) -> list[dict[str, Any]]:
     """Channels whose median during ``episode`` departs most from the baseline median,
     in robust z units (derived rates; diagnostic for the analysis side)."""
-    from reveal.analyze.derive import derive
-    from reveal.analyze.subsystems import channel_subsystems, irq_names
+    from reveal.analysis.derive import derive
+    from reveal.analysis.subsystems import channel_subsystems, irq_names
     from reveal.catalog import default_catalog
 
     catalog = default_catalog()
@@ -131,7 +131,7 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
 def host_state(run: Telemetry, baseline: Telemetry, episode: Episode) -> dict[str, Any]:
     """What the host was doing during ``episode`` and in the baseline (medians): 1-minute
     load average (tasks), CPU busy (%) and hypervisor steal (% of all CPU time)."""
-    from reveal.analyze.derive import derive
+    from reveal.analysis.derive import derive
     from reveal.catalog import default_catalog
 
     fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -165,7 +165,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
     """Analyse each faulted run against the baseline; scores and per-run summaries. Each
     run's report goes next to it as ``runN.report.json``, or into ``reports_to``;
     ``settings``: analysis settings by dotted name."""
-    from reveal.model import Reveal, analyze
+    from reveal.model import Reveal, report_run
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
 
@@ -180,7 +180,7 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
             baselines = {base_path: read_run(base_path)}
         baseline = baselines[base_path]
         tel = read_run(rec.path)
-        report = analyze(tel, baseline, model=Reveal(overrides=settings or None))
+        report = report_run(tel, baseline, model=Reveal(overrides=settings or None))
         where = reports_to if reports_to is not None else rec.path.parent
         where.mkdir(parents=True, exist_ok=True)
         write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal._version import __version__
-from reveal.analyze.evidence import named_subsystem, weigh_subsystems
+from reveal.analysis.evidence import named_subsystem, weigh_subsystems
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.live.scorer import LiveWindow
@@ -96,7 +96,7 @@ class Episode:
                                             "reasons": reasons_of(window)}
 
     def follow_lead(self) -> None:
-        """Name the episode (:func:`reveal.analyze.evidence.named_subsystem`) and take the
+        """Name the episode (:func:`reveal.analysis.evidence.named_subsystem`) and take the
         claim and reasons of the strongest window its subsystem led (kept as they are
         when no window has a claim)."""
         self.subsystem = named_subsystem(self.weights, self.leads, default=self.subsystem)

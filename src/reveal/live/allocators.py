@@ -31,7 +31,7 @@ import importlib.abc
 import os
 import sys
 
-from reveal.analyze._feat_alloc import glibc
+from reveal.analysis._feat_alloc import glibc
 
 _M_ARENA_MAX = -8
 ARENAS = 2

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reveal.analyze.pipeline import stride_seconds
-from reveal.analyze.presets import preset, preset_name_for, with_overrides
-from reveal.analyze.quietspan import QuietSpan
+from reveal.analysis.pipeline import stride_seconds
+from reveal.analysis.presets import preset, preset_name_for, with_overrides
+from reveal.analysis.quietspan import QuietSpan
 from reveal.collect.runner import Notify
 from reveal.errors import InputError
 from reveal.live.allocators import trim_heap

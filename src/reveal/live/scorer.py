@@ -2,7 +2,7 @@
 
 Each time a window closes, :class:`LiveScorer` takes from the sample buffer exactly the
 rows that window needs (its own samples, plus the one before its first that rates are
-derived from) and scores them with :meth:`reveal.model.Reveal.analyse` — the code
+derived from) and scores them with :meth:`reveal.model.Reveal.score_windows` — the code
 ``reveal analyze`` runs, with the same model (its generations too, where it carries them).
 Nothing of a window's score depends on data outside it: the telemetry preset has no
 drift-following centre, and CPU busy ranks are taken within each window. When the scorer
@@ -11,17 +11,17 @@ call, in the same way.
 
 Between scoring calls, :meth:`LiveScorer.change_seen` looks at each newly closed window
 for a change that matters (a channel's window median, or an event count's sum, moved by
-its least change that matters and :data:`~reveal.analyze.significance.SIGNIFICANT_Z`
+its least change that matters and :data:`~reveal.analysis.significance.SIGNIFICANT_Z`
 robust σ): a window can be flagged only when it holds one, and the watch then scores at
 once instead of waiting for its batch. The look costs a derive and a median of one
 window's rows (about a tenth of a scoring call) and changes no verdict, only when it is
 given.
 
-The persistence rule is applied across calls as :func:`reveal.analyze.ensemble.persistent`
+The persistence rule is applied across calls as :func:`reveal.analysis.ensemble.persistent`
 applies it to a whole run: a window is flagged when its combined score and those of the
 ``persistence − 1`` windows before it exceed the threshold; windows before the first one
 scored (or lost to a gap) count as below it. So the live verdicts of a recording replayed
-through the buffer equal ``Reveal.score`` on the whole recording (tests/test_watch_live.py).
+through the buffer equal ``Reveal.report`` on the whole recording (tests/test_watch_live.py).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reveal.analyze.derive import derive
-from reveal.analyze.direct import is_sign
-from reveal.analyze.ensemble import persistence_windows, persistent
-from reveal.analyze.evidence import WindowEvidence
-from reveal.analyze.percpu import RANK_PREFIX
-from reveal.analyze.pipeline import (
+from reveal.analysis.derive import derive
+from reveal.analysis.direct import is_sign
+from reveal.analysis.ensemble import persistence_windows, persistent
+from reveal.analysis.evidence import WindowEvidence
+from reveal.analysis.percpu import RANK_PREFIX
+from reveal.analysis.pipeline import (
     FittedAnalysis,
     held_levels,
     rows_per_window,
@@ -50,7 +50,7 @@ from reveal.analyze.pipeline import (
     usable_channels,
     window_config,
 )
-from reveal.analyze.significance import SIGNIFICANT_Z, gate_active
+from reveal.analysis.significance import SIGNIFICANT_Z, gate_active
 from reveal.catalog import default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
@@ -149,7 +149,7 @@ class LiveScorer:
         # whether each of the last persistence − 1 windows scored was above the threshold
         self._recent: deque[bool] = deque(maxlen=max(self.persistence - 1, 1))
         # the feature rows of the last windows scored, to see a changed level hold still
-        # across calls (a new steady state, see reveal.analyze.steady)
+        # across calls (a new steady state, see reveal.analysis.steady)
         self._rows: deque[np.ndarray] = deque(
             maxlen=max(settle_windows(self.fitted, self.fitted.interval_s) - 1, 1))
         self._watched = _watched_columns(self.fitted)
@@ -253,7 +253,7 @@ class LiveScorer:
         start, _ = self.rows_of(first)
         _, stop = self.rows_of(last)
         tel = read(start, stop)
-        analysis = self.model.analyse(tel)
+        analysis = self.model.score_windows(tel)
         n = last - first + 1
         if len(analysis.windows) != n:
             raise RuntimeError(f"scored {len(analysis.windows)} windows from rows {start}.."

@@ -1,4 +1,4 @@
-"""A :class:`Report` from an analysis: the numbers of :mod:`reveal.analyze.pipeline` with
+"""A :class:`Report` from an analysis: the numbers of :mod:`reveal.analysis.pipeline` with
 the words (claims) of :mod:`reveal.report.claims`, episodes, and what decided the verdicts."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from reveal._version import __version__
-from reveal.analyze.evidence import Reason, named_subsystem, weigh_subsystems
-from reveal.analyze.grouping import touching
-from reveal.analyze.pipeline import Analysis, FittedAnalysis
+from reveal.analysis.evidence import Reason, named_subsystem, weigh_subsystems
+from reveal.analysis.grouping import touching
+from reveal.analysis.pipeline import Analysis, FittedAnalysis
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.report.claims import window_claim
-from reveal.report.model import (
+from reveal.report.schema import (
     Anomaly,
     DetectorSummary,
     Episode,
@@ -30,7 +30,7 @@ from reveal.report.steady_text import steady_claim
 
 def episodes(anomalies: list[Anomaly]) -> list[Episode]:
     """Group flagged windows whose time spans overlap or touch
-    (:func:`reveal.analyze.grouping.touching`)."""
+    (:func:`reveal.analysis.grouping.touching`)."""
     ordered = sorted(anomalies, key=lambda a: a.start_ns)
     spans = touching(np.array([a.start_ns for a in ordered], dtype=np.int64),
                      np.array([a.end_ns for a in ordered], dtype=np.int64))

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from functools import lru_cache
 
-from reveal.analyze.evidence import Reason
+from reveal.analysis.evidence import Reason
 from reveal.catalog import Catalog
 from reveal.frame import channel_metric, parse_channel
 from reveal.report.escape import plain

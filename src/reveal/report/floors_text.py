@@ -1,5 +1,5 @@
 """The least change that matters per channel of a fitted model, as a table for a person
-(``reveal analyze --explain-floors``; the rules are in :mod:`reveal.analyze.significance`)."""
+(``reveal analyze --explain-floors``; the rules are in :mod:`reveal.analysis.significance`)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from reveal.report.escape import html_text
 from reveal.report.html_cards import card
 from reveal.report.html_page import page
 from reveal.report.html_plots import Band, timeline, trace
-from reveal.report.model import Anomaly, Episode, Report
+from reveal.report.schema import Anomaly, Episode, Report
 from reveal.report.text import (
     clock,
     decision_text,
@@ -163,7 +163,7 @@ def as_analysed(tel: Telemetry | None, report: Report) -> Telemetry | None:
     added (left as it is when it already is so)."""
     if tel is None or not _is_raw(tel, report):
         return tel
-    from reveal.analyze.derive import derive
+    from reveal.analysis.derive import derive
 
     return derive(tel, default_catalog())[0]
 

@@ -16,11 +16,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reveal.analyze.evidence import Reason, weigh_subsystems
+from reveal.analysis.evidence import Reason, weigh_subsystems
 from reveal.catalog import default_catalog
 from reveal.report.escape import html_text
 from reveal.report.figures import SUBSYSTEM_COLOURS
-from reveal.report.model import Anomaly, Episode
+from reveal.report.schema import Anomaly, Episode
 from reveal.report.text import FEATURE_SHORT, plural
 from reveal.report.times import Clock, span_text
 from reveal.report.units import Quantity, number, quantity
@@ -89,7 +89,7 @@ def gather(anomalies: Sequence[Anomaly]) -> list[tuple[Reason, float]]:
 
 def subsystem_shares(anomalies: Sequence[Anomaly]) -> list[tuple[str, float]]:
     """Evidence by subsystem over an episode: shares weighted by each window's score
-    (:func:`reveal.analyze.evidence.weigh_subsystems`; a score below 0 counts as 0),
+    (:func:`reveal.analysis.evidence.weigh_subsystems`; a score below 0 counts as 0),
     normalised to 1, strongest first."""
     weight: dict[str, float] = {}
     for a in anomalies:

@@ -35,7 +35,7 @@ from bokeh.plotting import figure
 
 from reveal.report.escape import plain
 from reveal.report.html_decimate import min_max, peak_rows
-from reveal.report.model import Report
+from reveal.report.schema import Report
 from reveal.report.text import FEATURE_SHORT, clock
 from reveal.report.times import NS
 from reveal.report.units import Quantity

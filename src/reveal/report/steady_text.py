@@ -1,5 +1,5 @@
 """A new steady state in words, once: what level changed, by how much, since when
-(see :mod:`reveal.analyze.steady`)."""
+(see :mod:`reveal.analysis.steady`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reveal.report.escape import plain
-from reveal.report.model import Report
+from reveal.report.schema import Report
 from reveal.report.text import (
     clock,
     decision_text,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from reveal.report.escape import markdown, plain
-from reveal.report.model import Anomaly, Episode, Report
+from reveal.report.schema import Anomaly, Episode, Report
 from reveal.report.times import Clock, span_text
 from reveal.report.units import number
 

@@ -3,7 +3,7 @@
 Each catalog unit (``MetricInfo.unit``) maps to a :class:`Quantity`: the base unit its
 values read in once multiplied by ``scale``, and for counts the noun. Values seen by the
 report are the analysis's: counters and events are already per-second rates (see
-:mod:`reveal.analyze.derive`), so a counter in bytes reads in bytes per second, one in
+:mod:`reveal.analysis.derive`), so a counter in bytes reads in bytes per second, one in
 USER_HZ ticks in CPUs (CPU-seconds per second), one in microseconds as a share of the time.
 
 Bases and how they print:

@@ -2,7 +2,7 @@
 
 The collector's segment buffers (a segment's rows × channels, tens of MB) live for one
 segment and are then replaced. From malloc they would come from the heap once glibc's
-dynamic mmap threshold has risen (or once :mod:`reveal.analyze._feat_alloc` raised it),
+dynamic mmap threshold has risen (or once :mod:`reveal.analysis._feat_alloc` raised it),
 and a freed buffer between live blocks stays part of the process's resident memory. A
 mapping of their own is unmapped when the last array viewing it goes, and its pages are
 only made resident as rows are written.

@@ -24,7 +24,7 @@ from reveal.inject import processes
 from reveal.inject.benign.base import BenignActivity, benign_ifname, benign_name, register
 from reveal.inject.cleanup import netns_names
 from reveal.inject.jobcgroup import JobCgroup
-from reveal.inject.netns import netns_supported
+from reveal.inject.veth_pair import netns_supported
 
 CONTAINER_ADDR = "10.214.0.2/30"  # inside the container's namespace only
 LINK_TYPES = ("dummy", "bridge", "veth")

@@ -3,7 +3,7 @@ on how much of it the analysis flags (it should flag almost none).
 
 Every kind gets its own pair of recordings with the same running job: a clean baseline,
 then a run with the activity ``at_s`` seconds in. Each run is analysed against its own
-baseline (``reveal.model.analyze(run, baseline)``, as an operator compares a new run with
+baseline (``reveal.model.report_run(run, baseline)``, as an operator compares a new run with
 a reference run) and scored on:
 
 - the share of all windows flagged, and of the windows that overlap or follow the
@@ -130,7 +130,7 @@ def analyse(recorded: list[RecordedScenario], say: Say,
     """Analyse every run against its own baseline; one row per run. Each report goes next
     to its run as ``runN.report.json``, or into ``reports_to``; ``settings``: analysis
     settings by dotted name."""
-    from reveal.model import Reveal, analyze
+    from reveal.model import Reveal, report_run
     from reveal.store.layout import write_json_atomic
     from reveal.store.run_reader import read_run
 
@@ -143,8 +143,9 @@ def analyse(recorded: list[RecordedScenario], say: Say,
                 continue
             say(f"analysing {rec.path}")
             started = time.monotonic()
-            report = analyze(read_run(rec.path), read_run(rec.baseline or scenario.baseline),
-                             model=Reveal(overrides=settings or None))
+            report = report_run(read_run(rec.path),
+                                read_run(rec.baseline or scenario.baseline),
+                                model=Reveal(overrides=settings or None))
             where = reports_to if reports_to is not None else rec.path.parent
             where.mkdir(parents=True, exist_ok=True)
             write_json_atomic(where / f"{rec.path.name}.report.json", report.to_dict())

@@ -25,7 +25,7 @@ from reveal.errors import RevealError
 from reveal.inject import processes
 from reveal.inject.cleanup import UNDO
 from reveal.inject.groundtruth import Episode, EventLog
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 from reveal.registry import Registry
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from reveal.inject import processes
 from reveal.inject.faults.base import Fault, register
 from reveal.inject.naming import PREFIX
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 
 NFT_TABLE = PREFIX
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from reveal.errors import RevealError
 from reveal.inject import processes
 from reveal.inject.jobcgroup import JobCgroup
-from reveal.inject.netns import NetnsPair
+from reveal.inject.veth_pair import NetnsPair
 
 WORKLOADS = ("torch_train", "torch_ddp", "numpy_train")
 DDP_PORT = 29513

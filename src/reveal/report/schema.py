@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.evidence import Reason
+from reveal.analysis.evidence import Reason
 from reveal.errors import InputError
 
 SCHEMA_NAME = "reveal-report"

@@ -35,7 +35,7 @@ import warnings
 
 import numpy as np
 
-from reveal.analyze.constants import MAD_TO_SIGMA
+from reveal.analysis.constants import MAD_TO_SIGMA
 from reveal.errors import InputError
 
 ROW_CHUNK_VALUES = 4_000_000  # values transformed at a time (bounds temporaries)

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 from scipy import sparse
 
-from reveal.analyze.detectors.base import Detector, robust_center_scale
-from reveal.analyze.detectors.registry import register
+from reveal.analysis.detectors.base import Detector, robust_center_scale
+from reveal.analysis.detectors.registry import register
 from reveal.errors import InputError
 
 if TYPE_CHECKING:
-    from reveal.analyze.ensemble import EnsembleOptions
+    from reveal.analysis.ensemble import EnsembleOptions
     from reveal.config import DetectConfig
 
 

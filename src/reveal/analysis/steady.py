@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from reveal.analyze.constants import LEVEL_FEATURES
+from reveal.analysis.constants import LEVEL_FEATURES
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric
 

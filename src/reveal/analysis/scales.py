@@ -32,7 +32,7 @@ from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
 
 if TYPE_CHECKING:
-    from reveal.analyze.pipeline import Analysis
+    from reveal.analysis.pipeline import Analysis
 
 
 def scale_configs(config: AnalyzeConfig) -> list[AnalyzeConfig]:

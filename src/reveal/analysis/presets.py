@@ -18,7 +18,7 @@ anomalous rows found (chosen by 2-fold cross-fitting between machines, docs/eval
 Both presets leave refits off (``refit.every_s`` None): a model given scored data back by
 ``Reveal.partial_fit`` (``evaluate --mode stream``, the API) moves its drift-following
 centre on but fits no new generation unless ``refit.every_s`` is set (see
-:mod:`reveal.analyze.consensus`). Refits with a consensus of generations were measured on
+:mod:`reveal.analysis.consensus`). Refits with a consensus of generations were measured on
 SMD and ASD, chosen by 2-fold cross-fitting between machines, and lowered the
 automatic-threshold F1 there (docs/evaluation.md, "Stream mode"); on the collector's
 telemetry they are not measured yet.

@@ -7,7 +7,7 @@ everything recent would follow the drift, but also learn a lasting fault as norm
 as scored data comes in (:meth:`Consensus.advance`, called by ``Reveal.partial_fit``):
 
 - every ``refit.every_s`` seconds of data, a new **generation** (a whole
-  :class:`~reveal.analyze.ensemble.Ensemble`: scaling, detectors, thresholds, each threshold
+  :class:`~reveal.analysis.ensemble.Ensemble`: scaling, detectors, thresholds, each threshold
   from held-out scores of its own fit windows, in :data:`REFIT_FOLDS` folds) is fitted on
   the windows of the last
   ``refit.span_s`` seconds that were **not flagged**, nor within one window length of a
@@ -29,7 +29,7 @@ whole multivariate ensembles rather than one clustering per metric, and a refit 
 from windows that were not flagged, so a fault that is caught is not learned.
 
 Streaming state. The drift-following centre of the minute preset (see
-:class:`~reveal.analyze.preprocess.RobustScaler`) needs the block medians of past windows;
+:class:`~reveal.analysis.preprocess.RobustScaler`) needs the block medians of past windows;
 :meth:`advance` keeps every generation's ``history_`` current with the blocks scored so far
 (windows of a block not yet complete wait in ``pending`` and are scored again, as a prefix,
 with the next windows; without a drift-following centre nothing is scored twice), and the
@@ -44,8 +44,8 @@ import dataclasses
 
 import numpy as np
 
-from reveal.analyze.ensemble import Ensemble, EnsembleOptions, Verdicts, persistent
-from reveal.analyze.preprocess import RobustScaler
+from reveal.analysis.ensemble import Ensemble, EnsembleOptions, Verdicts, persistent
+from reveal.analysis.preprocess import RobustScaler
 from reveal.config import DetectConfig, RefitConfig
 from reveal.errors import InputError
 

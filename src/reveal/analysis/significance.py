@@ -89,9 +89,9 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.constants import LEVEL_FEATURES
-from reveal.analyze.evidence import Reason
-from reveal.analyze.floors import SHAPE_FEATURES, UNFLOORED_UNITS
+from reveal.analysis.constants import LEVEL_FEATURES
+from reveal.analysis.evidence import Reason
+from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.frame import Telemetry, channel_metric, parse_channel
 
@@ -672,7 +672,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
                     keep_first: bool = False, name: Any = None) -> Any:
-    """``evidence`` (a :class:`reveal.analyze.evidence.WindowEvidence`) with the reason
+    """``evidence`` (a :class:`reveal.analysis.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
     no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline; with only such falls,

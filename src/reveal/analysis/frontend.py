@@ -1,6 +1,6 @@
 """Telemetry to feature matrix and its floors: the one front end of every analysis path.
 
-Fitting and scoring a host (:mod:`reveal.analyze.pipeline`), the fleet's peer comparison
+Fitting and scoring a host (:mod:`reveal.analysis.pipeline`), the fleet's peer comparison
 (:mod:`reveal.fleet.host`) and the Python API's :func:`reveal.api.window_features` take
 derived telemetry (rates, ``derive``) through the same steps here:
 
@@ -9,9 +9,9 @@ derived telemetry (rates, ``derive``) through the same steps here:
 2. their window features (:func:`window_features`), the level features of ``state``
    channels set aside (their level is host history, their movement is not);
 3. per-CPU columns ranked by load in every window (:func:`ranked`,
-   :mod:`reveal.analyze.percpu`);
+   :mod:`reveal.analysis.percpu`);
 4. every column's least change that counts (:func:`scale_floors`, from the catalog's unit
-   floors at each channel's own level, :mod:`reveal.analyze.floors`).
+   floors at each channel's own level, :mod:`reveal.analysis.floors`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reveal.analyze.constants import LEVEL_FEATURES
-from reveal.analyze.features import FeatureMatrix, compute_features
-from reveal.analyze.floors import ChannelFloor, channel_floors, feature_floors
-from reveal.analyze.percpu import cpu_order, rank_cpu_columns, unrank, window_busy
-from reveal.analyze.windows import make_windows
+from reveal.analysis.constants import LEVEL_FEATURES
+from reveal.analysis.features import FeatureMatrix, compute_features
+from reveal.analysis.floors import ChannelFloor, channel_floors, feature_floors
+from reveal.analysis.percpu import cpu_order, rank_cpu_columns, unrank, window_busy
+from reveal.analysis.windows import make_windows
 from reveal.catalog import NOT_DETECTED, Catalog, default_catalog
 from reveal.config import WindowConfig
 from reveal.frame import Telemetry, channel_metric
@@ -116,7 +116,7 @@ class CpuRanks:
 def ranked(fm: FeatureMatrix, tel: Telemetry,
            named_by: Telemetry | None = None) -> tuple[FeatureMatrix, CpuRanks]:
     """``fm`` with per-CPU columns ranked per window by CPU busy share (see
-    :func:`reveal.analyze.percpu.rank_cpu_columns`); reports name the CPUs by their order
+    :func:`reveal.analysis.percpu.rank_cpu_columns`); reports name the CPUs by their order
     in ``named_by`` (the telemetry before any per-sample ranking; default ``tel``)."""
     cpus, busy = window_busy(tel, fm.windows.start, fm.windows.size)
     values, names, sources = rank_cpu_columns(fm.values, fm.channels, fm.features, cpus, busy)
@@ -140,7 +140,7 @@ def scale_floors(channels: Sequence[str], levels: np.ndarray, fm: FeatureMatrix,
                  shape_floors: bool = True,
                  sources: dict[str, list[str]] | None = None) -> np.ndarray:
     """Per feature column of ``fm``, the least change that counts (its units; see
-    :mod:`reveal.analyze.floors`): ``channels`` with their ``levels`` (derived units),
+    :mod:`reveal.analysis.floors`): ``channels`` with their ``levels`` (derived units),
     ``relative`` share of the level, windows of ``rows`` samples ``interval_s`` seconds
     apart; a CPU rank (``sources``) takes its group's largest floor."""
     per_channel = dict(zip(channels, channel_floors(channels, levels, relative, interval_s),

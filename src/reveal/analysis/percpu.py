@@ -30,7 +30,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from reveal.analyze.windows import span_sums
+from reveal.analysis.windows import span_sums
 from reveal.frame import Telemetry, format_channel, parse_channel
 
 RANK_PREFIX = "r"
@@ -51,7 +51,7 @@ def window_busy(tel: Telemetry, starts: np.ndarray, size: int) -> tuple[list[str
     """CPU numbers and their mean busy % over each window (W, n_cpus); NaN counts as 0.
 
     A window's mean is the same to the last bit whatever precedes it
-    (:func:`~reveal.analyze.windows.span_sums`): a live scorer that reads only a window's
+    (:func:`~reveal.analysis.windows.span_sums`): a live scorer that reads only a window's
     rows ranks tied CPUs (two saturated ones) as the whole run's analysis does.
     """
     cpus, cols = _busy_columns(tel.channels)

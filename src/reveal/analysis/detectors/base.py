@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from reveal.analyze.constants import MAD_TO_SIGMA
-from reveal.analyze.preprocess import check_matrix
+from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.preprocess import check_matrix
 from reveal.errors import InputError
 
 if TYPE_CHECKING:
-    from reveal.analyze.ensemble import EnsembleOptions
+    from reveal.analysis.ensemble import EnsembleOptions
     from reveal.config import DetectConfig
 
 BLOCK_ROWS = 8192  # rows scored at a time by Z, MAHA and GMM (bounds memory)
@@ -112,7 +112,7 @@ class Detector(BaseEstimator):
         ----------
         X : ndarray of shape (n, K)
             Baseline windows, finite (normally robust z from
-            :class:`reveal.analyze.preprocess.RobustScaler`).
+            :class:`reveal.analysis.preprocess.RobustScaler`).
         y : None
             Ignored (scikit-learn convention).
 

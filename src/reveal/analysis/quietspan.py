@@ -1,7 +1,7 @@
 """When a model may be refitted on the latest quiet span (``refit.scheme = "quiet_span"``).
 
 The other way to keep a model current, beside the generations of
-:mod:`reveal.analyze.consensus`: every ``every`` of data, fit a whole new model on the
+:mod:`reveal.analysis.consensus`: every ``every`` of data, fit a whole new model on the
 latest ``span`` of raw samples and score with it alone, but only when that span is
 quiet — no window in it was above the threshold, it holds nothing the model in use was
 fitted on or scored before it began (a refit must learn from what this model judged

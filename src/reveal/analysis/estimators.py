@@ -31,8 +31,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from reveal.analyze.detectors import registry
-from reveal.analyze.detectors.base import Detector, robust_center_scale
+from reveal.analysis.detectors import registry
+from reveal.analysis.detectors.base import Detector, robust_center_scale
 
 
 class DetectorOutlier(OutlierMixin, BaseEstimator):
@@ -42,7 +42,7 @@ class DetectorOutlier(OutlierMixin, BaseEstimator):
     ----------
     detector : str
         Registry name: ``"zscore"``, ``"pca_mahalanobis"``, ``"iforest"``, ``"gmm"`` (or any
-        detector registered with :func:`reveal.analyze.detectors.register`).
+        detector registered with :func:`reveal.analysis.detectors.register`).
     detector_params : dict or None
         The detector's own parameters (``{"n_estimators": 50}`` for ``iforest``); its
         threshold quantile and seed come from ``contamination`` and ``random_state``.

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
-from reveal.analyze.detectors._subspace import PCASubspace
-from reveal.analyze.detectors.base import Detector, blockwise
-from reveal.analyze.detectors.registry import register
+from reveal.analysis.detectors._subspace import PCASubspace
+from reveal.analysis.detectors.base import Detector, blockwise
+from reveal.analysis.detectors.registry import register
 
 if TYPE_CHECKING:
-    from reveal.analyze.ensemble import EnsembleOptions
+    from reveal.analysis.ensemble import EnsembleOptions
     from reveal.config import DetectConfig
 
 

@@ -2,7 +2,7 @@
 
 A detector class joins with the :func:`register` decorator, keyed by its ``name``; the
 ensemble builds each listed detector with ``get(name).from_settings(...)``. Importing
-:mod:`reveal.analyze.detectors` imports the built-in detector modules below, so the
+:mod:`reveal.analysis.detectors` imports the built-in detector modules below, so the
 registry then holds them, in this order.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TypeVar
 
-from reveal.analyze.detectors.base import Detector
+from reveal.analysis.detectors.base import Detector
 from reveal.registry import Registry
 
 #: modules of this package that define the built-in detectors (imported in this order)

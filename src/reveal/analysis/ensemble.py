@@ -16,7 +16,7 @@ Without a baseline (``robust_self_fit=True``) the run itself is the baseline: de
 fitted once, the windows whose combined score is an outlier (above median + 3 MAD) are set
 aside, and the detectors are refitted on the rest; ``Verdicts.self_fitted`` says so.
 
-Detectors come from :mod:`reveal.analyze.detectors` by name (its registry): each is built
+Detectors come from :mod:`reveal.analysis.detectors` by name (its registry): each is built
 by its class's ``from_settings`` and scores windows with ``decision_function``.
 """
 
@@ -29,11 +29,11 @@ from typing import Self
 
 import numpy as np
 
-from reveal.analyze import detectors
-from reveal.analyze.constants import MAD_TO_SIGMA
-from reveal.analyze.detectors import Detector
-from reveal.analyze.preprocess import RobustScaler, check_matrix
-from reveal.analyze.threshold import pot_threshold, quantile_threshold
+from reveal.analysis import detectors
+from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.detectors import Detector
+from reveal.analysis.preprocess import RobustScaler, check_matrix
+from reveal.analysis.threshold import pot_threshold, quantile_threshold
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
-from reveal.analyze.detectors.base import Detector, blockwise, robust_center_scale
-from reveal.analyze.detectors.registry import register
+from reveal.analysis.detectors.base import Detector, blockwise, robust_center_scale
+from reveal.analysis.detectors.registry import register
 
 if TYPE_CHECKING:
-    from reveal.analyze.ensemble import EnsembleOptions
+    from reveal.analysis.ensemble import EnsembleOptions
     from reveal.config import DetectConfig
 
 

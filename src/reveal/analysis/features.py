@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reveal.analyze import _feat_moments as fm
-from reveal.analyze._feat_adf import adf_stat
-from reveal.analyze._feat_alloc import release_freed_memory, reuse_freed_memory
-from reveal.analyze.windows import Windows
+from reveal.analysis import _feat_moments as fm
+from reveal.analysis._feat_adf import adf_stat
+from reveal.analysis._feat_alloc import release_freed_memory, reuse_freed_memory
+from reveal.analysis.windows import Windows
 from reveal.errors import InputError
 
 DYNAMIC_FEATURES: tuple[str, ...] = (

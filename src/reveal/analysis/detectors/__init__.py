@@ -8,7 +8,7 @@ higher = more anomalous; ``explain(X)`` splits them into non-negative per-column
 contributions (n, K); ``from_settings`` builds the detector the ensemble fits.
 
 Input is a (windows, columns) matrix, normally already scaled by
-:class:`reveal.analyze.preprocess.RobustScaler` (robust z, no NaN).
+:class:`reveal.analysis.preprocess.RobustScaler` (robust z, no NaN).
 
 ===================  ========  ===============================================================
 name (module)        tag       score
@@ -28,14 +28,14 @@ name (module)        tag       score
 from __future__ import annotations
 
 # the registry first: it imports the built-in detector modules in its order
-from reveal.analyze.detectors import registry
-from reveal.analyze.detectors.base import Detector
-from reveal.analyze.detectors.gmm import GMM
-from reveal.analyze.detectors.iforest import IsolationForest
-from reveal.analyze.detectors.pca_error import PCAError
-from reveal.analyze.detectors.pca_mahalanobis import PCAMahalanobis
-from reveal.analyze.detectors.registry import get, names, register, unregister
-from reveal.analyze.detectors.zscore import ZScore
+from reveal.analysis.detectors import registry
+from reveal.analysis.detectors.base import Detector
+from reveal.analysis.detectors.gmm import GMM
+from reveal.analysis.detectors.iforest import IsolationForest
+from reveal.analysis.detectors.pca_error import PCAError
+from reveal.analysis.detectors.pca_mahalanobis import PCAMahalanobis
+from reveal.analysis.detectors.registry import get, names, register, unregister
+from reveal.analysis.detectors.zscore import ZScore
 
 __all__ = [
     "GMM",

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze.constants import MAD_TO_SIGMA
-from reveal.analyze.evidence import Reason
+from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.evidence import Reason
 from reveal.catalog import SUBSYSTEMS, Catalog, default_catalog
 from reveal.frame import channel_metric
 
@@ -112,7 +112,7 @@ def attribute(
     channels, features : length-K column descriptions.
     baseline_median, baseline_mad : (K,) baseline statistics of each feature column.
     subsystems : length-K subsystem of each column's channel (default: the catalog's; see
-        :func:`reveal.analyze.subsystems.channel_subsystems` for the label-refined one).
+        :func:`reveal.analysis.subsystems.channel_subsystems` for the label-refined one).
     scale_floor : (K,) least scale of each column (the detectors' floors), so that the
         robust z quoted in reasons and claims is the one the detectors saw.
 

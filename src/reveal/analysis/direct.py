@@ -10,7 +10,7 @@ network namespace from the channel's labels — unless it is only a symptom (CPU
 retransmissions) and the detectors clearly name another subsystem (:func:`lead_with`).
 
 Each sign is judged on the window mean of its channel (rates per second after
-:func:`reveal.analyze.derive.derive`, or percent) against the baseline's window means of the
+:func:`reveal.analysis.derive.derive`, or percent) against the baseline's window means of the
 same channel: at or above the sign's least value and :data:`DIRECT_Z` robust z above their
 median. For a channel that moves in bursts as a job runs (a distributed job's
 retransmissions: a quiet median, a loud tail) the scale is at least the baseline's upper
@@ -29,10 +29,10 @@ import warnings
 
 import numpy as np
 
-from reveal.analyze.attribute import ROBUST_Z_CAP
-from reveal.analyze.constants import MAD_TO_SIGMA
-from reveal.analyze.evidence import Reason, WindowEvidence
-from reveal.analyze.windows import span_sums
+from reveal.analysis.attribute import ROBUST_Z_CAP
+from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.evidence import Reason, WindowEvidence
+from reveal.analysis.windows import span_sums
 from reveal.frame import Telemetry, channel_metric
 
 #: Baseline robust z (window means) a sign must exceed besides its least value.

@@ -1,8 +1,8 @@
-"""The analysis of one host, in two steps: fit on a baseline, then analyse a run.
+"""The analysis of one host, in two steps: fit on a baseline, then score a run's windows.
 
 :func:`fit_analysis` learns from the baseline what the detectors need — the channels kept
 (derived, non-empty, pruned), the windows, the scale floors, the fitted ensemble with its
-thresholds, and each feature column's baseline median and MAD. :func:`analyse` scores a
+thresholds, and each feature column's baseline median and MAD. :func:`score_windows` scores a
 run with it: windows, every verdict, and the evidence behind each flagged window, as
 numbers. :class:`reveal.model.Reveal` wraps both (and saving); ``report/`` words the result.
 
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analyze import frontend
-from reveal.analyze.attribute import attribute
-from reveal.analyze.constants import MAD_TO_SIGMA
-from reveal.analyze.derive import derive
-from reveal.analyze.direct import baseline_levels, direct_signs, lead_with
-from reveal.analyze.ensemble import (
+from reveal.analysis import frontend
+from reveal.analysis.attribute import attribute
+from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.derive import derive
+from reveal.analysis.direct import baseline_levels, direct_signs, lead_with
+from reveal.analysis.ensemble import (
     MIN_BASELINE_WINDOWS,
     Ensemble,
     EnsembleOptions,
@@ -33,31 +33,31 @@ from reveal.analyze.ensemble import (
     persistence_windows,
     persistent,
 )
-from reveal.analyze.evidence import WindowEvidence
-from reveal.analyze.features import FeatureMatrix
-from reveal.analyze.floors import (
+from reveal.analysis.evidence import WindowEvidence
+from reveal.analysis.features import FeatureMatrix
+from reveal.analysis.floors import (
     blank_flat_shapes,
     flat_shape_mask_plan,
     sampling_floors,
 )
-from reveal.analyze.frontend import CpuRanks
-from reveal.analyze.percpu import (
+from reveal.analysis.frontend import CpuRanks
+from reveal.analysis.percpu import (
     cpu_siblings,
     rank_cpu_rows,
 )
-from reveal.analyze.presets import MIN_ROWS_PER_WINDOW
-from reveal.analyze.scales import combine, scale_configs
-from reveal.analyze.select import prune
-from reveal.analyze.significance import (
+from reveal.analysis.presets import MIN_ROWS_PER_WINDOW
+from reveal.analysis.scales import combine, scale_configs
+from reveal.analysis.select import prune
+from reveal.analysis.significance import (
     channel_matters,
     feature_matters,
     gate_active,
     lead_with_cause,
     significant_cells,
 )
-from reveal.analyze.steady import SteadyState, state_columns, steady_states, steady_windows
-from reveal.analyze.subsystems import channel_subsystems, irq_names
-from reveal.analyze.windows import Windows
+from reveal.analysis.steady import SteadyState, state_columns, steady_states, steady_windows
+from reveal.analysis.subsystems import channel_subsystems, irq_names
+from reveal.analysis.windows import Windows
 from reveal.catalog import default_catalog
 from reveal.config import AnalyzeConfig, WindowConfig
 from reveal.errors import InputError
@@ -160,13 +160,13 @@ class FittedAnalysis:
     # direct evidence
     direct_levels: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
     # (K,) least change that matters per column, its units (see
-    # reveal.analyze.significance; None: surprise alone decides), the host's capacity and
+    # reveal.analysis.significance; None: surprise alone decides), the host's capacity and
     # per channel its least change and the rule that gave it
     significance: np.ndarray | None = None
     capacity: dict[str, Any] = dataclasses.field(default_factory=dict)
     matters: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
     # the analyses of the extra window sizes (config.extra_window_rows), scored beside this
-    # one and joined with it (reveal.analyze.scales)
+    # one and joined with it (reveal.analysis.scales)
     scales: list[FittedAnalysis] = dataclasses.field(default_factory=list)
 
     @functools.cached_property
@@ -191,10 +191,10 @@ class Analysis:
     features: FeatureMatrix  # the scored matrix, columns as the fitted ones
     meta: dict[str, Any]  # the run's metadata (IRQ names, probes)
     # new steady states: windows not flagged because their only changes that matter are
-    # levels that held still (see reveal.analyze.steady)
+    # levels that held still (see reveal.analysis.steady)
     steady: list[SteadyState] = dataclasses.field(default_factory=list)
     # with extra window sizes (FittedAnalysis.scales): the run as each size scored it on its
-    # own, the main size first, joined into these verdicts (reveal.analyze.scales); a
+    # own, the main size first, joined into these verdicts (reveal.analysis.scales); a
     # stream gives each back to its own size
     sizes: list[Analysis] = dataclasses.field(default_factory=list)
 
@@ -429,7 +429,7 @@ def significance_scales(fitted: FittedAnalysis) -> np.ndarray:
 
 
 def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarray | None:
-    """(W, K) changes that matter in each window (see :mod:`reveal.analyze.significance`),
+    """(W, K) changes that matter in each window (see :mod:`reveal.analysis.significance`),
     or None where the model judges surprise alone."""
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(least):
@@ -449,7 +449,7 @@ def held_levels(fitted: FittedAnalysis, values: np.ndarray, cells: np.ndarray,
                 history: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(W,) windows of ``values`` whose changes that matter (``cells``) are all levels
     that held still (a new steady state), and (W,) windows where some changed level holds
-    (see :mod:`reveal.analyze.steady`). ``history``: feature rows of the windows just
+    (see :mod:`reveal.analysis.steady`). ``history``: feature rows of the windows just
     before (the live scorer's), so that a level can be seen to hold across calls."""
     windows = settle_windows(fitted, fitted.interval_s)
     none = np.zeros(len(values), dtype=bool)
@@ -471,7 +471,7 @@ def _state_columns_of(channels: tuple[str, ...], features: tuple[str, ...]) -> n
 
 def _state_columns(fitted: FittedAnalysis) -> np.ndarray:
     """(K,) the fitted columns that are levels of state-like gauges (see
-    :mod:`reveal.analyze.steady`)."""
+    :mod:`reveal.analysis.steady`)."""
     return _state_columns_of(tuple(fitted.column_channels), tuple(fitted.column_features))
 
 
@@ -488,7 +488,7 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                       values: np.ndarray, columns: tuple[str, ...], subsystems: Sequence[str],
                       signed: set[int], ranks: CpuRanks) -> list[WindowEvidence]:
     """Each window's evidence with the change that names the cause first (see
-    :func:`reveal.analyze.significance.lead_with_cause`); unchanged where the model judges
+    :func:`reveal.analysis.significance.lead_with_cause`); unchanged where the model judges
     surprise alone."""
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(least) or not evidence:
@@ -610,8 +610,9 @@ def _windows_from(fm: FeatureMatrix, first_row: int) -> FeatureMatrix:
                          windows)
 
 
-def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None = None,
-            progress: Progress | None = None) -> Analysis:
+def score_windows(fitted: FittedAnalysis, run: Telemetry, *,
+                  lead_in: Telemetry | None = None,
+                  progress: Progress | None = None) -> Analysis:
     """Score ``run`` with a fitted analysis.
 
     ``lead_in``: a recording that directly precedes the run (the baseline, when the run
@@ -654,12 +655,13 @@ def analyse(fitted: FittedAnalysis, run: Telemetry, *, lead_in: Telemetry | None
     scales = getattr(fitted, "scales", None)  # absent from models saved before them
     if not scales:
         return analysis
-    return combine(analysis, [analyse(s, run, lead_in=lead_in) for s in scales])
+    return combine(analysis, [score_windows(s, run, lead_in=lead_in) for s in scales])
 
 
-def fit_and_analyse(run: Telemetry, config: AnalyzeConfig, *,
-                    metric_set: Sequence[str] | None = None,
-                    progress: Progress | None = None) -> tuple[FittedAnalysis, Analysis]:
+def fit_and_score_windows(run: Telemetry, config: AnalyzeConfig, *,
+                          metric_set: Sequence[str] | None = None,
+                          progress: Progress | None = None
+                          ) -> tuple[FittedAnalysis, Analysis]:
     """Self-fit: fit robustly on ``run`` itself and score it (features computed once)."""
     say = progress or (lambda _m: None)
     scales = scale_configs(config)
@@ -668,8 +670,8 @@ def fit_and_analyse(run: Telemetry, config: AnalyzeConfig, *,
     analysis = _score(fitted, run, d_run, fm, ranks, warnings, say)
     others = []
     for scale in scales:
-        fitted_scale, other = fit_and_analyse(run, scale, metric_set=metric_set,
-                                              progress=progress)
+        fitted_scale, other = fit_and_score_windows(run, scale, metric_set=metric_set,
+                                                    progress=progress)
         fitted.scales.append(fitted_scale)
         others.append(other)
     return fitted, combine(analysis, others) if others else analysis
