@@ -35,11 +35,11 @@ def test_the_import_contracts_are_kept() -> None:
 
 
 @needs_linter
-def test_a_report_import_in_analyze_breaks_the_contract(tmp_path: Path) -> None:
+def test_a_report_import_in_the_analysis_breaks_the_contract(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "src" / "reveal", tmp_path / "src" / "reveal",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    windows = tmp_path / "src" / "reveal" / "analyze" / "windows.py"
+    windows = tmp_path / "src" / "reveal" / "analysis" / "windows.py"
     windows.write_text(windows.read_text() + "\nimport reveal.report.text  # noqa\n")
     result = _lint(tmp_path, tmp_path / "src")
     assert result.returncode != 0
