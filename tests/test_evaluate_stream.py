@@ -63,6 +63,28 @@ def test_stream_with_refits_is_causal(machine):
     assert result["false_episodes_per_day"] >= 0
 
 
+@needs_data
+def test_stream_measures_the_watchs_quiet_span_scheme(machine):
+    """With refit.scheme=quiet_span the walk refits whole models on quiet spans of the test
+    rows (the watch's scheme): before any refit the verdicts are the batch ones, and a
+    refit's model learned 6 h of the test rows."""
+    quiet = dataclasses.replace(FAST, overrides=(
+        *FAST.overrides, ("refit.scheme", "quiet_span"), ("refit.every_s", 6 * 3600.0),
+        ("refit.span_s", 6 * 3600.0)))
+    model = reveal_model(quiet)
+    run = run_stream(machine, model, chunk_s=3600.0)
+    assert run.extra["refits"] + run.extra["refits_waiting"] >= 1
+    batch = run_reveal(machine, quiet)
+    clock = model.quiet_
+    first = 6 * 60  # minute rows: no refit can happen before 6 h of test rows
+    np.testing.assert_array_equal(run.flagged[:first], batch.flagged[:first])
+    assert clock.refits == run.extra["refits"]
+    if clock.refits:  # the model in use was fitted on 6 h of test rows, not on train
+        span = model.fitted_.baseline
+        assert span["start_ns"] >= int(machine.test.timestamps_ns[0])
+        assert 6 * 3600 - 120 <= span["duration_s"] <= 6 * 3600
+
+
 def test_false_alarm_episodes_count_runs_away_from_labels():
     labels = np.array([0, 0, 1, 1, 0, 0, 0, 0, 0, 0])
     flagged = np.array([1, 0, 0, 1, 1, 0, 1, 1, 0, 1], dtype=bool)
@@ -84,4 +106,5 @@ def test_cli_both_modes_side_by_side(tmp_path, capsys):
     machine = data["datasets"]["asd"]["machines"]["omi-2"]
     assert set(machine) == {"reveal", "stream", "pca_raw"}
     assert machine["stream"]["false_episodes_per_day"] >= 0
+    assert machine["stream"]["refits"]["chunks"] >= 1 and "refits" not in machine["reveal"]
     assert main(["evaluate", "--datasets", "asd", "--set", "refit.every_z=1"]) == 2

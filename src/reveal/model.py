@@ -255,7 +255,9 @@ class Reveal(BaseEstimator):
             every = settings.every_s
             clock = QuietSpan(span_ns=int(settings.span_s * 1e9),
                               every_ns=int(every * 1e9) if every else 0, retry_ns=0)
-            clock.adopted(int(windows.start_ns[0]))
+            # the model began to score at the first scored window's end (its start may
+            # lie in a lead-in, another recording)
+            clock.adopted(int(windows.end_ns[0]))
             self.quiet_ = clock
         clock.seen(windows.end_ns, v.combined > v.combined_threshold)
         now = int(windows.end_ns[-1])

@@ -136,6 +136,10 @@ def run_pca_baseline(lm: LabelledMachine, settings: EvalSettings) -> MachineRun:
                       time.perf_counter() - t0, {"components": int(pca.n_components_)})
 
 
+#: what a stream walk counts (MachineRun.extra of reveal.evaluate.stream.run_stream)
+STREAM_COUNTS = ("chunks", "refits", "refits_waiting", "generations")
+
+
 def score_run(lm: LabelledMachine, run: MachineRun) -> dict:
     """All metrics of one method on one machine."""
     y = lm.labels.astype(bool)
@@ -169,6 +173,9 @@ def score_run(lm: LabelledMachine, run: MachineRun) -> dict:
         "false_episodes_per_day": 24 * episodes / clean_hours if clean_hours else float("nan"),
         "clean_flagged_share": float(run.flagged[~y].mean()) if (~y).any() else float("nan"),
         "seconds": run.seconds,
+        # a stream walk: chunks, refits made and refused, generations voting at the end
+        **({"refits": {k: run.extra[k] for k in STREAM_COUNTS}}
+           if all(k in run.extra for k in STREAM_COUNTS) else {}),
     }
 
 
