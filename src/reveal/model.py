@@ -20,9 +20,11 @@ what comes in, in time order, and give each scored chunk back with
 Every ``refit.every_s`` seconds of data a new model generation is fitted on the recent
 windows that were not flagged; a window is flagged only when all kept generations agree
 (:mod:`reveal.analysis.consensus`). While nothing is given back, scoring is that of the
-baseline's model alone, as before. ``reveal watch`` scores through the model (with the
-generations a model file carries) but keeps it current another way: a full refit on a
-quiet span of ``--learn`` (``ModelKeeper.maybe_refit``, :mod:`reveal.live.keeper`;
+baseline's model alone, as before. That is ``refit.scheme = "generations"``; under
+``"quiet_span"`` a whole new model is fitted instead on the raw samples of the latest
+quiet ``refit.span_s`` (:mod:`reveal.analysis.quietspan`), the scheme ``reveal watch``
+keeps its model current by (``--refit-every`` on the latest ``--learn``,
+``ModelKeeper.maybe_refit`` in :mod:`reveal.live.keeper`, the fit in a child process;
 docs/watch.md).
 
 A model file is a header line of JSON (format, format version, Reveal version, settings,
@@ -160,6 +162,8 @@ class Reveal(BaseEstimator):
                                                        progress=progress)
         self.consensus_ = None
         self.scale_consensus_ = None
+        self.quiet_ = None
+        self.quiet_from_ns_ = int(tel.timestamps_ns[-1]) if tel.n_samples else 0
         return build_report(self.fitted_, analysis)
 
     # -- following a stream ----------------------------------------------------------
