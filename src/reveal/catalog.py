@@ -1,9 +1,13 @@
 """Metric metadata: subsystem, kind, unit, pruning priority and a human description.
 
-Entries live in small modules under :mod:`reveal.catalog_entries` (one per source, each
-exposing ``ENTRIES: list[MetricInfo]``). A name may be exact (``cpu.user``) or a glob
-(``vmstat.*``); lookup prefers the exact name, then the longest matching glob, then infers
-the subsystem from the name, else ``unknown``.
+Entries are data: one TOML file per telemetry source in ``reveal/catalog_entries/``
+(``cgroup.toml``, ``procfs.toml``, ...), each line a metric's name and its fields::
+
+    "cpu.user" = { subsystem = "cpu", kind = "counter", unit = "ticks", priority = 90 }
+
+A name may be exact (``cpu.user``) or a glob (``vmstat.*``); lookup prefers the exact name,
+then the longest matching glob, then infers the subsystem from the name, else ``unknown``.
+Files are read in name order; a later file's exact name replaces an earlier one's.
 
 Kinds:
 - ``gauge``: a level (utilisation, bytes used, temperature); features on values.
@@ -23,10 +27,10 @@ Kinds:
 from __future__ import annotations
 
 import fnmatch
-import importlib
-import pkgutil
+import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from importlib import resources
 
 SUBSYSTEMS = ("cpu", "gpu", "memory", "network", "storage", "software", "unknown")
 KINDS = ("gauge", "counter", "event", "state", "static", "smoothed")
@@ -132,14 +136,41 @@ def _humanise(metric: str) -> str:
     return metric.replace("_", " ").replace(".", " ")
 
 
+ENTRIES_PACKAGE = "reveal.catalog_entries"  #: the package whose ``*.toml`` files hold the entries
+
+
+def catalog_sources(package: str = ENTRIES_PACKAGE) -> list[str]:
+    """Names of the catalog's source files (``procfs`` for ``procfs.toml``), in load order."""
+    folder = resources.files(package)
+    return sorted(item.name.removesuffix(".toml") for item in folder.iterdir()
+                  if item.name.endswith(".toml"))
+
+
+def source_entries(source: str, package: str = ENTRIES_PACKAGE) -> list[MetricInfo]:
+    """The entries of one source file (``reveal/catalog_entries/SOURCE.toml``), in file order.
+
+    Raises ``ValueError`` naming the file and the entry for bad TOML, an unknown field or an
+    unknown subsystem or kind.
+    """
+    file_name = f"{source}.toml"
+    text = resources.files(package).joinpath(file_name).read_text(encoding="utf-8")
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"catalog file {file_name}: {exc}") from exc
+    entries = []
+    for name, fields in table.items():
+        try:
+            entries.append(MetricInfo(name, **fields))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"catalog file {file_name}: {name}: {exc}") from exc
+    return entries
+
+
 @lru_cache(maxsize=1)
 def default_catalog() -> Catalog:
-    """The catalog built from every module in :mod:`reveal.catalog_entries`."""
-    from reveal import catalog_entries
-
+    """The catalog built from every source file in ``reveal/catalog_entries/``."""
     entries: list[MetricInfo] = []
-    for module_info in sorted(pkgutil.iter_modules(catalog_entries.__path__),
-                              key=lambda m: m.name):
-        module = importlib.import_module(f"reveal.catalog_entries.{module_info.name}")
-        entries.extend(getattr(module, "ENTRIES", []))
+    for source in catalog_sources():
+        entries.extend(source_entries(source))
     return Catalog(entries)

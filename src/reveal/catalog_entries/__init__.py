@@ -1,1 +1,1 @@
-"""Catalog entries, one module per telemetry source; each exposes ``ENTRIES``."""
+"""The metric catalog's data: one TOML file per telemetry source (see :mod:`reveal.catalog`)."""

@@ -16,7 +16,7 @@ object with the same function names, ``NVML_*`` constants and ``NVMLError`` clas
 ``nvml``; the tests replay recorded NVML answers this way).
 
 Channels, label ``{gpu=INDEX}`` (NVLink ones add ``link=N``, MIG ones ``mig=GI/CI``), units
-as NVML reports them; see :mod:`reveal.catalog_entries.gpu` for each metric, and
+as NVML reports them; see ``reveal/catalog_entries/gpu.toml`` for each metric, and
 ``docs/collector.md`` (GPU) for rates and figures:
 
 - ``gpu.kernel_active_pct``: NVML's ``utilization.gpu``, the percent of the last sample

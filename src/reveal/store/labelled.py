@@ -14,11 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
-from reveal.catalog_entries.smd import SMD_COLUMNS
+from reveal.catalog import source_entries
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 
 ROW_SECONDS = {"smd": 60.0, "asd": 300.0}
+#: SMD's 38 columns in the dataset's order, as the catalog names them (``smd.NAME``).
+SMD_COLUMNS: tuple[str, ...] = tuple(entry.name.removeprefix("smd.")
+                                     for entry in source_entries("smd")
+                                     if entry.name.startswith("smd."))
 
 
 @dataclass

@@ -1,0 +1,66 @@
+"""The catalog's data files: every source loads, and a bad file is named in the error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from reveal.catalog import (
+    KINDS,
+    SUBSYSTEMS,
+    catalog_sources,
+    default_catalog,
+    source_entries,
+)
+from reveal.store.labelled import SMD_COLUMNS
+
+
+def test_every_source_file_loads_into_the_catalog() -> None:
+    sources = catalog_sources()
+    assert {"procfs", "cgroup", "gpu", "perf", "smd"} <= set(sources)
+    catalog = default_catalog()
+    for source in sources:
+        entries = source_entries(source)
+        assert entries, source
+        for entry in entries:
+            assert entry.subsystem in SUBSYSTEMS and entry.kind in KINDS
+            if "*" not in entry.name:
+                assert catalog.lookup(entry.name).name == entry.name
+    assert catalog.lookup("cpu.user").subsystem == "cpu"
+    assert catalog.lookup("vmstat.pgfault").kind == "counter"  # by the vmstat.* glob
+    assert catalog.lookup("perf.cycles").multiplex_group  # a field beyond the defaults
+
+
+def test_smd_columns_keep_the_datasets_order() -> None:
+    assert len(SMD_COLUMNS) == 38
+    assert SMD_COLUMNS[:2] == ("cpu_r", "load_1") and SMD_COLUMNS[-1] == "udp_snd_buf_errs"
+
+
+@pytest.fixture()
+def entries_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    package = tmp_path / "test_catalog_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield package
+    sys.modules.pop("test_catalog_pkg", None)
+
+
+def test_a_bad_catalog_file_is_named(entries_package: Path) -> None:
+    (entries_package / "good.toml").write_text(
+        '# a comment\n"x.y" = { subsystem = "cpu", kind = "gauge", unit = "%", priority = 3 }\n')
+    (entries_package / "broken.toml").write_text('"x.z" = { subsystem = "cpu", kind = \n')
+    (entries_package / "typo.toml").write_text('"x.w" = { subsystem = "cpu", kind = "gauge", '
+                                               'prio = 3 }\n')
+    (entries_package / "kind.toml").write_text('"x.v" = { subsystem = "cpu", kind = "level" }\n')
+    assert catalog_sources("test_catalog_pkg") == ["broken", "good", "kind", "typo"]
+    (good,) = source_entries("good", "test_catalog_pkg")
+    assert (good.name, good.unit, good.priority, good.description) == ("x.y", "%", 3, "")
+    with pytest.raises(ValueError, match=r"broken\.toml"):
+        source_entries("broken", "test_catalog_pkg")
+    with pytest.raises(ValueError, match=r"typo\.toml: x\.w: .*prio"):
+        source_entries("typo", "test_catalog_pkg")
+    with pytest.raises(ValueError, match=r"kind\.toml: x\.v: .*unknown kind"):
+        source_entries("kind", "test_catalog_pkg")
