@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procread.h"
+
 #define NS_PER_S 1000000000LL
 #define MAX_SLEEP_NS 100000000LL /* threads look at the stop flag at least this often */
 
@@ -332,24 +334,10 @@ static PyMethodDef LocalReader_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject LocalReaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "reveal.collect._procread.LocalReader",
-    .tp_basicsize = sizeof(LocalReader),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Per-CPU descriptors read on their own CPU by pinned threads, on a tick grid.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)LocalReader_init,
-    .tp_dealloc = (destructor)LocalReader_dealloc,
-    .tp_methods = LocalReader_methods,
-};
+static PyTypeObject LocalReaderType = PROCREAD_TYPE(
+    LocalReader,
+    "Per-CPU descriptors read on their own CPU by pinned threads, on a tick grid.");
 
 int add_local_reader(PyObject *module) {
-    if (PyType_Ready(&LocalReaderType) < 0) return -1;
-    Py_INCREF(&LocalReaderType);
-    if (PyModule_AddObject(module, "LocalReader", (PyObject *)&LocalReaderType) < 0) {
-        Py_DECREF(&LocalReaderType);
-        return -1;
-    }
-    return 0;
+    return PyModule_AddType(module, &LocalReaderType);
 }

@@ -359,17 +359,9 @@ static PyMethodDef Plan_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject PlanType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "reveal.collect._procread.Plan",
-    .tp_basicsize = sizeof(Plan),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Descriptors and layout of one file group, read and parsed in C.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Plan_init,
-    .tp_dealloc = (destructor)Plan_dealloc,
-    .tp_methods = Plan_methods,
-};
+static PyTypeObject PlanType = PROCREAD_TYPE(
+    Plan,
+    "Descriptors and layout of one file group, read and parsed in C.");
 
 static PyObject *read_all(PyObject *module, PyObject *pairs) {
     /* read_all([(plan, out), ...]) -> tuple of bools, one call for many plans */
@@ -408,16 +400,9 @@ static struct PyModuleDef moduledef = {
 
 
 PyMODINIT_FUNC PyInit__procread(void) {
-    if (PyType_Ready(&PlanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
-    Py_INCREF(&PlanType);
-    if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
-        Py_DECREF(&PlanType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (add_local_reader(m) < 0 || add_ticker(m) < 0) {
+    if (PyModule_AddType(m, &PlanType) < 0 || add_local_reader(m) < 0 || add_ticker(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -167,20 +167,12 @@ static PyMethodDef PerfGroups_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject PerfGroupsType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "reveal.collect._procread.PerfGroups",
-    .tp_basicsize = sizeof(PerfGroups),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "PerfGroups(groups=[(fd, nbytes)], word_idx): perf_event group reads "
-              "(PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING); channel i is "
-              "64-bit word word_idx[i] of the groups' reads laid end to end, unscaled "
-              "(raw counts, time_enabled, time_running), NaN when its group's read failed.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)PerfGroups_init,
-    .tp_dealloc = (destructor)PerfGroups_dealloc,
-    .tp_methods = PerfGroups_methods,
-};
+static PyTypeObject PerfGroupsType = PROCREAD_TYPE(
+    PerfGroups,
+    "PerfGroups(groups=[(fd, nbytes)], word_idx): perf_event group reads "
+    "(PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING); channel i is "
+    "64-bit word word_idx[i] of the groups' reads laid end to end, unscaled "
+    "(raw counts, time_enabled, time_running), NaN when its group's read failed.");
 
 /* ------------------------------------------------------------------------------------ */
 /* Ticker                                                                                */
@@ -630,31 +622,13 @@ static PyMethodDef Ticker_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject TickerType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "reveal.collect._procread.Ticker",
-    .tp_basicsize = sizeof(Ticker),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ticker(items, width, start_ns, interval_ns, capacity, end_ns=0, first_tick=0, "
-              "priority=0): a thread that reads every item into a ring of rows at each tick "
-              "of the grid (SCHED_FIFO at that priority when > 0 and permitted).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Ticker_init,
-    .tp_dealloc = (destructor)Ticker_dealloc,
-    .tp_methods = Ticker_methods,
-};
+static PyTypeObject TickerType = PROCREAD_TYPE(
+    Ticker,
+    "Ticker(items, width, start_ns, interval_ns, capacity, end_ns=0, first_tick=0, "
+    "priority=0): a thread that reads every item into a ring of rows at each tick "
+    "of the grid (SCHED_FIFO at that priority when > 0 and permitted).");
 
 int add_ticker(PyObject *module) {
-    if (PyType_Ready(&PerfGroupsType) < 0 || PyType_Ready(&TickerType) < 0) return -1;
-    Py_INCREF(&PerfGroupsType);
-    if (PyModule_AddObject(module, "PerfGroups", (PyObject *)&PerfGroupsType) < 0) {
-        Py_DECREF(&PerfGroupsType);
-        return -1;
-    }
-    Py_INCREF(&TickerType);
-    if (PyModule_AddObject(module, "Ticker", (PyObject *)&TickerType) < 0) {
-        Py_DECREF(&TickerType);
-        return -1;
-    }
-    return 0;
+    return PyModule_AddType(module, &PerfGroupsType) < 0
+        || PyModule_AddType(module, &TickerType) < 0 ? -1 : 0;
 }
