@@ -331,10 +331,70 @@ class Cadence:
 
 class DrivenPeriodic:
     """``drive`` and ``poll`` of a probe whose periodic work (``_periodic``) runs on its own
-    thread (waiting on ``_exits``) until the sampler drives it (see :class:`Cadence`)."""
+    thread (waiting on ``_exits``) until the sampler drives it (see :class:`Cadence`), and
+    that thread: it watches the processes of :meth:`_holders` and the descriptors of
+    :meth:`_readable`, hands what fired to :meth:`_fired` and does the periodic work when
+    due and not driven."""
 
     _cadence: Cadence
     _exits: Exits | None
+    _stop: threading.Event
+    _thread: threading.Thread | None
+    info: dict[str, Any]
+
+    def _start_thread(self, name: str) -> None:
+        """Start the probe's thread, called ``name`` (``_cadence`` is set by the caller)."""
+        self._exits = Exits()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(name,), name=name,
+                                        daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self) -> None:
+        """Stop the probe's thread (waiting up to 5 s for it) and close its :class:`Exits`."""
+        self._stop.set()
+        if self._exits is not None:
+            self._exits.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
+
+    def _run(self, name: str) -> None:
+        """The probe's thread: wait for a watched process to exit or a descriptor to be
+        readable (at most until the periodic work is due), handle it, then do the periodic
+        work when due, unless the sampler drives that (:meth:`poll`). The first error is
+        kept in ``info["poll_error"]``; the thread waits a period and goes on."""
+        name_thread(name)
+        cadence = self._cadence
+        exits = self._exits
+        assert exits is not None
+        while not self._stop.is_set():
+            try:
+                exits.watch_only(self._holders())
+                fired = exits.wait(cadence.timeout(), self._stop, self._readable())
+                if self._stop.is_set():
+                    break
+                self._fired(fired)
+                if not cadence.driven and cadence.due():
+                    self._periodic()
+            except Exception as exc:  # keep going; say it once
+                self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
+                self._stop.wait(cadence.period_s)
+
+    def _holders(self) -> dict[Any, int]:
+        """The process to watch for each live namespace (key → pid, 0 for none)."""
+        raise NotImplementedError
+
+    def _readable(self) -> dict[int, Any]:
+        """Descriptors to wait on besides the processes (fd → key); none here."""
+        return {}
+
+    def _fired(self, keys: list[Any]) -> None:
+        """Handle the keys :meth:`Exits.wait` returned."""
+        raise NotImplementedError
 
     def drive(self) -> bool:
         """The sampler calls :meth:`poll` from now on; the thread only waits for events."""
@@ -387,6 +447,13 @@ class Exits:
                 if exc.errno in (errno.ENOSYS, errno.EPERM):
                     self.supported = False
         self._fds[key] = (pid, fd)
+
+    def watch_only(self, pids: dict[Any, int]) -> None:
+        """Watch exactly ``pids`` (key → pid): forget the keys not in it."""
+        for key in self.watching() - pids.keys():
+            self.forget(key)
+        for key, pid in pids.items():
+            self.watch(key, pid)
 
     def forget(self, key: Any) -> None:
         old = self._fds.pop(key, None)

@@ -491,9 +491,7 @@ class NetnsProbe(_namespaces.DrivenPeriodic, FileProbe):
         super().open()
         self._exits = _namespaces.Exits()
         self._cadence = _namespaces.Cadence(self.protocol_interval_s)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="reveal-netns", daemon=True)
-        self._thread.start()
+        self._start_thread("reveal-netns")
         if self.watch_dirs:
             self._dirwatch = DirWatch()
             self._dirwatch.watch([d for d in (self.netns_dir, DOCKER_NETNS_DIR)
@@ -517,32 +515,15 @@ class NetnsProbe(_namespaces.DrivenPeriodic, FileProbe):
             if self._protocols is not None:
                 self._protocols.poll()
 
-    def _run(self) -> None:
-        """Wait for a watched process to exit and let go at once of a namespace that ended
-        with it; every ``protocol_interval_s`` read the protocols, unless the sampler drives
-        that (:meth:`poll`)."""
-        _namespaces.name_thread("reveal-netns")
-        cadence = self._cadence
-        exits = self._exits
-        assert exits is not None
-        while not self._stop.is_set():
-            try:
-                with self.lock:
-                    live = {ino: s.holder for ino, s in self.states.items() if not s.released}
-                for key in exits.watching() - live.keys():
-                    exits.forget(key)
-                for ino, holder in live.items():
-                    exits.watch(ino, holder)
-                fired = exits.wait(cadence.timeout(), self._stop)
-                if self._stop.is_set():
-                    break
-                if fired:
-                    self._settle(set(fired))
-                if not cadence.driven and cadence.due():
-                    self._periodic()
-            except Exception as exc:  # keep going; say it once
-                self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
-                self._stop.wait(cadence.period_s)
+    def _holders(self) -> dict[int, int]:
+        """The process watched for each namespace not released (inode → pid, 0: none)."""
+        with self.lock:
+            return {ino: s.holder for ino, s in self.states.items() if not s.released}
+
+    def _fired(self, keys: list[int]) -> None:
+        """Let go at once of the namespaces that ended with a watched process."""
+        if keys:
+            self._settle(set(keys))
 
     def _settle(self, inodes: set[int]) -> None:
         """Check namespaces whose process exited; release those that ended."""
@@ -561,15 +542,7 @@ class NetnsProbe(_namespaces.DrivenPeriodic, FileProbe):
                     self.released_early += 1
 
     def close(self) -> None:
-        self._stop.set()
-        if self._exits is not None:
-            self._exits.wake()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-        if self._exits is not None:
-            self._exits.close()
-            self._exits = None
+        self._stop_thread()
         if self._dirwatch is not None:
             self._dirwatch.close()
             self._dirwatch = None

@@ -225,42 +225,27 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
                     space.close()
                     self.released_early += 1
 
-    def _run(self) -> None:
-        """Every ``poll_s`` dump the namespaces holding recorded qdiscs (a new qdisc joins
-        at a refresh, which dumps them all); between, let go at once of a namespace whose
-        last process exited, and ask for a refresh as soon as the kernel announces a qdisc
-        added, changed or deleted anywhere (:meth:`wants_refresh`)."""
-        _namespaces.name_thread("reveal-qdisc")
-        cadence = self._cadence
-        exits = self._exits
-        assert exits is not None
-        while not self._stop.is_set():
-            try:
-                with self.lock:
-                    live = {ino: s.holder for ino, s in self.spaces.items()
-                            if ino and not s.gone}
-                for key in exits.watching() - live.keys():
-                    exits.forget(key)
-                for ino, holder in live.items():
-                    exits.watch(ino, holder)
-                with self.lock:
-                    listening = {s.events.fileno(): _Announced(ino)
-                                 for ino, s in self.spaces.items()
-                                 if s.events is not None and not s.gone}
-                fired = exits.wait(cadence.timeout(), self._stop, listening)
-                if self._stop.is_set():
-                    break
-                announced = [k.ino for k in fired if isinstance(k, _Announced)]
-                if announced:
-                    self._heard(announced)
-                exited = {k for k in fired if not isinstance(k, _Announced)}
-                if exited:
-                    self._settle(exited)
-                if not cadence.driven and cadence.due():
-                    self._periodic()
-            except Exception as exc:  # keep polling; say it once
-                self.info.setdefault("poll_error", f"{type(exc).__name__}: {exc}")
-                self._stop.wait(cadence.period_s)
+    def _holders(self) -> dict[int, int]:
+        """The process watched for each other namespace not gone (inode → pid, 0: none)."""
+        with self.lock:
+            return {ino: s.holder for ino, s in self.spaces.items() if ino and not s.gone}
+
+    def _readable(self) -> dict[int, _Announced]:
+        """The announcement socket of each namespace that has one."""
+        with self.lock:
+            return {s.events.fileno(): _Announced(ino) for ino, s in self.spaces.items()
+                    if s.events is not None and not s.gone}
+
+    def _fired(self, keys: list[int | _Announced]) -> None:
+        """Ask for a refresh as soon as the kernel announces a qdisc added, changed or
+        deleted anywhere (:meth:`wants_refresh`); let go at once of a namespace whose last
+        process exited."""
+        announced = [k.ino for k in keys if isinstance(k, _Announced)]
+        if announced:
+            self._heard(announced)
+        exited = {k for k in keys if not isinstance(k, _Announced)}
+        if exited:
+            self._settle(exited)
 
     def _heard(self, inodes: list[int]) -> None:
         """Drain the announcements of namespaces ``inodes``; a qdisc that came, changed or
@@ -324,16 +309,13 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         self._sync_spaces()
         self._poll()
         self._adopt()
-        self._exits = _namespaces.Exits()
         self._cadence = _namespaces.Cadence(self.poll_s)
         self._cadence.due()  # just dumped
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="reveal-qdisc", daemon=True)
-        self._thread.start()
+        self._start_thread("reveal-qdisc")
 
     def _periodic(self) -> None:
-        """Look at namespaces kept only by a bind mount; dump those holding recorded
-        qdiscs."""
+        """Every ``poll_s``: look at namespaces kept only by a bind mount; dump those
+        holding recorded qdiscs (a new qdisc joins at a refresh, which dumps them all)."""
         with self.lock:
             unheld = {ino for ino, s in self.spaces.items()
                       if ino and not s.gone and not s.holder}
@@ -355,15 +337,7 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         return self._adopt()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._exits is not None:
-            self._exits.wake()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-        if self._exits is not None:
-            self._exits.close()
-            self._exits = None
+        self._stop_thread()
         with self.lock:
             for space in self.spaces.values():
                 space.close()
