@@ -57,12 +57,12 @@ from reveal.collect._procfs import (
     Source,
     key_value_layout,
     metric_name,
-    native_prepare,
     read_bytes,
     single_value,
 )
 from reveal.collect.containers import identify
 from reveal.collect.options import as_list
+from reveal.collect.pressure import psi_layout, split_equals
 from reveal.collect.probe import ProbeUnavailable, register
 from reveal.errors import InputError
 from reveal.frame import format_channel
@@ -187,32 +187,6 @@ def _blkio_layout(metric: str, labels: dict[str, str]) -> Callable[[bytes], Layo
         return result
 
     return layout
-
-
-def _psi_layout(resource: str, labels: dict[str, str], avgs: bool,
-                totals: bool = True) -> Callable[[bytes], Layout]:
-    """``some avg10 0.00 ... total 12`` lines (``=`` split); which keys: averages, totals."""
-
-    def layout(data: bytes) -> Layout:
-        result: Layout = {}
-        base = 0
-        for line in data.split(b"\n"):
-            toks = line.split()
-            if toks and toks[0] in (b"some", b"full"):
-                for i in range(1, len(toks) - 1, 2):
-                    key = toks[i].decode("ascii", "replace")
-                    if (key == "total" and totals) or (key != "total" and avgs):
-                        name = f"cgroup.psi.{resource}.{toks[0].decode()}.{key}"
-                        result[format_channel(name, labels)] = (base + i + 1, 1.0)
-            base += len(toks)
-        return result
-
-    return layout
-
-
-@native_prepare(split=b"=")
-def _split_equals(data: bytes) -> bytes:
-    return data.replace(b"=", b" ")
 
 
 #: Seconds between two reads of the :data:`EVERY_TICK` files (their last values repeated
@@ -410,11 +384,12 @@ class CgroupProbe(FileProbe):
                 path = f"{d}/{res}.pressure"
                 if os.path.exists(path):
                     # totals are integers (µs): parsed with the counts; averages apart
-                    counts.append(Source(path, _psi_layout(res, tags, False), _split_equals,
-                                         tag=tag))
+                    psi = f"cgroup.psi.{res}"
+                    counts.append(Source(path, psi_layout(psi, tags, avgs=False),
+                                         split_equals, tag=tag))
                     if self.psi_avgs:
-                        decimals.append(Source(path, _psi_layout(res, tags, True, False),
-                                               _split_equals, tag=tag))
+                        decimals.append(Source(path, psi_layout(psi, tags, totals=False),
+                                               split_equals, tag=tag))
         elif kind == "cpu":
             tables.append(("cpu.stat", _kv("cgroup.cpu.", tags, None)))
         elif kind == "cpuacct":
@@ -438,7 +413,7 @@ class CgroupProbe(FileProbe):
         for filename, layout in tables:
             path = f"{d}/{filename}"
             if os.path.exists(path):
-                prepare = _split_equals if filename == "io.stat" else None
+                prepare = split_equals if filename == "io.stat" else None
                 counts.append(Source(path, layout, prepare, tag=tag))
         for filename, metric in values:
             path = f"{d}/{filename}"

@@ -8,6 +8,7 @@ averaged over N seconds; ``total`` is the cumulative stall time in microseconds.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from reveal.collect._procfs import (
     FileProbe,
@@ -18,6 +19,7 @@ from reveal.collect._procfs import (
     native_prepare,
 )
 from reveal.collect.probe import register
+from reveal.frame import format_channel
 
 RESOURCES = ("cpu", "io", "memory", "irq")
 
@@ -27,8 +29,11 @@ def split_equals(data: bytes) -> bytes:
     return data.replace(b"=", b" ")
 
 
-def psi_layout(prefix: str):
-    """Layout of ``some avg10 0.00 avg60 0.00 avg300 0.00 total 0`` lines (``=`` split)."""
+def psi_layout(prefix: str, labels: dict[str, str] | None = None, avgs: bool = True,
+               totals: bool = True) -> Callable[[bytes], Layout]:
+    """Layout of ``some avg10 0.00 avg60 0.00 avg300 0.00 total 0`` lines (``=`` split):
+    channels ``<prefix>.<some|full>.<key>{labels}``, of the averages (percent) when
+    ``avgs``, of the total (µs) when ``totals``."""
 
     def layout(data: bytes) -> Layout:
         result: Layout = {}
@@ -39,7 +44,10 @@ def psi_layout(prefix: str):
                 kind = toks[0].decode()
                 for i in range(1, len(toks) - 1, 2):
                     key = toks[i].decode("ascii", "replace")
-                    result[f"{prefix}.{kind}.{key}"] = (base + i + 1, 1.0)
+                    wanted = totals if key == "total" else avgs
+                    if wanted:
+                        name = format_channel(f"{prefix}.{kind}.{key}", labels)
+                        result[name] = (base + i + 1, 1.0)
             base += len(toks)
         return result
 
