@@ -8,11 +8,13 @@ polls the fast group every ``interval_s`` and the slow group every ``slow_interv
 (``overruns``), never replayed. It publishes each group as one block of the
 :class:`~reveal.collect._gpu_board.Board`. A GPU in MIG mode is re-scanned at the slow
 rate; a changed set of instances is re-discovered on the poller and posted for the probe to
-adopt at its next refresh.
+adopt at its next refresh. :class:`NvmlPolling` is what both GPU probes do with NVML and
+these threads: start NVML at open, stop the threads and shut NVML down at close.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from reveal.collect._gpu_board import Board
+from reveal.collect._gpu_board import Board, BoardReads
 from reveal.collect._gpu_device import Device, GpuLayout
+from reveal.collect._nvml import open_nvml, option_float
+from reveal.collect.probe import Probe
 
 
 @dataclass(frozen=True)
@@ -240,3 +244,49 @@ def stop_threads(threads: Iterable[Any], grace_s: float) -> list[str]:
             if thread.is_alive():
                 stuck.append(thread.name)
     return stuck
+
+
+#: What the ``open_timeout_s`` option of both GPU probes means.
+OPEN_TIMEOUT_HELP = ("seconds open() waits for every GPU's first answers; a GPU later "
+                     "than that joins at a refresh (default 5)")
+
+
+class NvmlPolling(BoardReads, Probe):
+    """A probe that polls NVML on threads of its own into ``self._board``: NVML started at
+    open (:meth:`_start_nvml`), the threads stopped and NVML shut down at close
+    (:meth:`_stop_nvml`)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._nvml: Any = None
+        self._initialised = False
+        self._board = Board()
+        self.timing = Timing()
+        self.stale_intervals = 3.0
+
+    def _start_nvml(self, timing: Timing) -> Any:
+        """Poll at ``timing``, a value stale after ``stale_intervals`` (option, default 3)
+        poll periods; NVML started, or :class:`ProbeUnavailable` with the probe marked
+        unavailable."""
+        self.timing = timing
+        self.stale_intervals = option_float(self.options, "stale_intervals", 3.0)
+        nvml = self._nvml = open_nvml(self)
+        self._initialised = True
+        return nvml
+
+    def _stop_nvml(self, threads: Iterable[Any],
+                   release: Callable[[Any], None] | None = None) -> None:
+        """Stop ``threads`` (within three fast poll periods, 1 s at least); then, unless one
+        is still inside NVML (named in ``info["left_running"]``), ``release`` what the probe
+        holds of NVML and shut it down."""
+        stuck = stop_threads(threads, max(1.0, 3 * self.timing.interval_s))
+        nvml = self._nvml
+        if stuck:
+            # a thread still inside NVML: shutting NVML down under it is not safe
+            self.info["left_running"] = stuck
+        elif self._initialised and nvml is not None:
+            if release is not None:
+                release(nvml)
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
+            self._initialised = False

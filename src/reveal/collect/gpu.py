@@ -43,12 +43,18 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from reveal.collect._gpu_board import Board, BoardReads
 from reveal.collect._gpu_device import GROUPS, Device, GpuLayout, free_gpm
-from reveal.collect._gpu_poller import GpuPoller, Timing, Watchdog, XidWatcher, stop_threads
+from reveal.collect._gpu_poller import (
+    OPEN_TIMEOUT_HELP,
+    GpuPoller,
+    NvmlPolling,
+    Timing,
+    Watchdog,
+    XidWatcher,
+)
 from reveal.collect._gpu_readings import FIELDS, READINGS
-from reveal.collect._nvml import open_nvml, option_bool, option_float, text
-from reveal.collect.probe import Probe, ProbeUnavailable, register
+from reveal.collect._nvml import option_bool, option_float, text
+from reveal.collect.probe import ProbeUnavailable, register
 
 __all__ = ["FIELDS", "READINGS", "GpuProbe"]
 
@@ -58,7 +64,7 @@ _WHOLE_GPU_ACTIVITY = ("gpu.kernel_active_pct", "gpu.mem_util", "gpu.sm_active_p
 
 
 @register
-class GpuProbe(BoardReads, Probe):
+class GpuProbe(NvmlPolling):
     """Per-GPU utilisation, SM activity, memory, power, clocks, PCIe, ECC, NVLink, MIG, XID."""
 
     name = "gpu"
@@ -79,15 +85,11 @@ class GpuProbe(BoardReads, Probe):
         "mig": "per-MIG-device memory channels on GPUs in MIG mode (default true)",
         "xid": "count XID critical errors through NVML events (default true)",
         "xid_wait_ms": "longest single wait for an NVML event, milliseconds (default 100)",
-        "open_timeout_s": "seconds open() waits for every GPU's first answers; a GPU later "
-                          "than that joins at a refresh (default 5)",
+        "open_timeout_s": OPEN_TIMEOUT_HELP,
     }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._nvml: Any = None
-        self._initialised = False
-        self._board = Board()
         self._lock = threading.Lock()
         self._posted: dict[int, tuple[GpuLayout | None, str]] = {}
         self._posted_event = threading.Condition(self._lock)
@@ -98,18 +100,13 @@ class GpuProbe(BoardReads, Probe):
         self._xid: XidWatcher | None = None
         self._event_set: Any = None
         self._count = 0
-        self.timing = Timing()
-        self.stale_intervals = 3.0
 
     # -- open --------------------------------------------------------------------------------
     def open(self) -> None:
         opts = self.options
-        self.timing = Timing(option_float(opts, "interval_s", 0.1),
-                             option_float(opts, "slow_interval_s", 1.0),
-                             round(option_float(opts, "xid_wait_ms", 100)))
-        self.stale_intervals = option_float(opts, "stale_intervals", 3.0)
-        nvml = self._nvml = open_nvml(self)
-        self._initialised = True
+        nvml = self._start_nvml(Timing(option_float(opts, "interval_s", 0.1),
+                                       option_float(opts, "slow_interval_s", 1.0),
+                                       round(option_float(opts, "xid_wait_ms", 100))))
         try:
             self._count = int(nvml.nvmlDeviceGetCount())
             if self._count == 0:
@@ -269,20 +266,14 @@ class GpuProbe(BoardReads, Probe):
         return changed
 
     def close(self) -> None:
-        stuck = stop_threads([*self._pollers, self._watchdog, self._xid],
-                             max(1.0, 3 * self.timing.interval_s))
-        nvml = self._nvml
-        if stuck:
-            # a thread still inside NVML: shutting NVML down under it is not safe
-            self.info["left_running"] = stuck
-        elif self._initialised and nvml is not None:
-            for layout in self._layouts.values():
-                if layout.gpm is not None:
-                    free_gpm(nvml, layout.gpm)
-            if self._event_set is not None:
-                with contextlib.suppress(nvml.NVMLError):
-                    nvml.nvmlEventSetFree(self._event_set)
-            with contextlib.suppress(nvml.NVMLError):
-                nvml.nvmlShutdown()
-            self._initialised = False
+        self._stop_nvml([*self._pollers, self._watchdog, self._xid], self._release)
         self._pollers, self._watchdog, self._xid, self._event_set = [], None, None, None
+
+    def _release(self, nvml: Any) -> None:
+        """Free the GPM samples and the XID event set (NVML still up)."""
+        for layout in self._layouts.values():
+            if layout.gpm is not None:
+                free_gpm(nvml, layout.gpm)
+        if self._event_set is not None:
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlEventSetFree(self._event_set)

@@ -42,7 +42,6 @@ The NVML module is ``pynvml`` (nvidia-ml-py) or any pynvml-shaped object given a
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import threading
@@ -53,11 +52,17 @@ from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
-from reveal.collect._gpu_board import Board, BoardReads
-from reveal.collect._gpu_poller import GridPoller, Timing, Watchdog, stop_threads
-from reveal.collect._nvml import error_is, open_nvml, option_float
+from reveal.collect._gpu_board import Board
+from reveal.collect._gpu_poller import (
+    OPEN_TIMEOUT_HELP,
+    GridPoller,
+    NvmlPolling,
+    Timing,
+    Watchdog,
+)
+from reveal.collect._nvml import error_is, option_float
 from reveal.collect.ebpf.targets import read_cgroup, read_comm
-from reveal.collect.probe import Probe, ProbeUnavailable, register
+from reveal.collect.probe import ProbeUnavailable, register
 from reveal.frame import format_channel, parse_channel
 
 UTIL_FIELDS = (("gpu.proc.sm_util", "smUtil"), ("gpu.proc.mem_util", "memUtil"),
@@ -285,7 +290,7 @@ class _ProcPoller(GridPoller):
                 self.listed_at.pop(pid, None)
 
 
-class GpuProcessProbe(BoardReads, Probe):
+class GpuProcessProbe(NvmlPolling):
     """GPU memory and utilisation per process (NVML, polled on its own threads), labelled
     with the process's cgroup."""
 
@@ -304,16 +309,12 @@ class GpuProcessProbe(BoardReads, Probe):
                       "per GPU (default 0.1)",
         "stale_intervals": "a GPU whose values were not refreshed for this many poll periods "
                            "reads NaN (default 3)",
-        "open_timeout_s": "seconds open() waits for every GPU's first answers; a GPU later "
-                          "than that joins at a refresh (default 5)",
+        "open_timeout_s": OPEN_TIMEOUT_HELP,
     }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._nvml: Any = None
-        self._initialised = False
         self._labels = _Labels(str(options.get("proc_root", "/proc")))
-        self._board = Board()
         self._pollers: list[_ProcPoller] = []
         self._watchdog: Watchdog | None = None
         self._names: dict[int, list[str]] = {}  # GPU → its adopted channels, in order
@@ -322,17 +323,12 @@ class GpuProcessProbe(BoardReads, Probe):
         self._over_cap: set[int] = set()
         self.retire_s = float(options.get("retire_s", 30.0))
         self.max_channels = int(options.get("max_channels", 2048))
-        self.timing = Timing()
-        self.stale_intervals = 3.0
         self.retired = 0  # process channels removed, over the probe's life
 
     # -- open ------------------------------------------------------------------------------
     def open(self) -> None:
         opts = self.options
-        self.timing = Timing(interval_s=option_float(opts, "interval_s", 0.1))
-        self.stale_intervals = option_float(opts, "stale_intervals", 3.0)
-        nvml = self._nvml = open_nvml(self)
-        self._initialised = True
+        nvml = self._start_nvml(Timing(interval_s=option_float(opts, "interval_s", 0.1)))
         try:
             count = int(nvml.nvmlDeviceGetCount())
             if count == 0:
@@ -495,16 +491,7 @@ class GpuProcessProbe(BoardReads, Probe):
         self.reason = "gpu_procs: " + "; ".join(notes) if notes else ""
 
     def close(self) -> None:
-        stuck = stop_threads([*self._pollers, self._watchdog],
-                             max(1.0, 3 * self.timing.interval_s))
-        nvml = self._nvml
-        if stuck:
-            # a thread still inside NVML: shutting NVML down under it is not safe
-            self.info["left_running"] = stuck
-        elif self._initialised and nvml is not None:
-            with contextlib.suppress(nvml.NVMLError):
-                nvml.nvmlShutdown()
-            self._initialised = False
+        self._stop_nvml([*self._pollers, self._watchdog])
         self._pollers, self._watchdog = [], None
 
 
