@@ -35,8 +35,8 @@ class PageCacheDrop(BenignActivity):
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"mode": 1}}  # 1: page cache only
 
-    def check(self) -> str | None:
-        return super().check() or _writable(DROP_CACHES)
+    def check_host(self) -> str | None:
+        return _writable(DROP_CACHES)
 
     def begin(self) -> None:
         self.start_process(["sh", "-c", f'sync && echo {int(self.params["mode"])} > "$1"',
@@ -51,8 +51,8 @@ class ThpCompact(BenignActivity):
     self_ending = True
     INTENSITIES: ClassVar = {"default": {}}
 
-    def check(self) -> str | None:
-        return super().check() or _writable(COMPACT_MEMORY)
+    def check_host(self) -> str | None:
+        return _writable(COMPACT_MEMORY)
 
     def begin(self) -> None:
         self.start_process(["sh", "-c", 'echo 1 > "$1"', "compact", str(COMPACT_MEMORY)])

@@ -62,8 +62,8 @@ class ContainerStartStop(BenignActivity):
         self.cgroup = JobCgroup()
         self.cgroup.name = benign_name("ctr")  # same mechanics, the benign prefix
 
-    def check(self) -> str | None:
-        return super().check() or netns_supported()
+    def check_host(self) -> str | None:
+        return netns_supported()
 
     def begin(self) -> None:
         self.params.update(netns=self.netns, interfaces=[self.host_if, self.ctr_if],
@@ -106,10 +106,7 @@ class NewInterface(BenignActivity):
         self.ifname = benign_ifname("d")
         self.made = False
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if os.geteuid() != 0:
             return "adding an interface needs root"
         return None if shutil.which("ip") else "the ip command (iproute2) is not installed"

@@ -11,7 +11,6 @@ import sys
 from typing import ClassVar
 
 from reveal.inject.benign.base import WORK_SCRIPT, BenignActivity, register
-from reveal.inject.faults.base import require_tool
 
 _GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
             "GIT_AUTHOR_NAME": "rvbenign", "GIT_AUTHOR_EMAIL": "rvbenign@localhost",
@@ -76,9 +75,7 @@ class GitCommit(BenignActivity):
     description = "git init, write small files, git add, git commit"
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"files": 200}}
-
-    def check(self) -> str | None:
-        return super().check() or require_tool("git", "git")
+    tools = (("git", "git"),)
 
     def begin(self) -> None:
         self.start_process(["sh", "-c", _GIT_SCRIPT, "git_commit", str(self.params["files"])],
@@ -92,9 +89,7 @@ class ShortCompile(BenignActivity):
     description = "compile a small generated C file with gcc -O2 a few times"
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"builds": 3}}
-
-    def check(self) -> str | None:
-        return super().check() or require_tool("gcc", "gcc")
+    tools = (("gcc", "gcc"),)
 
     def begin(self) -> None:
         (self.make_scratch() / "prog.c").write_text(_C_SOURCE)
@@ -111,10 +106,7 @@ class PackageInstall(BenignActivity):
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"package": "rvbenign_pkg"}}
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if importlib.util.find_spec("pip") is None:
             return "pip is not installed for this interpreter"
         return None

@@ -12,18 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import psutil
-
 from reveal.inject.benign.base import BenignActivity, register
-
-MAX_SHARE_OF_FREE_DISK = 0.25
-
-
-def _room(activity: BenignActivity, size: int) -> str | None:
-    free = psutil.disk_usage(str(activity.context.workdir)).free
-    if size > MAX_SHARE_OF_FREE_DISK * free:
-        return f"not enough free disk in {activity.context.workdir} for {size} B"
-    return None
 
 
 @register
@@ -34,8 +23,8 @@ class Checkpoint(BenignActivity):
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"bytes": 150 << 20, "chunk": 4 << 20}}
 
-    def check(self) -> str | None:
-        return super().check() or _room(self, int(self.params["bytes"]))
+    def check_host(self) -> str | None:
+        return self.check_disk_room(int(self.params["bytes"]))
 
     def begin(self) -> None:
         path = self.make_scratch() / "checkpoint.pt"
@@ -51,8 +40,8 @@ class EpochBoundary(BenignActivity):
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"bytes": 200 << 20, "files": 50}}
 
-    def check(self) -> str | None:
-        return super().check() or _room(self, int(self.params["bytes"]))
+    def check_host(self) -> str | None:
+        return self.check_disk_room(int(self.params["bytes"]))
 
     def begin(self) -> None:
         self.start_work("epoch", str(self.make_scratch() / "shards"),

@@ -8,7 +8,6 @@ import pwd
 from typing import ClassVar
 
 from reveal.inject.benign.base import BenignActivity, register
-from reveal.inject.faults.base import require_tool
 
 _COMMANDS = "id; ls / >/dev/null; cat /etc/motd 2>/dev/null; true"
 
@@ -20,11 +19,9 @@ class SshLogin(BenignActivity):
     description = "a login shell (su -l nobody -s /bin/bash) reads its profile, runs id/ls, exits"
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"user": "nobody", "shell": "/bin/bash"}}
+    tools = (("su", "util-linux"),)
 
-    def check(self) -> str | None:
-        reason = super().check() or require_tool("su", "util-linux")
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if os.geteuid() != 0:
             return "su to another user without a password needs root"
         try:

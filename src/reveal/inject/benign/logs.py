@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from reveal.inject.benign.base import BenignActivity, register
-from reveal.inject.faults.base import require_tool
 
 
 @register
@@ -15,9 +14,7 @@ class LogRotation(BenignActivity):
     description = "append ~20 MB of log lines, then rotate: rename, gzip, new empty file"
     self_ending = True
     INTENSITIES: ClassVar = {"default": {"bytes": 20 << 20}}
-
-    def check(self) -> str | None:
-        return super().check() or require_tool("gzip", "gzip")
+    tools = (("gzip", "gzip"),)
 
     def begin(self) -> None:
         log = self.make_scratch() / "app.log"

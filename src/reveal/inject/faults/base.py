@@ -21,12 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import psutil
+
 from reveal.errors import RevealError
 from reveal.inject import processes
 from reveal.inject.cleanup import UNDO
 from reveal.inject.groundtruth import Episode, EventLog
 from reveal.inject.veth_pair import NetnsPair
 from reveal.registry import Registry
+
+#: the largest share of the free disk that a fault's scratch files may take
+MAX_SHARE_OF_FREE_DISK = 0.25
 
 
 @dataclass
@@ -49,6 +54,8 @@ class Fault(ABC):
     INTENSITIES: ClassVar[dict[str, dict[str, Any]]] = {}
     needs_netns: ClassVar[bool] = False
     self_ending: ClassVar[bool] = False
+    #: commands the fault runs, each with the apt package that installs it
+    tools: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, intensity: str, context: FaultContext) -> None:
         if intensity not in self.INTENSITIES:
@@ -60,9 +67,27 @@ class Fault(ABC):
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def check(self) -> str | None:
-        """None when the fault can run here, else the reason it cannot."""
+        """None when the fault can run here, else the reason it cannot: the suite's
+        namespaces (``needs_netns``), then each of ``tools``, then :meth:`check_host`."""
         if self.needs_netns and self.context.netns is None:
             return "needs the suite's network namespaces (a distributed scenario)"
+        for name, package in self.tools:
+            reason = require_tool(name, package)
+            if reason:
+                return reason
+        return self.check_host()
+
+    def check_host(self) -> str | None:
+        """What else the fault needs of this host: None when it is there, else the reason
+        the fault cannot run."""
+        return None
+
+    def check_disk_room(self, size: int) -> str | None:
+        """None when ``size`` bytes fit in the share of the workdir's free disk that a fault
+        may take (:data:`MAX_SHARE_OF_FREE_DISK`), else the reason."""
+        free = psutil.disk_usage(str(self.context.workdir)).free
+        if size > MAX_SHARE_OF_FREE_DISK * free:
+            return f"not enough free disk in {self.context.workdir} for {size} B"
         return None
 
     @abstractmethod
@@ -100,6 +125,7 @@ def _python_argv(module: str) -> list[str]:
 
 
 def require_tool(name: str, package: str) -> str | None:
+    """None when command ``name`` is on PATH, else a reason naming the apt ``package``."""
     return None if shutil.which(name) else f"{name} is not installed (apt-get install {package})"
 
 

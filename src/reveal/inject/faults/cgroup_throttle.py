@@ -42,10 +42,7 @@ class CgroupThrottle(Fault):
         super().__init__(*args, **kwargs)
         self.saved: list[tuple[Path, str]] = []
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if not job_cgroups(self.context):
             return "the job has no cgroup with a CPU quota file (needs root and a job cgroup)"
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from reveal.inject.faults.base import Fault, register, require_tool
+from reveal.inject.faults.base import Fault, register
 
 
 @register
@@ -16,9 +16,7 @@ class CpuContention(Fault):
         "low": {"workers": 1, "load_pct": 50},
         "high": {"workers": 2, "load_pct": 100},
     }
-
-    def check(self) -> str | None:
-        return super().check() or require_tool("stress-ng", "stress-ng")
+    tools = (("stress-ng", "stress-ng"),)
 
     def begin(self) -> None:
         self.start_process(["stress-ng", "--cpu", str(self.params["workers"]),

@@ -19,10 +19,7 @@ class DiskBurst(Fault):
         "high": {"file_bytes": 256 << 20, "block": "64k", "rate_iops": 0},
     }
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if shutil.which("fio") is None and shutil.which("dd") is None:
             return "neither fio nor dd is installed (apt-get install fio)"
         return None

@@ -31,10 +31,7 @@ class ReservedHugePages(Fault):
         self.original: int | None = None
         self.state = temp_root() / f"{owned_name('hugepages')}.json"
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if read_hugepages() is None:
             return f"{HUGEPAGES_FILE} is not readable"
         if not os.access(HUGEPAGES_FILE, os.W_OK):

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import psutil
 
-from reveal.inject.faults.base import Fault, register, require_tool
+from reveal.inject.faults.base import Fault, register
 
 MAX_SHARE_OF_AVAILABLE = 0.5  # never take more than this share of MemAvailable
 
@@ -21,13 +21,11 @@ class MemoryPressure(Fault):
         "low": {"bytes": 1 << 30},
         "high": {"bytes": 4 << 30},
     }
+    tools = (("stress-ng", "stress-ng"),)
 
     def _bytes(self) -> int:
         available = int(psutil.virtual_memory().available)
         return int(min(self.params["bytes"], MAX_SHARE_OF_AVAILABLE * available))
-
-    def check(self) -> str | None:
-        return super().check() or require_tool("stress-ng", "stress-ng")
 
     def begin(self) -> None:
         self.params["bytes_used"] = self._bytes()

@@ -72,10 +72,7 @@ class PacketLoss(_VethFault):
         "high": {"loss_pct": 5.0},
     }
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if not netem_available() and shutil.which("nft") is None:
             return "neither tc netem (kernel) nor nft (apt-get install nftables) is available"
         return None
@@ -113,10 +110,7 @@ class NetDelay(_VethFault):
         "high": {"delay_ms": 50, "jitter_ms": 10},
     }
 
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
+    def check_host(self) -> str | None:
         if not netem_available():
             return "tc netem is not in this kernel (CONFIG_NET_SCH_NETEM)"
         return None
@@ -138,12 +132,7 @@ class NetThrottle(_VethFault):
         "low": {"rate_mbit": 80},
         "high": {"rate_mbit": 10},
     }
-
-    def check(self) -> str | None:
-        reason = super().check()
-        if reason:
-            return reason
-        return None if shutil.which("tc") else "tc is not installed (apt-get install iproute2)"
+    tools = (("tc", "iproute2"),)
 
     def begin(self) -> None:
         rate = int(self.params["rate_mbit"])

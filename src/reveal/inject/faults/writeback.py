@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import psutil
-
-from reveal.inject.faults.base import Fault, register, require_tool
-
-MAX_SHARE_OF_FREE_DISK = 0.25
+from reveal.inject.faults.base import Fault, register
 
 
 @register
@@ -22,15 +18,10 @@ class WritebackStorm(Fault):
         "low": {"bytes": 512 << 20, "hold_s": 4.0},
         "high": {"bytes": 2 << 30, "hold_s": 4.0},
     }
+    tools = (("dd", "coreutils"),)
 
-    def check(self) -> str | None:
-        reason = super().check() or require_tool("dd", "coreutils")
-        if reason:
-            return reason
-        free = psutil.disk_usage(str(self.context.workdir)).free
-        if self.params["bytes"] > MAX_SHARE_OF_FREE_DISK * free:
-            return f"not enough free disk in {self.context.workdir} for {self.params['bytes']} B"
-        return None
+    def check_host(self) -> str | None:
+        return self.check_disk_room(self.params["bytes"])
 
     @property
     def path(self):  # type: ignore[no-untyped-def]
