@@ -28,6 +28,7 @@ import numpy as np
 from reveal.catalog import Catalog, default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
+from reveal.store.layout import read_format_json
 
 METRIC_SET_FORMAT = "reveal-metric-set"
 _MAX_ROWS = 200_000  # rows used for correlations (evenly subsampled beyond this)
@@ -191,12 +192,7 @@ def save_metric_set(selection: Selection, path: str | Path) -> None:
 def load_metric_set(path: str | Path) -> list[str]:
     """Channel names of a metric-set file written by ``reveal select``."""
     path = Path(path)
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"unreadable metric-set file ({exc})", str(path)) from None
-    if not isinstance(payload, dict) or payload.get("format") != METRIC_SET_FORMAT:
-        raise InputError(f"not a {METRIC_SET_FORMAT} file", str(path))
+    payload = read_format_json(path, METRIC_SET_FORMAT, "metric-set file", "file")
     channels = payload.get("channels")
     if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
         raise InputError("'channels' must be a list of channel names", str(path))

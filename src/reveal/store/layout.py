@@ -68,17 +68,25 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
+def read_format_json(path: Path, format_name: str, what: str, kind: str) -> dict[str, Any]:
+    """The JSON object in ``path`` whose ``format`` is ``format_name``; ``InputError`` naming
+    the file when it is unreadable (``unreadable WHAT``) or of another format (``not a
+    FORMAT_NAME KIND``)."""
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"unreadable {what} ({exc})", str(path)) from None
+    if not isinstance(payload, dict) or payload.get("format") != format_name:
+        raise InputError(f"not a {format_name} {kind}", str(path))
+    return payload
+
+
 def read_meta(run: Path) -> dict[str, Any]:
     """Read ``meta.json``; a missing file is an error, a bad one names the problem."""
     path = run / META_FILE
     if not path.is_file():
         raise InputError("not a run directory (no meta.json)", str(run))
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"unreadable metadata ({exc})", str(path)) from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise InputError(f"not a {FORMAT_NAME} metadata file", str(path))
+    meta = read_format_json(path, FORMAT_NAME, "metadata", "metadata file")
     version = meta.get("version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
         understood = ", ".join(str(v) for v in READABLE_VERSIONS)
