@@ -161,19 +161,26 @@ def _entry_body(fn: TracedFunction, fid: int, python: bool, timed: bool,
     return body
 
 
+def _latency(prog: _Program, stats: str, longest: str, hist: str, key: str = "") -> list[str]:
+    """Statements adding the duration ``$d`` (ns) to the printed maps ``stats`` (count,
+    average, total), ``longest`` (max) and ``hist`` (log2 histogram), indexed by ``key``."""
+    index = f"[{key}]" if key else ""
+    for name in (stats, longest, hist):
+        prog.use(name)
+    return [f"@{stats}{index} = stats($d);", f"@{longest}{index} = max($d);",
+            f"@{hist}{index} = hist($d);"]
+
+
 def _return_body(fn: TracedFunction, fid: int, prog: _Program) -> list[str]:
     body = [
         f"$d = nsecs - @ts[tid, {fid}];",
         f"delete(@ts[tid, {fid}]);",
-        f"@ret[pid, {fid}] = stats($d);",
-        f"@maxlat[pid, {fid}] = max($d);",
-        f"@lat[pid, {fid}] = hist($d);",
+        *_latency(prog, "ret", "maxlat", "lat", f"pid, {fid}"),
         "$r = (int32)retval;",
         f"if ($r != 0) {{ @err[pid, {fid}, ($r < 0 || $r > {ERROR_CODE_MAX}) ? "
         f"{ERROR_CODE_MAX} : $r] = count(); }}",
     ]
-    for name in ("ret", "maxlat", "lat", "err"):
-        prog.use(name)
+    prog.use("err")
     if fn.role == "malloc":
         body.append(f"if ($r == 0) {{ $p = *(uint64 *)@mptr[tid, {fid}]; "
                     f"@live[pid, $p] = @msz[tid, {fid}]; "
@@ -235,13 +242,9 @@ def _tracepoint_probes(groups: frozenset[str], prog: _Program) -> None:
             "tracepoint:block:block_rq_complete /@blkts[args->dev, args->sector]/", [
                 "$d = nsecs - @blkts[args->dev, args->sector];",
                 "delete(@blkts[args->dev, args->sector]);",
-                "@blk[args->dev] = stats($d);",
-                "@blkmax[args->dev] = max($d);",
-                "@blkhist[args->dev] = hist($d);",
+                *_latency(prog, "blk", "blkmax", "blkhist", "args->dev"),
             ]))
         prog.helpers.add("blkts")
-        for name in ("blk", "blkmax", "blkhist"):
-            prog.use(name)
     if "sched" in groups:
         prog.probes.append(_block(
             "tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new",
@@ -252,15 +255,11 @@ def _tracepoint_probes(groups: frozenset[str], prog: _Program) -> None:
             "$t = @rqts[args->next_pid];",
             "if ($t) {",
             "  $d = nsecs - $t;",
-            "  @rq = stats($d);",
-            "  @rqmax = max($d);",
-            "  @rqhist = hist($d);",
+            *(f"  {line}" for line in _latency(prog, "rq", "rqmax", "rqhist")),
             "  delete(@rqts[args->next_pid]);",
             "}",
         ]))
         prog.helpers.add("rqts")
-        for name in ("rq", "rqmax", "rqhist"):
-            prog.use(name)
 
 
 def _prints(prog: _Program) -> list[str]:
