@@ -65,32 +65,39 @@ _DISK_COUNTS = {
 _DEV = {"device": "dev"}
 _IFACE = {"device": "iface"}
 
+
+def _named_alike(prefix: str) -> tuple[Rule, ...]:
+    """Rules for the metrics that node_exporter and ``reveal watch`` name alike after their
+    prefix (``node`` / ``reveal_host``)."""
+    return (
+        Rule(rf"{prefix}_context_switches_total", "cpu.ctxt"),
+        Rule(rf"{prefix}_forks_total", "cpu.processes"),
+        Rule(rf"{prefix}_procs_running", "cpu.procs_running"),
+        Rule(rf"{prefix}_procs_blocked", "cpu.procs_blocked"),
+        Rule(rf"{prefix}_pressure_(cpu|memory|io)_waiting_seconds_total", "psi.{1}.some.total",
+             1e6),
+        Rule(rf"{prefix}_disk_read_bytes_total", "disk.sectors_read", 1 / SECTOR_BYTES, _DEV),
+        Rule(rf"{prefix}_disk_written_bytes_total", "disk.sectors_written", 1 / SECTOR_BYTES,
+             _DEV),
+    )
+
+
 NODE_EXPORTER: tuple[Rule, ...] = (
     Rule(r"node_cpu_seconds_total", "cpu.{mode}", TICK_HZ, {"cpu": "cpu"},
          {"mode": CPU_MODES}, total="cpu"),
     Rule(r"node_cpu_guest_seconds_total", "cpu.guest_{mode}", TICK_HZ, {"cpu": "cpu"},
          {"mode": ("nice",)}, total="cpu"),
-    Rule(r"node_context_switches_total", "cpu.ctxt"),
-    Rule(r"node_forks_total", "cpu.processes"),
+    *_named_alike("node"),
     Rule(r"node_intr_total", "cpu.intr"),
-    Rule(r"node_procs_running", "cpu.procs_running"),
-    Rule(r"node_procs_blocked", "cpu.procs_blocked"),
     Rule(r"node_load(1|5|15)", "loadavg.load{1}"),
     Rule(r"node_cpu_scaling_frequency_hertz", "cpufreq.cur_mhz", 1e-6, {"cpu": "cpu"}),
     Rule(r"node_memory_(HugePages_\w+)", "mem.{1}"),
     Rule(r"node_memory_(\w+)_bytes", "mem.{1}"),
     Rule(r"node_vmstat_(\w+)", "vmstat.{1}"),
-    Rule(r"node_pressure_cpu_waiting_seconds_total", "psi.cpu.some.total", 1e6),
-    Rule(r"node_pressure_cpu_stalled_seconds_total", "psi.cpu.full.total", 1e6),
-    Rule(r"node_pressure_memory_waiting_seconds_total", "psi.memory.some.total", 1e6),
-    Rule(r"node_pressure_memory_stalled_seconds_total", "psi.memory.full.total", 1e6),
-    Rule(r"node_pressure_io_waiting_seconds_total", "psi.io.some.total", 1e6),
-    Rule(r"node_pressure_io_stalled_seconds_total", "psi.io.full.total", 1e6),
+    Rule(r"node_pressure_(cpu|memory|io)_stalled_seconds_total", "psi.{1}.full.total", 1e6),
     *(Rule(rf"node_network_{way}_{name}_total", f"net.{short}_{name}", 1.0, _IFACE)
       for way, short in _NET.items() for name in _NET_FIELDS),
     Rule(r"node_network_speed_bytes", "net.speed_mbps", 8e-6, _IFACE),
-    Rule(r"node_disk_read_bytes_total", "disk.sectors_read", 1 / SECTOR_BYTES, _DEV),
-    Rule(r"node_disk_written_bytes_total", "disk.sectors_written", 1 / SECTOR_BYTES, _DEV),
     *(Rule(rf"node_disk_{name}", f"disk.{ours}", 1e3, _DEV)
       for name, ours in _DISK_SECONDS.items()),
     *(Rule(rf"node_disk_{name}", f"disk.{ours}", 1.0, _DEV)
@@ -109,19 +116,11 @@ NODE_EXPORTER: tuple[Rule, ...] = (
 REVEAL_EXPORTER: tuple[Rule, ...] = (
     Rule(r"reveal_host_cpu_seconds_total", "cpu.{mode}", TICK_HZ, {},
          {"mode": CPU_MODES}),
-    Rule(r"reveal_host_context_switches_total", "cpu.ctxt"),
-    Rule(r"reveal_host_forks_total", "cpu.processes"),
-    Rule(r"reveal_host_procs_running", "cpu.procs_running"),
-    Rule(r"reveal_host_procs_blocked", "cpu.procs_blocked"),
+    *_named_alike("reveal_host"),
     Rule(r"reveal_host_load1", "loadavg.load1"),
     Rule(r"reveal_host_memory_total_bytes", "mem.MemTotal"),
     Rule(r"reveal_host_memory_available_bytes", "mem.MemAvailable"),
     Rule(r"reveal_host_memory_dirty_bytes", "mem.Dirty"),
-    Rule(r"reveal_host_pressure_(cpu|memory|io)_waiting_seconds_total", "psi.{1}.some.total",
-         1e6),
-    Rule(r"reveal_host_disk_read_bytes_total", "disk.sectors_read", 1 / SECTOR_BYTES, _DEV),
-    Rule(r"reveal_host_disk_written_bytes_total", "disk.sectors_written", 1 / SECTOR_BYTES,
-         _DEV),
     Rule(r"reveal_host_disk_io_time_seconds_total", "disk.time_io_ms", 1e3, _DEV),
     Rule(r"reveal_host_network_receive_bytes_total", "net.rx_bytes", 1.0, _IFACE),
     Rule(r"reveal_host_network_transmit_bytes_total", "net.tx_bytes", 1.0, _IFACE),
