@@ -9,6 +9,8 @@ import socket
 import time
 from typing import Any
 
+from reveal.collect._procfs import read_str
+
 
 def online_cpus(path: str = "/sys/devices/system/cpu/online") -> list[int]:
     """CPU numbers from the kernel's online list (``0-3,6``); all CPUs if unreadable."""
@@ -54,11 +56,7 @@ def mem_total_bytes(path: str = "/proc/meminfo") -> int | None:
 
 def boot_id() -> str:
     """The kernel's boot id: monotonic timestamps compare only within one boot."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
+    return read_str("/proc/sys/kernel/random/boot_id") or ""
 
 
 def wall_offset_ns(tries: int = 5) -> int:

@@ -177,11 +177,8 @@ def perf_event_open(event: PerfEvent, cpu: int, group_fd: int = -1, pid: int = -
 
 
 def _paranoid() -> str:
-    try:
-        with open("/proc/sys/kernel/perf_event_paranoid", encoding="ascii") as handle:
-            return handle.read().strip()
-    except OSError:
-        return "?"
+    value = _procfs.read_str("/proc/sys/kernel/perf_event_paranoid")
+    return "?" if value is None else value
 
 
 @dataclass
