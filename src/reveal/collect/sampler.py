@@ -244,42 +244,33 @@ class Sampler:
         else:
             record["count"] = int(record["count"]) + 1  # type: ignore[call-overload]
 
+    def _each(self, probes: list[Probe], call: Callable[[Probe], object]) -> list[Probe]:
+        """Call ``call`` on every one of ``probes`` (one that raises is counted as a failed
+        read and the others go on); those for which it returned something true."""
+        said_yes: list[Probe] = []
+        for probe in probes:
+            try:
+                if call(probe):
+                    said_yes.append(probe)
+            except Exception as exc:
+                self._read_failed(probe, exc)
+        return said_yes
+
     def _wanted(self) -> bool:
         """Let the driven probes do their periodic work (:meth:`Probe.poll`); then whether
         a probe asks for a refresh now (see :meth:`Probe.wants_refresh`). About once a
         second."""
-        for probe in self._driven:
-            try:
-                probe.poll()
-            except Exception as exc:
-                self._read_failed(probe, exc)
-        wanted = False
-        for probe in self.probes:
-            try:
-                wanted |= bool(probe.wants_refresh())
-            except Exception as exc:
-                self._read_failed(probe, exc)
-        return wanted
+        self._each(self._driven, lambda probe: probe.poll())
+        return bool(self._each(self.probes, lambda probe: probe.wants_refresh()))
 
     def _drive(self) -> None:
         """Take over the periodic work of the probes that offer it (:meth:`Probe.drive`)."""
-        self._driven = []
-        for probe in self.probes:
-            try:
-                if probe.drive():
-                    self._driven.append(probe)
-            except Exception as exc:
-                self._read_failed(probe, exc)
+        self._driven = self._each(self.probes, lambda probe: probe.drive())
 
     def refresh(self, sink: RowSink) -> bool:
         """Ask every probe for new channels; rebuild the row and tell the sink on change."""
         self.stats.refreshes += 1
-        changed = False
-        for probe in self.probes:
-            try:
-                changed |= bool(probe.refresh())
-            except Exception as exc:
-                self._read_failed(probe, exc)
+        changed = bool(self._each(self.probes, lambda probe: probe.refresh()))
         if changed:
             before = self._channels
             self._build_layout()
@@ -307,11 +298,8 @@ class Sampler:
                 if k is None:
                     return
         self.mode = "python"
-        for probe in self.probes:
-            try:
-                probe.schedule(start, self.interval_ns)
-            except Exception as exc:  # a probe that cannot prepare still reads
-                self._read_failed(probe, exc)
+        # a probe that cannot prepare still reads
+        self._each(self.probes, lambda probe: probe.schedule(start, self.interval_ns))
         self._run_python(k, sink, should_stop, end, after_tick)
 
     def _run_python(self, k: int, sink: RowSink, should_stop: Callable[[], bool],
