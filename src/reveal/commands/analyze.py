@@ -8,6 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reveal.commands._shared_options import (
+    add_json_report,
+    add_report_format,
+    add_window_options,
+    comma_separated,
+    non_negative_seconds,
+)
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 from reveal.paths import check_writable_file
@@ -24,14 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="clean run to fit the detectors on (default: the run itself, "
                              "robustly; for smd:/asd: the machine's train part)")
     parser.add_argument("--metrics", metavar="SET", help="metric-set file from `reveal select`")
-    parser.add_argument("--json", metavar="FILE", dest="json_out",
-                        help="write the JSON report here ('-' for stdout)")
+    add_json_report(parser)
     parser.add_argument("--html", metavar="OUT.html",
                         help="also write the report as one self-contained HTML page "
                              "(interactive timeline, one card per episode, traces)")
-    parser.add_argument("--format", choices=("text", "markdown", "json", "none"), default="text",
-                        help="what to print on stdout: text (a table fitted to the terminal, "
-                             "plain when piped), markdown (for files), json, or none")
+    add_report_format(parser, "what to print on stdout: text (a table fitted to the terminal, "
+                              "plain when piped), markdown (for files), json, or none")
     parser.add_argument("--preset", choices=("auto", "telemetry", "minute"), default="auto",
                         help="settings for the data's resolution: 'telemetry' (samples "
                              "≤ 1 s apart: 3 s windows), 'minute' (coarser: 10-row windows, "
@@ -40,10 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="score with a model saved by --save-model (no fitting)")
     parser.add_argument("--save-model", metavar="FILE",
                         help="save the fitted model here, to score later runs with --model")
-    parser.add_argument("--window", type=_positive, metavar="SECONDS",
-                        help="window size (default: the preset's, 3 s for telemetry)")
-    parser.add_argument("--stride", type=_positive, metavar="SECONDS",
-                        help="window stride (default: the preset's, 1 s for telemetry)")
+    add_window_options(parser, "window size (default: the preset's, 3 s for telemetry)",
+                       "window stride (default: the preset's, 1 s for telemetry)")
     parser.add_argument("--window-rows", type=int, metavar="N",
                         help="windows of N rows instead of seconds (the minute preset: 10)")
     parser.add_argument("--stride-rows", type=int, default=1, metavar="N",
@@ -61,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantile", type=float, metavar="Q",
                         help="baseline score quantile that flags a window (default "
                              f"{DetectConfig().threshold_quantile})")
-    parser.add_argument("--persistence", type=_non_negative, metavar="SECONDS",
+    parser.add_argument("--persistence", type=non_negative_seconds, metavar="SECONDS",
                         help="flag windows only once the score has stayed above the threshold "
                              f"this long (0: every window on its own; default "
                              f"{DetectConfig().persistence_s:g})")
@@ -84,20 +87,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds ≥ 0, got {text}")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
-
-
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line, by dotted name (the preset gives the rest):
     the named options, then ``--set``."""
@@ -110,8 +99,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["window.size_rows"] = args.window_rows
         out["window.stride_rows"] = args.stride_rows
     if args.detectors is not None:
-        out["detect.detectors"] = tuple(d.strip() for d in args.detectors.split(",")
-                                        if d.strip())
+        out["detect.detectors"] = tuple(comma_separated(args.detectors))
     if args.quantile is not None:
         out["detect.threshold_quantile"] = args.quantile
     if args.persistence is not None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reveal.commands._shared_options import add_probe_choice, comma_separated
 from reveal.errors import InputError
 from reveal.paths import check_writable_dir
 
@@ -18,21 +19,13 @@ REFRESH_S = 30.0  # the collector's default (CollectOptions.refresh_s)
 HELP = "Record this host's telemetry (every probe that works here) into a run directory."
 
 
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def add_collect_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``collect`` and ``profile``."""
     parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                         help="sampling interval")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="run directory to create (default: runs/HOST-YYYYmmdd-HHMMSS)")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--probes", type=_names, metavar="P1,P2",
-                       help="record only these probes (see `reveal probes`)")
-    group.add_argument("--exclude", type=_names, metavar="P1,P2",
-                       help="record the default probes except these")
+    add_probe_choice(parser)
     parser.add_argument("--segment-seconds", type=float, default=300.0, metavar="SECONDS",
                         help="length of one Parquet segment")
     parser.add_argument("--refresh", type=float, default=REFRESH_S, metavar="SECONDS",
@@ -91,7 +84,7 @@ def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
     values = dict(config["collect"])
     for key in ("probes", "exclude"):
         if isinstance(values.get(key), str):
-            values[key] = _names(values[key])
+            values[key] = comma_separated(values[key])
     if isinstance(values.get("out"), str):
         values["out"] = Path(values["out"])
     command.set_defaults(**values, config_probe_options=config["probes"])

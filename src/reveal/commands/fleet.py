@@ -8,6 +8,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from reveal.commands._shared_options import (
+    add_json_report,
+    add_report_format,
+    add_window_options,
+    comma_separated,
+    positive_seconds,
+)
 from reveal.errors import InputError, RevealError
 from reveal.paths import check_writable_dir, check_writable_file
 from reveal.settings import FLEET, add_set_argument, parse_sets, replace_dotted, split_fleet
@@ -29,19 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR",
                         help="write report.md, fleet.json and the figures (score heatmap, "
                              "traces against the peer band) here")
-    parser.add_argument("--format", choices=("text", "markdown", "json", "none"),
-                        default="text", help="what to print on stdout (default text)")
-    parser.add_argument("--json", metavar="FILE", dest="json_out",
-                        help="write the JSON report here ('-' for stdout)")
+    add_report_format(parser, "what to print on stdout (default text)")
+    add_json_report(parser)
     parser.add_argument("--workers", type=int, default=2, metavar="N",
                         help="Dask worker processes of a local cluster (default 2; 0: all "
                              "work in this process)")
     parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                         help="use this running Dask scheduler instead of a local cluster")
-    parser.add_argument("--window", type=_positive, metavar="SECONDS",
-                        help="window size (default 3 s; 10 steps with --prometheus)")
-    parser.add_argument("--stride", type=_positive, metavar="SECONDS",
-                        help="window stride (default 1 s; one step with --prometheus)")
+    add_window_options(parser, "window size (default 3 s; 10 steps with --prometheus)",
+                       "window stride (default 1 s; one step with --prometheus)")
     parser.add_argument("--channels", metavar="PREFIX,...|all", type=_channels, default=None,
                         help="metric prefixes compared across hosts (default: the job's "
                              "view: CPU, load, memory available and huge pages, major faults "
@@ -59,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="start: Unix seconds, RFC 3339, or relative like -1h (default)")
     prom.add_argument("--to", dest="end", default="now", metavar="TIME",
                       help="end (default now)")
-    prom.add_argument("--step", type=_positive, default=15.0, metavar="SECONDS",
+    prom.add_argument("--step", type=positive_seconds, default=15.0, metavar="SECONDS",
                       help="sampling step (default 15 s)")
     prom.add_argument("--host-label", default="instance", metavar="LABEL",
                       help="label that names the host (default instance)")
@@ -72,17 +75,10 @@ def _channels(text: str) -> tuple[str, ...] | str:
     """``all`` or a comma-separated list of metric prefixes (``cpu.,mem.MemAvailable``)."""
     if text.strip() == "all":
         return "all"
-    prefixes = tuple(p.strip() for p in text.split(",") if p.strip())
+    prefixes = tuple(comma_separated(text))
     if not prefixes:
         raise argparse.ArgumentTypeError("give metric prefixes separated by commas, or all")
     return prefixes
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

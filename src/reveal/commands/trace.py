@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reveal.commands._shared_options import comma_separated
 from reveal.errors import InputError, RevealError
 from reveal.report.escape import plain
 
@@ -64,7 +65,7 @@ def _selector(args: argparse.Namespace) -> Any:
 def _groups(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
     if not args.groups:
         return default
-    return tuple(g.strip() for g in args.groups.split(",") if g.strip())
+    return tuple(comma_separated(args.groups))
 
 
 # -- status ------------------------------------------------------------------------------------

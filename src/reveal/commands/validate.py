@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reveal.commands._shared_options import comma_separated
 from reveal.errors import RevealError
 from reveal.paths import check_writable_dir
 from reveal.settings import add_set_argument, parse_sets
@@ -21,7 +22,7 @@ HELP = ("Record a reference ML workload with the real collector, inject faults a
 
 
 def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    return tuple(comma_separated(text))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from reveal.commands._shared_options import add_probe_choice
 from reveal.settings import add_set_argument, parse_sets
 
 NAME = "watch"
@@ -31,10 +32,6 @@ def size(text: str) -> int:
     if found is None:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 500M or 2G")
     return int(float(found[1]) * _SIZES[found[2]])
-
-
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,11 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=sink.help)
     parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                         help="sampling interval")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--probes", type=_names, metavar="P1,P2",
-                       help="record only these probes (see `reveal probes`)")
-    group.add_argument("--exclude", type=_names, metavar="P1,P2",
-                       help="record the default probes except these")
+    add_probe_choice(parser)
     parser.add_argument("--probe-option", action="append", default=[], metavar="P.KEY=VALUE",
                         dest="probe_option", help="an option of one probe (repeatable)")
     parser.add_argument("--no-realtime", dest="realtime", action="store_false",
