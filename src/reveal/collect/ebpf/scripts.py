@@ -123,6 +123,21 @@ class _Program:
             self.printed.append(name)
 
 
+def _copy_kind(fn: TracedFunction) -> str:
+    """The copy kind of a memcpy call: its argument (over 4: ``COPY_KIND_INVALID``), or
+    the kind the function's name fixes."""
+    if fn.kind_arg is None:
+        return str(int(fn.kind or 0))
+    raw = f"(uint32)arg{fn.kind_arg}"
+    return f"({raw} > 4 ? {COPY_KIND_INVALID} : {raw})"
+
+
+def _nccl_dtype(fn: TracedFunction) -> str:
+    """The datatype argument of an NCCL call (out of range: ``NCCL_DTYPE_INVALID``)."""
+    raw = f"(uint32)arg{fn.dtype_arg}"
+    return f"({raw} > {NCCL_DTYPE_INVALID - 1} ? {NCCL_DTYPE_INVALID} : {raw})"
+
+
 def _entry_body(fn: TracedFunction, fid: int, python: bool, timed: bool,
                 prog: _Program) -> list[str]:
     body = [f"@calls[pid, {fid}] = count();"]
@@ -134,11 +149,7 @@ def _entry_body(fn: TracedFunction, fid: int, python: bool, timed: bool,
         body.append("@cudapid[pid] = 1;")
         prog.helpers.add("cudapid")
     if fn.role == "memcpy":
-        if fn.kind_arg is not None:
-            raw = f"(uint32)arg{fn.kind_arg}"
-            kind = f"({raw} > 4 ? {COPY_KIND_INVALID} : {raw})"
-        else:
-            kind = str(int(fn.kind or 0))
+        kind = _copy_kind(fn)
         body.append(f"@cpy[pid, {fid}, {kind}] = sum(arg{fn.bytes_arg});")
         body.append(f"@cpyn[pid, {fid}, {kind}] = count();")
         prog.use("cpy")
@@ -154,9 +165,7 @@ def _entry_body(fn: TracedFunction, fid: int, python: bool, timed: bool,
         prog.helpers.add("live")
         prog.use("free")
     elif fn.role == "nccl":
-        raw = f"(uint32)arg{fn.dtype_arg}"
-        dtype = f"({raw} > {NCCL_DTYPE_INVALID - 1} ? {NCCL_DTYPE_INVALID} : {raw})"
-        body.append(f"@nccl[pid, {fid}, {dtype}] = sum(arg{fn.bytes_arg});")
+        body.append(f"@nccl[pid, {fid}, {_nccl_dtype(fn)}] = sum(arg{fn.bytes_arg});")
         prog.use("nccl")
     return body
 
@@ -306,14 +315,9 @@ def _capture_entry(fn: TracedFunction, fid: int) -> list[str]:
     if fn.role in ("memcpy", "malloc", "nccl"):
         value = f"arg{fn.bytes_arg}"
     if fn.role == "memcpy":
-        if fn.kind_arg is not None:
-            raw = f"(uint32)arg{fn.kind_arg}"
-            aux = f"({raw} > 4 ? {COPY_KIND_INVALID} : {raw})"
-        else:
-            aux = str(int(fn.kind or 0))
+        aux = _copy_kind(fn)
     elif fn.role == "nccl":
-        raw = f"(uint32)arg{fn.dtype_arg}"
-        aux = f"({raw} > {NCCL_DTYPE_INVALID - 1} ? {NCCL_DTYPE_INVALID} : {raw})"
+        aux = _nccl_dtype(fn)
     elif fn.role == "free":
         value = f"@live[pid, arg{fn.ptr_arg}]"
     body = [f"@ct[tid, {fid}] = nsecs;", f"@ca[tid, {fid}] = {value};",
