@@ -246,9 +246,14 @@ def stop_threads(threads: Iterable[Any], grace_s: float) -> list[str]:
     return stuck
 
 
-#: What the ``open_timeout_s`` option of both GPU probes means.
-OPEN_TIMEOUT_HELP = ("seconds open() waits for every GPU's first answers; a GPU later "
-                     "than that joins at a refresh (default 5)")
+def nvml_options_help(own: dict[str, str]) -> dict[str, str]:
+    """The help of a GPU probe's options: ``nvml``, the probe's ``own``, ``open_timeout_s``."""
+    return {
+        "nvml": "a pynvml-shaped object to use instead of the pynvml module (default: pynvml)",
+        **own,
+        "open_timeout_s": "seconds open() waits for every GPU's first answers; a GPU later "
+                          "than that joins at a refresh (default 5)",
+    }
 
 
 class NvmlPolling(BoardReads, Probe):

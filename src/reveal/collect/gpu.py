@@ -45,12 +45,12 @@ from typing import Any, ClassVar
 
 from reveal.collect._gpu_device import GROUPS, Device, GpuLayout, free_gpm
 from reveal.collect._gpu_poller import (
-    OPEN_TIMEOUT_HELP,
     GpuPoller,
     NvmlPolling,
     Timing,
     Watchdog,
     XidWatcher,
+    nvml_options_help,
 )
 from reveal.collect._gpu_readings import FIELDS, READINGS
 from reveal.collect._nvml import option_bool, option_float, text
@@ -70,8 +70,7 @@ class GpuProbe(NvmlPolling):
     name = "gpu"
     description = ("NVIDIA GPU utilisation, SM activity, memory, power, clocks, PCIe, ECC, "
                    "NVLink, MIG, XID (NVML, polled on its own threads)")
-    options_help: ClassVar[dict[str, str]] = {
-        "nvml": "a pynvml-shaped object to use instead of the pynvml module (default: pynvml)",
+    options_help: ClassVar[dict[str, str]] = nvml_options_help({
         "interval_s": "seconds between polls of the fast NVML queries (default 0.1)",
         "slow_interval_s": "seconds between polls of the slow queries: PCIe throughput "
                            "(20 ms per call), limits, lifetime ECC, retired pages, MIG "
@@ -85,8 +84,7 @@ class GpuProbe(NvmlPolling):
         "mig": "per-MIG-device memory channels on GPUs in MIG mode (default true)",
         "xid": "count XID critical errors through NVML events (default true)",
         "xid_wait_ms": "longest single wait for an NVML event, milliseconds (default 100)",
-        "open_timeout_s": OPEN_TIMEOUT_HELP,
-    }
+    })
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

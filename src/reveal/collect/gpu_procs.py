@@ -54,11 +54,11 @@ import numpy as np
 
 from reveal.collect._gpu_board import Board
 from reveal.collect._gpu_poller import (
-    OPEN_TIMEOUT_HELP,
     GridPoller,
     NvmlPolling,
     Timing,
     Watchdog,
+    nvml_options_help,
 )
 from reveal.collect._nvml import error_is, option_float
 from reveal.collect.ebpf.targets import read_cgroup, read_comm
@@ -297,8 +297,7 @@ class GpuProcessProbe(NvmlPolling):
     name = "gpu_procs"
     description = ("per-process GPU memory and SM/memory/encoder/decoder use (NVML, polled on "
                    "its own threads), by cgroup")
-    options_help: ClassVar[dict[str, str]] = {
-        "nvml": "a pynvml-shaped object to use instead of the pynvml module (default: pynvml)",
+    options_help: ClassVar[dict[str, str]] = nvml_options_help({
         "proc_root": "where /proc is mounted, for comm and cgroup (default /proc)",
         "retire_s": "seconds a process may go unlisted by NVML before its channels are "
                     "removed at a refresh; an exited process goes at the next refresh "
@@ -309,8 +308,7 @@ class GpuProcessProbe(NvmlPolling):
                       "per GPU (default 0.1)",
         "stale_intervals": "a GPU whose values were not refreshed for this many poll periods "
                            "reads NaN (default 3)",
-        "open_timeout_s": OPEN_TIMEOUT_HELP,
-    }
+    })
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
