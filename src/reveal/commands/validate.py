@@ -25,6 +25,12 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(comma_separated(text))
 
 
+def _add_seconds(options: argparse._ActionsContainer, flag: str, help_text: str) -> None:
+    """An option giving a number of seconds (``S``); None when not given: the suite's
+    own default."""
+    options.add_argument(flag, type=float, default=None, metavar="S", help=help_text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a small suite (CPU contention and a disk burst, once) in ≤ 5 min")
@@ -37,15 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "writeback_storm, disk_burst, packet_loss, udp_flood)")
     parser.add_argument("--intensities", type=_names, default=None, metavar="I1,I2",
                         help="intensities (low, high; packet_loss also has trace = 0.1 %%)")
-    parser.add_argument("--baseline-seconds", type=float, default=None, metavar="S",
-                        help="length of each scenario's clean baseline run (default 60; "
-                             "with --live the watch's own learn, 600; 45 with --quick)")
-    parser.add_argument("--episode-seconds", type=float, default=None, metavar="S",
-                        help="length of each injected episode")
-    parser.add_argument("--gap-seconds", type=float, default=None, metavar="S",
-                        help="clean time between two episodes (default 20; 15 with --quick); "
-                             "the windows of the last 10 s settle after each episode are "
-                             "not counted as clean")
+    _add_seconds(parser, "--baseline-seconds",
+                 "length of each scenario's clean baseline run (default 60; with --live the "
+                 "watch's own learn, 600; 45 with --quick)")
+    _add_seconds(parser, "--episode-seconds", "length of each injected episode")
+    _add_seconds(parser, "--gap-seconds",
+                 "clean time between two episodes (default 20; 15 with --quick); the windows "
+                 "of the last 10 s settle after each episode are not counted as clean")
     parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
                         help="single-process workload (default: PyTorch when installed)")
     parser.add_argument("--cleanup", action="store_true",
@@ -63,10 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "false alerts per hour")
     parser.add_argument("--score-every", type=int, default=None, metavar="N",
                         help="with --live: the watch's --score-every (default 5)")
-    parser.add_argument("--clean-seconds", type=float, default=None, metavar="S",
-                        help="with --live: after the learn, run S seconds with no fault "
-                             "first; its alert episodes and the watch's memory (RSS every "
-                             "10 s) are reported on their own")
+    _add_seconds(parser, "--clean-seconds",
+                 "with --live: after the learn, run S seconds with no fault first; its alert "
+                 "episodes and the watch's memory (RSS every 10 s) are reported on their own")
     benign = parser.add_argument_group(
         "benign-change suite (--benign)",
         "ordinary host activity that is not a fault (a commit, a login, the page cache "
@@ -80,11 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     benign.add_argument("--benign", action="store_true",
                         help="run the benign-change suite instead of the fault suite "
                              "(results: OUT/benign.json and OUT/benign.md)")
-    benign.add_argument("--run-seconds", type=float, default=None, metavar="S",
-                        help="with --benign: length of each run with an activity (default 90)")
-    benign.add_argument("--activity-at", type=float, default=None, metavar="S",
-                        help="with --benign: seconds into the run the activity starts "
-                             "(default 35)")
+    _add_seconds(benign, "--run-seconds",
+                 "with --benign: length of each run with an activity (default 90)")
+    _add_seconds(benign, "--activity-at",
+                 "with --benign: seconds into the run the activity starts (default 35)")
     add_set_argument(parser, "for the analysis of every run and for the watch with --live")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
