@@ -34,7 +34,7 @@ import operator
 import os
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -699,6 +699,16 @@ def _short_error(exc: BaseException) -> str:
     return str(exc)[:200]
 
 
+def token_lines(data: bytes) -> Iterator[tuple[int, list[bytes]]]:
+    """Each line's tokens, with the index of its first one in ``data.split()`` (the token
+    indices a :data:`Layout` holds)."""
+    base = 0
+    for line in data.split(b"\n"):
+        toks = line.split()
+        yield base, toks
+        base += len(toks)
+
+
 def key_value_layout(data: bytes, metric_prefix: str, labels: dict[str, str] | None = None,
                      kb_scale: bool = False) -> Layout:
     """Layout of ``name value [kB]`` lines (meminfo, vmstat, cpu.stat, memory.stat).
@@ -709,14 +719,11 @@ def key_value_layout(data: bytes, metric_prefix: str, labels: dict[str, str] | N
     from reveal.frame import format_channel
 
     layout: Layout = {}
-    base = 0
-    for line in data.split(b"\n"):
-        toks = line.split()
+    for base, toks in token_lines(data):
         if len(toks) >= 2 and _is_number(toks[1]):
             name = metric_name(toks[0])
             scale = 1024.0 if kb_scale and len(toks) > 2 and toks[2] == b"kB" else 1.0
             layout[format_channel(f"{metric_prefix}{name}", labels)] = (base + 1, scale)
-        base += len(toks)
     return layout
 
 

@@ -59,6 +59,7 @@ from reveal.collect._procfs import (
     metric_name,
     read_bytes,
     single_value,
+    token_lines,
 )
 from reveal.collect.containers import identify
 from reveal.collect.options import as_list
@@ -156,9 +157,7 @@ def _io_layout(labels: dict[str, str]) -> Callable[[bytes], Layout]:
 
     def layout(data: bytes) -> Layout:
         result: Layout = {}
-        base = 0
-        for line in data.split(b"\n"):
-            toks = line.split()
+        for base, toks in token_lines(data):
             if toks and b":" in toks[0]:
                 dev = toks[0].decode("ascii", "replace")
                 for i in range(1, len(toks) - 1, 2):
@@ -166,7 +165,6 @@ def _io_layout(labels: dict[str, str]) -> Callable[[bytes], Layout]:
                         name = f"cgroup.io.{metric_name(toks[i])}"
                         result[format_channel(name, {**labels, "dev": dev})] = (base + i + 1,
                                                                                1.0)
-            base += len(toks)
         return result
 
     return layout
@@ -177,13 +175,10 @@ def _blkio_layout(metric: str, labels: dict[str, str]) -> Callable[[bytes], Layo
 
     def layout(data: bytes) -> Layout:
         result: Layout = {}
-        base = 0
-        for line in data.split(b"\n"):
-            toks = line.split()
+        for base, toks in token_lines(data):
             if len(toks) == 3 and toks[1] in (b"Read", b"Write") and toks[2].isdigit():
                 extra = {"dev": toks[0].decode("ascii", "replace"), "op": toks[1].decode()}
                 result[format_channel(metric, {**labels, **extra})] = (base + 2, 1.0)
-            base += len(toks)
         return result
 
     return layout

@@ -23,6 +23,7 @@ from reveal.collect._procfs import (
     PlanItem,
     Source,
     native_prepare,
+    token_lines,
 )
 from reveal.collect.probe import register
 from reveal.frame import format_channel
@@ -48,9 +49,7 @@ def compact_stat(data: bytes) -> bytes:
 def stat_layout(data: bytes) -> Layout:
     """Layout of (compacted) /proc/stat."""
     layout: Layout = {}
-    base = 0
-    for line in data.split(b"\n"):
-        toks = line.split()
+    for base, toks in token_lines(data):
         if toks:
             key = toks[0]
             if key == b"cpu":
@@ -62,7 +61,6 @@ def stat_layout(data: bytes) -> Layout:
                     layout[format_channel(f"cpu.{field}", labels)] = (base + 1 + i, 1.0)
             elif key in _SCALARS and len(toks) >= 2:
                 layout[f"cpu.{key.decode()}"] = (base + 1, 1.0)
-        base += len(toks)
     return layout
 
 

@@ -34,6 +34,7 @@ from reveal.collect._procfs import (
     metric_name,
     single_value,
     sorted_numeric,
+    token_lines,
 )
 from reveal.collect.probe import register
 from reveal.frame import format_channel
@@ -56,14 +57,11 @@ def node_meminfo_layout(node: str):
 
     def layout(data: bytes) -> Layout:
         result: Layout = {}
-        base = 0
-        for line in data.split(b"\n"):
-            toks = line.split()
+        for base, toks in token_lines(data):
             if len(toks) >= 4 and toks[0] == b"Node" and toks[3].isdigit():
                 scale = 1024.0 if len(toks) > 4 and toks[4] == b"kB" else 1.0
                 result[format_channel(f"numa.{metric_name(toks[2])}", labels)] = (base + 3,
                                                                                     scale)
-            base += len(toks)
         return result
 
     return layout
@@ -79,16 +77,13 @@ def numastat_layout(node: str):
 def buddyinfo_layout(data: bytes) -> Layout:
     """``Node 0, zone Normal c0 c1 ...``: free blocks per order, per node and zone."""
     result: Layout = {}
-    base = 0
-    for line in data.split(b"\n"):
-        toks = line.split()
+    for base, toks in token_lines(data):
         if len(toks) > 4 and toks[0] == b"Node" and toks[2] == b"zone":
             node = toks[1].rstrip(b",").decode("ascii", "replace")
             zone = toks[3].decode("ascii", "replace")
             for order in range(len(toks) - 4):
                 labels = {"node": node, "zone": zone, "order": str(order)}
                 result[format_channel("buddy.free_blocks", labels)] = (base + 4 + order, 1.0)
-        base += len(toks)
     return result
 
 

@@ -38,6 +38,7 @@ from reveal.collect._procfs import (
     native_prepare,
     single_value,
     sorted_numeric,
+    token_lines,
 )
 from reveal.collect.probe import register
 from reveal.frame import format_channel
@@ -157,14 +158,11 @@ def split_colon(data: bytes) -> bytes:
 
 def net_dev_layout(data: bytes) -> Layout:
     layout: Layout = {}
-    base = 0
-    for line in data.split(b"\n"):
-        toks = line.split()
+    for base, toks in token_lines(data):
         if len(toks) >= 2 and toks[0].endswith(b":") and toks[1].isdigit():
             iface = toks[0][:-1].decode("ascii", "replace")
             for i, field in enumerate(NET_DEV_FIELDS[: len(toks) - 1]):
                 layout[format_channel(f"net.{field}", {"iface": iface})] = (base + 1 + i, 1.0)
-        base += len(toks)
     return layout
 
 
@@ -173,10 +171,8 @@ def header_value_layout(prefix: str):
 
     def layout(data: bytes) -> Layout:
         result: Layout = {}
-        base = 0
         header: list[bytes] | None = None
-        for line in data.split(b"\n"):
-            toks = line.split()
+        for base, toks in token_lines(data):
             if toks and header is not None and toks[0] == header[0] and len(toks) == len(
                     header):
                 proto = metric_name(toks[0])
@@ -185,7 +181,6 @@ def header_value_layout(prefix: str):
                 header = None
             elif toks:
                 header = toks
-            base += len(toks)
         return result
 
     return layout
@@ -201,15 +196,12 @@ def snmp6_layout(data: bytes) -> Layout:
 def sockstat_layout(data: bytes) -> Layout:
     """``TCP: inuse 1 orphan 0 tw 0 alloc 1 mem 390`` → ``sockstat.TCP.inuse`` ..."""
     result: Layout = {}
-    base = 0
-    for line in data.split(b"\n"):
-        toks = line.split()
+    for base, toks in token_lines(data):
         if toks and toks[0].endswith(b":"):
             proto = metric_name(toks[0])
             for i in range(1, len(toks) - 1, 2):
                 if toks[i + 1].isdigit():
                     result[f"sockstat.{proto}.{metric_name(toks[i])}"] = (base + i + 1, 1.0)
-        base += len(toks)
     return result
 
 

@@ -17,6 +17,7 @@ from reveal.collect._procfs import (
     PlanItem,
     Source,
     native_prepare,
+    token_lines,
 )
 from reveal.collect.probe import register
 from reveal.frame import format_channel
@@ -37,9 +38,7 @@ def psi_layout(prefix: str, labels: dict[str, str] | None = None, avgs: bool = T
 
     def layout(data: bytes) -> Layout:
         result: Layout = {}
-        base = 0
-        for line in data.split(b"\n"):
-            toks = line.split()
+        for base, toks in token_lines(data):
             if toks and toks[0] in (b"some", b"full"):
                 kind = toks[0].decode()
                 for i in range(1, len(toks) - 1, 2):
@@ -48,7 +47,6 @@ def psi_layout(prefix: str, labels: dict[str, str] | None = None, avgs: bool = T
                     if wanted:
                         name = format_channel(f"{prefix}.{kind}.{key}", labels)
                         result[name] = (base + i + 1, 1.0)
-            base += len(toks)
         return result
 
     return layout

@@ -14,7 +14,7 @@ import fnmatch
 import os
 from typing import ClassVar
 
-from reveal.collect._procfs import FileProbe, GroupSpec, Layout, PlanItem, Source
+from reveal.collect._procfs import FileProbe, GroupSpec, Layout, PlanItem, Source, token_lines
 from reveal.collect.options import as_list
 from reveal.collect.probe import register
 from reveal.frame import format_channel
@@ -56,16 +56,13 @@ class StorageProbe(FileProbe):
 
     def _layout(self, data: bytes) -> Layout:
         layout: Layout = {}
-        base = 0
-        for line in data.split(b"\n"):
-            toks = line.split()
+        for base, toks in token_lines(data):
             if len(toks) >= 4:
                 dev = toks[2].decode("ascii", "replace")
                 if self._keep(dev):
                     for i, field in enumerate(DISK_FIELDS[: len(toks) - 3]):
                         layout[format_channel(f"disk.{field}", {"dev": dev})] = (base + 3 + i,
                                                                                   1.0)
-            base += len(toks)
         return layout
 
     def plan(self) -> dict[str, PlanItem]:
