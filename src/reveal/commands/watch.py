@@ -34,28 +34,33 @@ def size(text: str) -> int:
     return int(float(found[1]) * _SIZES[found[2]])
 
 
+def _add_duration(parser: argparse.ArgumentParser, flag: str, default_s: float,
+                  help_text: str) -> None:
+    """An option giving a span of time as ``90s``, ``10m``, ``1h`` (``DURATION``), in
+    seconds; ``default_s`` when not given."""
+    parser.add_argument(flag, type=duration, default=default_s, metavar="DURATION",
+                        help=help_text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", type=Path, metavar="DIR",
                         help="state directory: model, alert state, recordings (default: "
                              "/var/lib/reveal as root, else ~/.local/state/reveal)")
-    parser.add_argument("--learn", type=duration, default=600.0, metavar="DURATION",
-                        help="learn the model from this much data at the first start "
-                             "(at least 63s: 60 windows place the 99th-percentile "
-                             "threshold; default 10m)")
+    _add_duration(parser, "--learn", 600.0,
+                  "learn the model from this much data at the first start (at least 63s: 60 "
+                  "windows place the 99th-percentile threshold; default 10m)")
     parser.add_argument("--relearn", action="store_true",
                         help="learn a new model even when the state directory holds one")
-    parser.add_argument("--refit-every", type=duration, default=0.0, metavar="DURATION",
-                        help="learn the model again this often from the latest --learn of "
-                             "data, once that span holds no flagged window and no alert is "
-                             "open (postponed until it does); channels that appeared since "
-                             "(a new container, NIC, disk) join then; 0: never (default 0: "
-                             "only --relearn does)")
+    _add_duration(parser, "--refit-every", 0.0,
+                  "learn the model again this often from the latest --learn of data, once that "
+                  "span holds no flagged window and no alert is open (postponed until it "
+                  "does); channels that appeared since (a new container, NIC, disk) join "
+                  "then; 0: never (default 0: only --relearn does)")
     parser.add_argument("--allow-short-learn", action="store_true",
                         help="accept --learn down to 15s (tests; verdicts of such a model "
                              "flag ordinary variation)")
-    parser.add_argument("--resolve-after", type=duration, default=30.0, metavar="DURATION",
-                        help="an alert resolves when no window was flagged for this long "
-                             "(default 30s)")
+    _add_duration(parser, "--resolve-after", 30.0,
+                  "an alert resolves when no window was flagged for this long (default 30s)")
     parser.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
                         help="serve /metrics here; another address than loopback only when "
                              "given; 'none' for no exporter")
@@ -71,16 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         dest="probe_option", help="an option of one probe (repeatable)")
     parser.add_argument("--no-realtime", dest="realtime", action="store_false",
                         help="keep the tick thread at normal priority")
-    parser.add_argument("--retain", type=duration, default=86400.0, metavar="DURATION",
-                        help="remove finished recordings older than this (default 24h)")
+    _add_duration(parser, "--retain", 86400.0,
+                  "remove finished recordings older than this (default 24h)")
     parser.add_argument("--retain-size", type=size, default=2 << 30, metavar="SIZE",
                         help="remove the oldest finished recordings beyond this size "
                              "(default 2G)")
-    parser.add_argument("--retain-alerts", type=duration, default=30 * 86400.0,
-                        metavar="DURATION",
-                        help="keep the data within 5 min of every alert this long (the "
-                             "segments are copied to STATE/kept/ when their recording is "
-                             "removed; default 30d)")
+    _add_duration(parser, "--retain-alerts", 30 * 86400.0,
+                  "keep the data within 5 min of every alert this long (the segments are "
+                  "copied to STATE/kept/ when their recording is removed; default 30d)")
     parser.add_argument("--score-every", type=int, default=5, metavar="N",
                         help="score windows N at a time (every N strides; default 5): a "
                              "scoring call costs much the same for one window as for five, "
