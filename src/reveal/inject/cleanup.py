@@ -221,14 +221,19 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
             continue
         if path.name.endswith("-hugepages.json"):
             removed.extend(_restore_hugepages(path))
-        elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(f"directory {path}")
         else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            removed.append(f"file {path}")
+            removed.append(remove_path(path))
     return removed
+
+
+def remove_path(path: Path) -> str:
+    """Delete a leftover directory (with its contents, not following a link) or file;
+    returns the line that reports it."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+        return f"directory {path}"
+    path.unlink(missing_ok=True)
+    return f"file {path}"
 
 
 def _restore_hugepages(state: Path) -> list[str]:

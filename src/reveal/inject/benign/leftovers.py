@@ -17,7 +17,7 @@ from reveal.inject import processes
 from reveal.inject.benign.base import PREFIX, ifname_owner
 from reveal.inject.benign.clock import step_realtime
 from reveal.inject.benign.container import delete_link, delete_netns
-from reveal.inject.cleanup import netns_names
+from reveal.inject.cleanup import netns_names, remove_path
 from reveal.inject.jobcgroup import leftover_cgroups, remove_cgroup
 from reveal.inject.naming import pid_alive, temp_root
 
@@ -72,12 +72,8 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
             continue
         if path.name.endswith("-clock.json"):
             removed.append(_undo_clock_step(path))
-        elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(f"directory {path}")
         else:
-            path.unlink(missing_ok=True)
-            removed.append(f"file {path}")
+            removed.append(remove_path(path))
     return removed
 
 
