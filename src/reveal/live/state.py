@@ -33,33 +33,30 @@ KEPT_DIR = "kept"
 LOCK_FILE = "lock"
 
 
+class _Entry:
+    """An attribute of :class:`StateDir`: the path of the file or directory ``name``
+    inside the state directory."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: StateDir, owner: type | None = None) -> Path:
+        return state.path / self.name
+
+
 class StateDir:
     """One watch's state directory, locked while it is open (:meth:`open`, :meth:`close`)."""
+
+    # -- where things are --------------------------------------------------------------
+    model = _Entry(MODEL_FILE)
+    provisional = _Entry(PROVISIONAL_FILE)
+    alerts = _Entry(ALERTS_FILE)
+    runs = _Entry(RUNS_DIR)
+    kept = _Entry(KEPT_DIR)
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock: TextIO | None = None
-
-    # -- where things are --------------------------------------------------------------
-    @property
-    def model(self) -> Path:
-        return self.path / MODEL_FILE
-
-    @property
-    def provisional(self) -> Path:
-        return self.path / PROVISIONAL_FILE
-
-    @property
-    def alerts(self) -> Path:
-        return self.path / ALERTS_FILE
-
-    @property
-    def runs(self) -> Path:
-        return self.path / RUNS_DIR
-
-    @property
-    def kept(self) -> Path:
-        return self.path / KEPT_DIR
 
     # -- opening and closing -----------------------------------------------------------
     def open(self) -> None:
