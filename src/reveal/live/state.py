@@ -40,8 +40,13 @@ class _Entry:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __get__(self, state: StateDir, owner: type | None = None) -> Path:
+    def __get__(self, state: StateDir | None, owner: type | None = None) -> Any:
+        if state is None:  # looked up on the class
+            return self
         return state.path / self.name
+
+    def __set__(self, state: StateDir, value: object) -> None:
+        raise AttributeError(f"{self.name}: a state directory's paths are read-only")
 
 
 class StateDir:
