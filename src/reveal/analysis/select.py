@@ -28,7 +28,7 @@ import numpy as np
 from reveal.catalog import Catalog, default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
-from reveal.store.layout import read_format_json
+from reveal.jsonfile import read_format_json
 
 METRIC_SET_FORMAT = "reveal-metric-set"
 _MAX_ROWS = 200_000  # rows used for correlations (evenly subsampled beyond this)

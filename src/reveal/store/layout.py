@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal.errors import InputError
+from reveal.jsonfile import read_format_json
 
 FORMAT_NAME = "reveal-run"
 #: Version written. 2: journals are ``NNNNNN.journal`` files of checksummed records and
@@ -66,19 +67,6 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-
-
-def read_format_json(path: Path, format_name: str, what: str, kind: str) -> dict[str, Any]:
-    """The JSON object in ``path`` whose ``format`` is ``format_name``; ``InputError`` naming
-    the file when it is unreadable (``unreadable WHAT``) or of another format (``not a
-    FORMAT_NAME KIND``)."""
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"unreadable {what} ({exc})", str(path)) from None
-    if not isinstance(payload, dict) or payload.get("format") != format_name:
-        raise InputError(f"not a {format_name} {kind}", str(path))
-    return payload
 
 
 def read_meta(run: Path) -> dict[str, Any]:
