@@ -11,11 +11,13 @@ from reveal.config import DetectConfig, RefitConfig
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 from reveal.model import MAGIC, Reveal
+from synthetic import ar1_host
 
 MINUTE = 60.0
 # small models, a 10-hour drift window in 1-hour blocks, refits every 6 h on 12 h
 FAST = {"detect.iforest_trees": 30, "detect.gmm_max_components": 2,
         "drift_window_s": 10 * 3600.0, "drift_block_s": 3600.0}
+SMALL = {"detect.iforest_trees": 30}
 REFITS = {**FAST, "refit.every_s": 6 * 3600.0, "refit.span_s": 12 * 3600.0,
           "refit.generations": 3, "refit.min_windows": 100}
 
@@ -68,6 +70,28 @@ def test_chunk_by_chunk_without_refits_is_the_batch_verdict(data, rows):
     np.testing.assert_allclose(combined, expected.combined, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(flagged, expected.flagged)
     assert model.generations_ == 1 and model.consensus_.refits == 0
+
+
+def test_persistence_judged_for_significance_is_carried_from_chunk_to_chunk():
+    """Collector telemetry (judged for significance, persistence of two 1 s windows): a
+    fault that a chunk boundary cuts is flagged from the boundary on, as scored at once."""
+    def with_host(tel: Telemetry) -> Telemetry:
+        meta = dict(tel.meta, mem_total_bytes=24 * 2**30, n_cpus=2)
+        return Telemetry(tel.host, tel.timestamps_ns, tel.values, list(tel.channels), meta)
+
+    base = with_host(ar1_host(120.0, seed=5))
+    run = with_host(ar1_host(60.0, seed=6, fault=(20.0, 40.0), start_s=200.0))
+    expected = Reveal(overrides=SMALL).fit(base).score_windows(run, lead_in=base)
+    assert expected.persistence == 2 and expected.verdicts.flagged[23:40].all()
+    model = Reveal(overrides=SMALL).fit(base)
+    flagged = []
+    for a in range(0, run.n_samples, 100):  # chunks of 10 s: boundaries at 30 s and 40 s
+        chunk = run.slice_rows(a, min(a + 100, run.n_samples))
+        analysis = model.score_windows(chunk, lead_in=base if a == 0
+                                       else run.slice_rows(a - 40, a))
+        flagged.append(analysis.verdicts.flagged)
+        model.partial_fit(analysis)
+    np.testing.assert_array_equal(np.concatenate(flagged), expected.verdicts.flagged)
 
 
 @pytest.mark.slow

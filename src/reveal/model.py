@@ -231,9 +231,10 @@ class Reveal(BaseEstimator):
                              strict=True))
         for keeper, scored in pairs:
             v = scored.verdicts
-            keeper.advance(scored.features.values, v.flagged,
-                           v.combined > v.combined_threshold, scored.windows.end_ns,
-                           v.combined)
+            above = (scored.above if scored.above is not None
+                     else v.combined > v.combined_threshold)
+            keeper.advance(scored.features.values, v.flagged, above, scored.windows.end_ns,
+                           v.combined, signs=scored.signs)
         if self.config_.refit.scheme == "quiet_span":  # the stream state, no generations
             return self._quiet_span_step(analysis, refit, span)
         due = consensus.refit_due() if refit is None else refit  # the main size's clock

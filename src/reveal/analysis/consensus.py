@@ -140,6 +140,7 @@ class Consensus:
         self.pending = np.zeros((0, k))
         self.pending_flagged = np.zeros(0, dtype=np.int8)
         self.last_above = np.zeros(0, dtype=bool)
+        self.last_signs = np.zeros(0, dtype=bool)
         self.last_end_ns = 0
         self.windows_seen = 0
         self.windows_since_refit = 0
@@ -161,6 +162,17 @@ class Consensus:
             return values, 0
         return np.vstack([self.pending, values]), len(self.pending)
 
+    def carried(self, persistence: int) -> tuple[np.ndarray, np.ndarray]:
+        """The states of the last ``persistence − 1`` windows seen (oldest first) that
+        persistence counts before a call's first window: above the threshold (and, judged
+        for significance, mattering), and showing a direct sign."""
+        keep = max(int(persistence) - 1, 0)
+        above = self.last_above[len(self.last_above) - keep:] if keep else self.last_above[:0]
+        signs = getattr(self, "last_signs", np.zeros(0, dtype=bool))  # older model files
+        signs = np.r_[np.zeros(max(above.size - signs.size, 0), dtype=bool),
+                      signs[max(signs.size - above.size, 0):]]
+        return above, signs
+
     def _margins(self, X: np.ndarray) -> tuple[np.ndarray, list[Verdicts]]:
         verdicts = [g.ensemble.score(X, 1) for g in self.generations]
         margins = np.stack([v.combined - v.combined_threshold for v in verdicts])
@@ -177,8 +189,7 @@ class Consensus:
         margins, verdicts = self._margins(X)
         margin = margins.min(axis=0)[prefix:]
         above = margin > 0
-        before = self.last_above[-max(int(persistence) - 1, 0):] if persistence > 1 \
-            else np.zeros(0, dtype=bool)
+        before, _ = self.carried(persistence)
         flagged = persistent(np.r_[before, above], persistence)[before.size:]
         newest = verdicts[-1]
         scores = {n: s[prefix:] for n, s in newest.scores.items()}
@@ -230,9 +241,12 @@ class Consensus:
 
     def advance(self, features: np.ndarray, flagged: np.ndarray, above: np.ndarray,
                 end_ns: np.ndarray | None = None,
-                combined: np.ndarray | None = None) -> None:
+                combined: np.ndarray | None = None,
+                signs: np.ndarray | None = None) -> None:
         """Take in windows just scored (in time order, following those seen before): their
-        features (W, K), verdicts and above-threshold states (W,). Completed blocks move
+        features (W, K), verdicts, the states persistence counts (W,): above the threshold
+        (and mattering, where judged for significance) and ``signs`` (a direct sign shown;
+        None: none). Completed blocks move
         every generation's drift history on; refits leave flagged windows (and their
         neighbours) out, and with ``refit.learn_quantile`` also windows whose ``combined``
         score is above that quantile of the baseline's."""
@@ -250,6 +264,10 @@ class Consensus:
         self.pending_flagged = np.r_[self.pending_flagged, marks]
         self.last_above = np.r_[self.last_above, np.asarray(above, dtype=bool).ravel()][
             -KEEP_ABOVE:]
+        shown = (np.zeros(values.shape[0], dtype=bool) if signs is None
+                 else np.asarray(signs, dtype=bool).ravel())
+        self.last_signs = np.r_[getattr(self, "last_signs", np.zeros(0, dtype=bool)),
+                                shown][-KEEP_ABOVE:]
         n = values.shape[0]
         self.windows_seen += n
         self.windows_since_refit += n

@@ -197,6 +197,11 @@ class Analysis:
     # own, the main size first, joined into these verdicts (reveal.analysis.scales); a
     # stream gives each back to its own size
     sizes: list[Analysis] = dataclasses.field(default_factory=list)
+    # (W,) the states persistence counted, before it: above the threshold (and mattering,
+    # where judged for significance), and showing a direct sign; a stream carries the last
+    # ones on to its next call (Reveal.partial_fit)
+    above: np.ndarray | None = None
+    signs: np.ndarray | None = None
 
 
 #: CPU busy % (points) and load-average ratio between baseline and run above which the
@@ -522,12 +527,17 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                       stride_seconds(fitted.window, interval))
     ensemble = fitted.ensemble
     cells = significant_cells_of(fitted, values)
-    # judged for significance, a window must stay above the threshold *and* matter for
-    # ``persistence`` windows in a row (as the live scorer applies it, across calls)
-    verdicts = ensemble.score(values, 1 if cells is not None else persistence)
+    # persistence is applied here, to every window's state before it, counting the states
+    # of the windows a stream scored before this call (a consensus carries them)
+    carried = getattr(ensemble, "carried", None)
+    above_before, signs_before = (carried(persistence) if carried is not None
+                                  else (np.zeros(0, dtype=bool),) * 2)
+    verdicts = ensemble.score(values, 1)
     warnings += [w for w in verdicts.warnings if w not in warnings]
+    above = verdicts.flagged
     steady: list[SteadyState] = []
     if cells is not None:
+        # judged for significance, a window must stay above the threshold *and* matter
         held, holding = held_levels(fitted, values, cells)
         matters = cells.any(axis=1)
         steady = steady_states(holding, cells, values, fitted.median,
@@ -535,13 +545,13 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                fitted.column_channels, fm.windows.start_ns,
                                settle_windows(fitted, fitted.interval_s),
                                flagged=verdicts.flagged & held)
-        verdicts = dataclasses.replace(
-            verdicts, flagged=persistent(verdicts.flagged & matters & ~held, persistence))
+        above = verdicts.flagged & matters & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}))
+    flagged = _persistent_after(above_before, above, persistence)
     if signs.shown.any():
-        verdicts = dataclasses.replace(
-            verdicts, flagged=verdicts.flagged | persistent(signs.shown, persistence))
+        flagged = flagged | _persistent_after(signs_before, signs.shown, persistence)
+    verdicts = dataclasses.replace(verdicts, flagged=flagged)
     rows = np.flatnonzero(verdicts.flagged)
     say(f"attributing {len(rows)} flagged windows")
     evidence: list[WindowEvidence] = []
@@ -573,7 +583,14 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
-                    scored_fm, dict(run.meta), steady)
+                    scored_fm, dict(run.meta), steady, above=above,
+                    signs=np.asarray(signs.shown, dtype=bool))
+
+
+def _persistent_after(before: np.ndarray, states: np.ndarray, persistence: int) -> np.ndarray:
+    """:func:`persistent` over ``states`` (W,) that follow the states ``before`` (oldest
+    first, windows of an earlier call), for the ``states`` windows only."""
+    return persistent(np.r_[before, states], persistence)[before.size:]
 
 
 def _run_features(fitted: FittedAnalysis, d_run: Telemetry,
