@@ -39,3 +39,13 @@ def test_demo_help_says_what_running_it_again_does() -> None:
     text = " ".join(COMMANDS["demo"].format_help().split())
     assert "DIR-2, DIR-3" in text and "earlier one is kept" in text
     assert "--force replace the report already in DIR instead" in text
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan"])
+def test_a_bad_number_of_seconds_is_named_in_plain_words(value: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["analyze", "run", "--persistence", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--persistence: must be a number of seconds ≥ 0, got '{value}'" in err
+    assert "invalid" not in err

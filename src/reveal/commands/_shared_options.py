@@ -14,23 +14,25 @@ def comma_separated(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _seconds(name: str, bound: str, holds: Callable[[float], bool]) -> Callable[[str], float]:
+def _seconds(bound: str, holds: Callable[[float], bool]) -> Callable[[str], float]:
     """An ``argparse`` type: a number of seconds for which ``holds`` is true (``bound`` says
-    so in the error); ``name`` is what argparse calls the type when the text is no number
-    ("invalid NAME value: 'x'")."""
+    so in the error, as it does for a text that is no number)."""
 
     def parse(text: str) -> float:
-        value = float(text)
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
         if not holds(value):
-            raise argparse.ArgumentTypeError(f"must be a number of seconds {bound}, got {text}")
+            raise argparse.ArgumentTypeError(
+                f"must be a number of seconds {bound}, got {text!r}")
         return value
 
-    parse.__name__ = name
     return parse
 
 
-positive_seconds = _seconds("_positive", "> 0", lambda value: value > 0)
-non_negative_seconds = _seconds("_non_negative", "≥ 0", lambda value: value >= 0)
+positive_seconds = _seconds("> 0", lambda value: value > 0)
+non_negative_seconds = _seconds("≥ 0", lambda value: value >= 0)
 
 
 def add_probe_choice(parser: argparse.ArgumentParser) -> None:
