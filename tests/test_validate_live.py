@@ -18,6 +18,7 @@ from reveal.inject.live_suite import (
     Alert,
     CleanSpan,
     LiveScenario,
+    met,
     render_live_markdown,
     score_live,
 )
@@ -56,6 +57,39 @@ def test_alerts_are_matched_to_faults_timed_from_the_fault_start_and_the_rest_co
     assert total["false_alerts_per_hour"] == pytest.approx(3600 / clean_s)
     rows = {(r["kind"], r["intensity"]): r for r in result["rows"]}
     assert rows[("cpu_contention", "high")]["episodes"] == 2
+
+
+def test_a_faults_aftermath_counts_the_episodes_after_its_settle_and_what_stayed_open(
+        ) -> None:
+    """Fault 1 settles (its alert resolves) but one more episode opens after its settle and
+    resolves: one aftermath episode, settled. Fault 2's aftermath opens twice, the second
+    still open when fault 3 begins: two episodes, unsettled. Fault 3 leaves nothing."""
+    episodes = [_episode(100, 110), _episode(200, 208), _episode(300, 310)]
+    alerts = [Alert(int(103 * S), "firing", "a1", "cpu", "CPU busy rose"),
+              Alert(int(115 * S), "resolved", "a1", "cpu", ""),
+              Alert(int(140 * S), "firing", "a2", "memory", "memory used rose to 4.85 %"),
+              Alert(int(150 * S), "resolved", "a2", "memory", ""),
+              Alert(int(203 * S), "firing", "b1", "cpu", ""),
+              Alert(int(230 * S), "firing", "b2", "memory", ""),
+              Alert(int(240 * S), "resolved", "b2", "memory", ""),
+              Alert(int(260 * S), "firing", "b3", "memory", "residue"),
+              Alert(int(305 * S), "update", "b3", "cpu", ""),
+              Alert(int(330 * S), "resolved", "b3", "cpu", ""),
+              Alert(int(330 * S), "resolved", "b1", "cpu", "")]
+    scenario = LiveScenario("single", "torch_train", episodes, alerts, 60 * S, 400 * S)
+    result = score_live([scenario], settle_s=10.0)
+    first, second, third = result["episodes"]
+    assert first["aftermath_alerts"] == 1 and first["open_at_next_s"] is None
+    assert first["aftermath_claims"] == ["memory used rose to 4.85 %"]
+    assert second["aftermath_alerts"] == 2
+    assert second["open_at_next_s"] == pytest.approx(0.0)  # b1 never resolved before 300 s
+    assert third["aftermath_alerts"] == 0 and third["open_at_next_s"] is None
+    total = result["total"]
+    assert total["aftermath_alerts_max"] == 2 and total["unsettled"] == 1
+    assert met(total)["aftermath"] is False
+    calm = score_live([LiveScenario("single", "torch_train", episodes[:1], alerts[:2],
+                                    60 * S, 200 * S)], settle_s=10.0)["total"]
+    assert met(calm)["aftermath"] is True
 
 
 def test_the_clean_span_counts_its_own_alert_episodes_and_the_watch_memory() -> None:

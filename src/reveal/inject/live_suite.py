@@ -64,6 +64,8 @@ RSS_EVERY_S = 10.0
 SETTLE_RSS_S = 300.0
 #: How long a restarted watch may take to load its model and score again (seconds).
 RESTART_WAIT_S = 120.0
+#: Alert episodes a fault may leave once its settle has passed (its new steady state).
+AFTERMATH_EPISODES = 1
 TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
            "attribution_accuracy": 0.90}
 
@@ -319,6 +321,21 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def aftermath(alerts: list[Alert], from_ns: int, until_ns: int) -> dict[str, Any]:
+    """What followed a fault once its settle had passed (``from_ns``) until the next fault
+    began or scoring ended (``until_ns``): the alert episodes that opened then, and, when
+    an alert was still open at ``until_ns`` (the host not settled), since when (seconds
+    from ``from_ns``; None when every alert had resolved)."""
+    opened = [a for a in alerts if a.event == "firing" and from_ns < a.received_ns <= until_ns]
+    fired = {a.id: a.received_ns for a in alerts
+             if a.event == "firing" and a.received_ns <= until_ns}
+    resolved = {a.id for a in alerts if a.event == "resolved" and a.received_ns <= until_ns}
+    still = [t for i, t in fired.items() if i not in resolved]
+    return {"aftermath_alerts": len(opened),
+            "aftermath_claims": [a.claim for a in opened],
+            "open_at_next_s": (max(0.0, (min(still) - from_ns) / 1e9) if still else None)}
+
+
 def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]:
     """Per-episode verdicts, totals and rows by (fault, intensity), and false alerts."""
     verdicts: list[dict[str, Any]] = []
@@ -326,7 +343,8 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
     clean_s = 0.0
     for sc in scenarios:
         spans = [(e.start_ns, e.end_ns + int(settle_s * 1e9)) for e in sc.episodes]
-        for ep, (lo, hi) in zip(sc.episodes, spans, strict=True):
+        nexts = [*(e.start_ns for e in sc.episodes[1:]), sc.scored_to_ns]
+        for ep, (lo, hi), until in zip(sc.episodes, spans, nexts, strict=True):
             hits = [a for a in sc.alerts if a.event in ("firing", "update")
                     and lo <= a.received_ns <= hi]
             first = min(hits, key=lambda a: a.received_ns) if hits else None
@@ -337,7 +355,8 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
                 "alert_s": (first.received_ns - ep.start_ns) / 1e9 if first else None,
                 "alerted_subsystem": first.subsystem if first else None,
                 "attribution_ok": bool(first and first.subsystem == ep.subsystem),
-                "claim": first.claim if first else None})
+                "claim": first.claim if first else None,
+                **aftermath(sc.alerts, hi, until)})
         for a in sc.alerts:
             if a.event == "firing" and not any(lo <= a.received_ns <= hi for lo, hi in spans):
                 false_alerts.append({"scenario": sc.name, **a.to_dict(),
@@ -367,6 +386,8 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
     total["clean_s"] = round(clean_s, 1)
     total["false_alerts_per_hour"] = (len(false_alerts) * 3600.0 / clean_s
                                       if clean_s > 0 else None)
+    total["aftermath_alerts_max"] = max((v["aftermath_alerts"] for v in verdicts), default=None)
+    total["unsettled"] = sum(v["open_at_next_s"] is not None for v in verdicts)
     spans = [sc.clean.summary(sc.alerts) | {"scenario": sc.name} for sc in scenarios
              if sc.clean is not None]
     return {"total": total, "rows": rows, "episodes": verdicts, "false_alerts": false_alerts,
@@ -386,7 +407,10 @@ def met(total: dict[str, Any]) -> dict[str, bool | None]:
             "median_alert_s": judge("median_alert_s", TARGETS["median_alert_s"], False),
             "p95_alert_s": judge("p95_alert_s", TARGETS["p95_alert_s"], False),
             "attribution_accuracy": judge("attribution_accuracy",
-                                          TARGETS["attribution_accuracy"], True)}
+                                          TARGETS["attribution_accuracy"], True),
+            "aftermath": (None if total.get("aftermath_alerts_max") is None
+                          else total["aftermath_alerts_max"] <= AFTERMATH_EPISODES
+                          and total.get("unsettled", 0) == 0)}
 
 
 def render_live_markdown(result: dict[str, Any]) -> str:
@@ -428,6 +452,13 @@ def render_live_markdown(result: dict[str, Any]) -> str:
               f"| False alerts (outside every fault and its {result['settings']['settle_s']:g} s "
               f"settle) | {total['false_alerts']} in {total['clean_s'] / 60:.1f} min of clean "
               f"time ({'–' if rate is None else f'{rate:.1f}'} per hour) | | |"]
+    if "aftermath_alerts_max" in total:  # results written before it was measured lack it
+        lines.append(
+            f"| A fault's aftermath: alert episodes opened after its settle (most after one "
+            f"fault); faults followed by an alert still open when the next began | "
+            f"{'–' if total['aftermath_alerts_max'] is None else total['aftermath_alerts_max']}"
+            f"; {total['unsettled']} | ≤ {AFTERMATH_EPISODES}; 0 | "
+            f"{mark[m.get('aftermath')]} |")
     if s.get("clean_span"):
         c = s["clean_span"]
         r = c["rss_bytes"]
