@@ -157,7 +157,9 @@ def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> Non
     assert cpu["detected"], cpu
     assert 0 < cpu["alert_s"] < cpu["duration_s"] + result["settings"]["settle_s"]
     assert set(result["met"]) == {"recall", "median_alert_s", "p95_alert_s",
-                                  "attribution_accuracy"}
+                                  "attribution_accuracy", "aftermath"}
+    assert {"aftermath_alerts", "open_at_next_s"} <= set(cpu)
+    assert result["summary"]["total"]["aftermath_alerts_max"] is not None
     assert (tmp_path / "live" / "single" / "watch.log").is_file()
     assert (tmp_path / "live" / "single" / "events.jsonl").is_file()
     assert (tmp_path / "validate.md").read_text().startswith("# Reveal live validation")
