@@ -31,7 +31,8 @@ def scraped(tmp_path):
         window=window, window_end_unix=1.8e9, windows_scored=42, windows_flagged=5,
         scoring_calls=9, scoring_calls_early=2, scoring_s=0.03, active={"cpu": 1},
         alert_counts={"firing": 1}, sinks=[sink], generation=2, model_age_s=120.0,
-        model_channels=700, unmodelled=["a", "b"],
+        model_channels=700, model_windows=598, model_windows_left_out=63,
+        unmodelled=["a", "b"],
         collector=CollectorHealth(samples=600, missed_ticks=1, channels=920,
                                   lag_quantiles={"0.5": 0.001, "0.99": 0.004, "1": 0.02}),
         last_row=(0, row, channels))
@@ -67,6 +68,8 @@ def test_scores_and_counts_parse_with_their_types(scraped):
     assert _value(scraped["reveal_alert_sink_failures"], sink="jsonl") == 1
     assert _value(scraped["reveal_model_generation"]) == 2
     assert _value(scraped["reveal_unmodelled_channels"]) == 2
+    assert _value(scraped["reveal_model_learn_windows"]) == 598
+    assert _value(scraped["reveal_model_learn_windows_left_out"]) == 63
     assert _value(scraped["reveal_collector_tick_lag_seconds"], quantile="0.99") == 0.004
     assert _value(scraped["reveal_collector_channels"]) == 920
 

@@ -15,7 +15,7 @@ from reveal.cli import main
 from reveal.errors import InputError
 from reveal.fleet.config import FleetConfig
 from reveal.live.fitproc import fit_in_child
-from reveal.live.keeper import learn_settings, left_out_text
+from reveal.live.keeper import learn_settings, left_out_text, left_out_windows
 from reveal.model import Reveal
 from reveal.settings import (
     flatten,
@@ -156,6 +156,7 @@ def test_the_watch_leaves_a_burst_in_its_learn_out_of_the_fit(tmp_path):
     assert text.startswith(f"; {n} of {learned.fitted_.baseline_windows} windows")
     spans = re.findall(r"(\d+)(?:–(\d+))? s", text.split("(at ", 1)[1])
     assert any(int(a) <= 155 and int(b or a) >= 150 for a, b in spans), text
+    assert left_out_windows(learned).size == n and left_out_windows(plain).size == 0
     mine = learn_settings({"baseline_trim_mads": None})  # --set goes over the default
     assert mine == {"baseline_trim_mads": None}
 

@@ -426,6 +426,9 @@ def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
     info = json.loads((state / "watch.json").read_text())
     assert info["generation"] >= 2
     fitted = Reveal.load(state / "model.reveal").fitted_
+    # how much of the span the fit left out as bursts is on record beside the model
+    assert info["windows"] == fitted.baseline_windows > 0
+    assert info["windows_left_out"] == fitted.ensemble.baseline_trimmed_
     label = cgroup_label(name)
     assert any(f"cgroup={label}" in c for c in fitted.baseline_channels), watch.text()
 

@@ -211,6 +211,11 @@ class WatchCollector:
                       s.learn_remaining_s)
         yield _single(GaugeMetricFamily, "reveal_model_channels",
                       "Channels the model scores", s.model_channels)
+        yield _single(GaugeMetricFamily, "reveal_model_learn_windows",
+                      "Windows of the span the model was learned on", s.model_windows)
+        yield _single(GaugeMetricFamily, "reveal_model_learn_windows_left_out",
+                      "Windows of that span left out of the fit as bursts",
+                      s.model_windows_left_out)
         yield _single(GaugeMetricFamily, "reveal_unmodelled_channels",
                       "Channels with data that the model does not know (they join at the next fit)",
                       len(s.unmodelled))

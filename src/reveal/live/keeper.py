@@ -50,12 +50,19 @@ def learn_settings(settings: dict[str, object] | None) -> dict[str, object]:
     return {**LEARN_SETTINGS, **(settings or {})}
 
 
+def left_out_windows(model: Reveal) -> np.ndarray:
+    """The learn's windows (indices from the span's first) the fit left out as bursts
+    (``baseline_trim_mads``); empty when none was."""
+    ensemble = model.fitted_.ensemble
+    return np.asarray(getattr(ensemble, "baseline_left_out_", ()), dtype=np.int64)
+
+
 def left_out_text(model: Reveal) -> str:
     """``"; 63 windows of the span left out of the fit as bursts (at 0–31 s, 201–217 s)"``:
     the learn's windows the fit left out (``baseline_trim_mads``), as spans of seconds
     from the span's start (window start times), or ``""`` when none was."""
     fitted = model.fitted_
-    rows = np.asarray(getattr(fitted.ensemble, "baseline_left_out_", ()), dtype=np.int64)
+    rows = left_out_windows(model)
     if rows.size == 0:
         return ""
     stride_s = stride_seconds(fitted.window, fitted.interval_s)
@@ -309,7 +316,9 @@ class ModelKeeper:
         self.statedir.write_info({
             "generation": self.generation, "learned_at": self.learned_at,
             "learned_from": str(run), "learn_s": (end_ns - start_ns) / 1e9,
-            "channels": len(model.fitted_.channels), "model": MODEL_FILE})
+            "channels": len(model.fitted_.channels), "model": MODEL_FILE,
+            "windows": int(model.fitted_.baseline_windows),
+            "windows_left_out": int(left_out_windows(model).size)})
         return model, path
 
     def _adopt(self, model: Reveal, span_end_ns: int) -> None:

@@ -33,7 +33,7 @@ from reveal.errors import InputError
 from reveal.live.alerts import EpisodeTracker, Event
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
-from reveal.live.keeper import RECOMMENDED_LEARN_S, ModelKeeper
+from reveal.live.keeper import RECOMMENDED_LEARN_S, ModelKeeper, left_out_windows
 from reveal.live.notices import appeared, notice_event
 from reveal.live.retention import Retention, prune
 from reveal.live.scorer import LiveScorer, LiveWindow
@@ -420,6 +420,8 @@ class Watch:
             model_age_s=self.keeper.age_s(),
             learning=self.keeper.learning, learn_remaining_s=self.keeper.learn_remaining_s(),
             model_channels=len(self.model.fitted_.channels) if self.model else 0,
+            model_windows=int(self.model.fitted_.baseline_windows) if self.model else 0,
+            model_windows_left_out=int(left_out_windows(self.model).size) if self.model else 0,
             unmodelled=list(self.unmodelled), collector=health,
             last_row=self.buffer.last_row() if self.buffer else None)
 

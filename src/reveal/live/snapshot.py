@@ -52,6 +52,8 @@ class WatchSnapshot:
     learning: bool = False
     learn_remaining_s: float = 0.0
     model_channels: int = 0
+    model_windows: int = 0  # the learn's windows
+    model_windows_left_out: int = 0  # of those, left out of the fit as bursts
     unmodelled: list[str] = field(default_factory=list)
     collector: CollectorHealth = field(default_factory=CollectorHealth)
     # the newest sample: (monotonic ns, values, channels)
