@@ -147,6 +147,11 @@ class Consensus:
         self.refits = 0
         self.refits_waiting = 0
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; a model saved before direct signs were carried starts with none."""
+        state.setdefault("last_signs", np.zeros(0, dtype=bool))
+        self.__dict__.update(state)
+
     # -- scoring -----------------------------------------------------------------------
     @property
     def streaming(self) -> bool:
@@ -168,7 +173,7 @@ class Consensus:
         for significance, mattering), and showing a direct sign."""
         keep = max(int(persistence) - 1, 0)
         above = self.last_above[len(self.last_above) - keep:] if keep else self.last_above[:0]
-        signs = getattr(self, "last_signs", np.zeros(0, dtype=bool))  # older model files
+        signs = self.last_signs  # shorter than above for a model saved before it was kept
         signs = np.r_[np.zeros(max(above.size - signs.size, 0), dtype=bool),
                       signs[max(signs.size - above.size, 0):]]
         return above, signs
@@ -266,8 +271,7 @@ class Consensus:
             -KEEP_ABOVE:]
         shown = (np.zeros(values.shape[0], dtype=bool) if signs is None
                  else np.asarray(signs, dtype=bool).ravel())
-        self.last_signs = np.r_[getattr(self, "last_signs", np.zeros(0, dtype=bool)),
-                                shown][-KEEP_ABOVE:]
+        self.last_signs = np.r_[self.last_signs, shown][-KEEP_ABOVE:]
         n = values.shape[0]
         self.windows_seen += n
         self.windows_since_refit += n
