@@ -83,6 +83,18 @@ def test_event_rates_cost_cpu_time_and_links_carry_bytes():
     assert io.least == pytest.approx(0.05 * 100e6) and "device" in io.rule
 
 
+def test_a_datagram_is_a_packet_on_the_link_as_well_as_cpu_work():
+    """20k UDP datagrams/s cost a few percent of a CPU, yet put 20k packets/s on a
+    1 Gbit/s link: they matter as packets. On a 100 Gbit/s host the CPU cost is reached
+    first. TCP segments are counted after offload and stay CPU work."""
+    udp = _matter("snmp.Udp.OutDatagrams{netns=job}")
+    assert udp.least == pytest.approx(0.01 * 125e6 / 1500) and "link" in udp.rule
+    fast = _matter("snmp.Udp.InDatagrams", capacity=Capacity(n_cpus=4,
+                                                              link_bps={"eth0": 12.5e9}))
+    assert fast.least == pytest.approx(0.10 / 2e-6) and "CPU" in fast.rule
+    assert _matter("snmp.Tcp.OutSegs").least == pytest.approx(0.10 / 2e-6)
+
+
 def test_the_jobs_own_channels_are_also_judged_against_the_jobs_use():
     job = _matter("net.rx_bytes{iface=veth0,netns=job}", level=2e6)
     assert job.least == pytest.approx(0.25 * 2e6) and "job" in job.rule
@@ -462,6 +474,31 @@ def test_idle_time_falls_as_another_state_rises_and_never_names_the_cause():
                           channels, features, ["cpu", "cpu", "cpu", "storage"])
     assert [r.channel for r in led.reasons] == [writes, iowait, idle, soft]
     assert led.subsystems[0] == "storage"
+
+
+def test_time_stolen_by_the_hypervisor_is_waiting_and_follows_the_use():
+    """A flood of datagrams keeps a virtual CPU busy and the hypervisor takes some of its
+    runnable time: the datagrams lead, the stolen time follows. Stolen time alone (a
+    neighbour on the physical host) still leads."""
+    from reveal.analysis.evidence import WindowEvidence
+    from reveal.analysis.significance import is_waiting, lead_with_cause
+
+    assert is_waiting("cpu.steal")
+    steal, udp = "cpu.steal{cpu=1}", "snmp.Udp.OutDatagrams{netns=job}"
+    channels, features = [steal, udp], ["median", "mean"]
+    row, median = np.array([12.0, 20_000.0]), np.array([0.3, 0.0])
+    least, scale = np.array([10.0, 833.0]), np.array([1.0, 1.0])
+    evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "network"],
+                              {"cpu": 0.8, "network": 0.2},
+                              [_reason(steal, "median", "cpu", 12.0, 0.3, 11.7, 0.8),
+                               _reason(udp, "mean", "network", 20_000.0, 0.0, 1000.0, 0.2)])
+    led = lead_with_cause(evidence, row, np.ones(2, dtype=bool), least, scale, median,
+                          channels, features, ["cpu", "network"])
+    assert [r.channel for r in led.reasons] == [udp, steal]
+    assert led.subsystems[0] == "network"
+    alone = lead_with_cause(evidence, row, np.array([True, False]), least, scale, median,
+                            channels, features, ["cpu", "network"])
+    assert alone.reasons[0].channel == steal and alone.subsystems[0] == "cpu"
 
 
 def _held(rate_per_s: np.ndarray, every: int, start: float = 0.0) -> np.ndarray:

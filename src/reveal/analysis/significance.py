@@ -27,6 +27,9 @@ network bytes/s                 :data:`LINK_SHARE` of the link (``net.speed_mbps
 event rates (interrupts,        the rate that costs :data:`ONE_CPU_SHARE` of one CPU at the
 softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), on a host
 page moves, forks, ...)         of any size
+UDP datagrams                   the same, or :data:`LINK_SHARE` of the host's fastest link
+                                in 1,500-byte packets, whichever is less (one datagram is
+                                one packet on the wire)
 tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
 sockets (in use, TIME_WAIT,     :data:`SOCKET_SHARE` of the local ports
 orphans, UDP, ...)              (:data:`DEFAULT_LOCAL_PORTS`)
@@ -138,6 +141,11 @@ EVENT_COST_S = {"interrupts": 2e-6, "softirqs": 2e-6, "IPIs": 2e-6, "switches": 
                 "datagrams": 2e-6, "connections": 20e-6, "stalls": 20e-6,
                 "failures": 20e-6, "kills": 1e-3, "hits": 1e-6, "nodes": 1e-6}
 DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
+#: Event units that are packets on a link as well: a UDP datagram is one IP packet (TCP
+#: segments are not: they are counted after segmentation offload and receive coalescing).
+#: Judged as the CPU time they cost or as packets against the host's fastest link, in
+#: 1,500-byte packets, whichever is less.
+PACKET_EVENT_UNITS = ("datagrams",)
 #: Page counters that are disk traffic (dirtied pages are written back, swapped pages go
 #: to disk): judged against the disk's throughput, not as CPU work.
 DISK_PAGE_METRICS = ("vmstat.nr_dirtied", "vmstat.nr_written", "vmstat.pswp*",
@@ -163,7 +171,8 @@ SIDE_EFFECT_METRICS = ("cpuidle.*", "cpu.idle", "cpu.irq", "cpu.softirq", "irq.c
 #: holds no other change that matters (a rise in retransmits, throttling, pressure...).
 FALL_NOT_CAUSE_METRICS = (
     # waiting
-    "psi.*", "cgroup.psi.*", "snmp.Tcp.RetransSegs", "derived.cgroup_throttled_pct",
+    "psi.*", "cgroup.psi.*", "cpu.steal", "snmp.Tcp.RetransSegs",
+    "derived.cgroup_throttled_pct",
     "cgroup.cpu.nr_throttled", "cgroup.cpu.throttled_usec", "cpu.procs_running",
     "cpu.procs_blocked",
     # work done
@@ -205,9 +214,10 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "cgroup.memory.stat.inactive_file",
                        "cgroup.memory.stat.slab_reclaimable", *CGROUP_MEMORY_WHOLE)
 #: Time spent waiting for a resource (pressure stall information, CPU time idle while
-#: I/O is outstanding): it rises because something uses the resource, and a claim names
-#: that use first where it matters too.
-WAITING_METRICS = ("psi.*", "cgroup.psi.*", "cpu.iowait")
+#: I/O is outstanding, a virtual CPU's runnable time the hypervisor gave to another
+#: guest): it rises because something uses the resource, and a claim names that use
+#: first where it matters too.
+WAITING_METRICS = ("psi.*", "cgroup.psi.*", "cpu.iowait", "cpu.steal")
 #: Counts of threads that exist, running or sleeping: never a cost on their own.
 EXISTENCE_METRICS = ("cgroup.pids.current", "loadavg.tasks")
 #: Counters the collector reads less often than every sample and repeats between reads:
@@ -456,6 +466,13 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         cost = EVENT_COST_S.get(unit, 2e-6)
         out = Matter(ONE_CPU_SHARE / cost,
                      f"{ONE_CPU_SHARE:.0%} of one CPU at {cost * 1e6:g} µs per event")
+        if unit in PACKET_EVENT_UNITS:
+            # each one is a packet on a link too: whichever share is reached first
+            link = max((capacity.link_bps or {}).values(), default=DEFAULT_LINK_BPS)
+            on_link = LINK_SHARE * link / PACKET_BYTES
+            if on_link < out.least:
+                out = Matter(on_link, f"{LINK_SHARE:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s "
+                                      "link in packets")
     elif unit == "tasks":
         out = Matter(max(1.0, TASK_SHARE * capacity.n_cpus),
                      f"{TASK_SHARE:g} task per CPU")
