@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -18,6 +20,7 @@ from reveal.analysis.detectors import (
     unregister,
 )
 from reveal.analysis.ensemble import Ensemble, EnsembleOptions
+from reveal.analysis.estimator_params import keep_params
 from reveal.config import DetectConfig
 from reveal.errors import InputError
 
@@ -94,9 +97,26 @@ def test_from_settings_takes_what_each_detector_needs():
     assert built["iforest"].n_estimators == 33 and built["iforest"].grid is grid
     assert built["gmm"].max_components == 2 and built["gmm"].variance == 0.8
     assert built["gmm"].min_variance == 1.0
+    assert built["pca_error"].top == config.pca_error_top
     plain = FarthestColumn.from_settings(config, options)  # the base class's: shared ones
     assert plain.get_params() == {"threshold_quantile": 0.95, "max_fit_rows": 1234,
                                   "random_state": 7}
+
+    class Settled(FarthestColumn):
+        """A detector with settings of its own, named in ``settings`` only."""
+
+        settings: ClassVar = {"share": "pca_variance", "least": "min_variance"}
+
+        def __init__(self, share: float = 0.5, least: float = 0.0,
+                     threshold_quantile: float = 0.99, max_fit_rows: int | None = None,
+                     random_state: int = 0) -> None:
+            super().__init__(threshold_quantile, max_fit_rows, random_state)
+            keep_params(self, share=share, least=least)
+
+    settled = Settled.from_settings(config, options, grid, 2.0)
+    assert settled.get_params() == {"threshold_quantile": 0.95, "max_fit_rows": 1234,
+                                    "random_state": 7, "share": 0.8, "least": 2.0}
+    assert clone(settled).get_params() == settled.get_params()
 
 
 @pytest.mark.parametrize("name", ["zscore", "pca_mahalanobis", "iforest", "gmm"])

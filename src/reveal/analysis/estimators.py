@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from reveal.analysis.detectors import registry
 from reveal.analysis.detectors.base import Detector, robust_center_scale
+from reveal.analysis.estimator_params import keep_params
 
 
 class DetectorOutlier(OutlierMixin, BaseEstimator):
@@ -75,12 +76,9 @@ class DetectorOutlier(OutlierMixin, BaseEstimator):
     def __init__(self, detector: str = "pca_mahalanobis",
                  detector_params: dict[str, Any] | None = None, contamination: float = 0.01,
                  scale: bool = True, clip: float = 100.0, random_state: int = 0) -> None:
-        self.detector = detector
-        self.detector_params = detector_params
-        self.contamination = contamination
-        self.scale = scale
-        self.clip = clip
-        self.random_state = random_state
+        keep_params(self, detector=detector, detector_params=detector_params,
+                    contamination=contamination, scale=scale, clip=clip,
+                    random_state=random_state)
 
     def _build(self) -> Detector:
         if self.detector not in registry.names():

@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.estimator_params import keep_params
 from reveal.errors import InputError
 
 ROW_CHUNK_VALUES = 4_000_000  # values transformed at a time (bounds temporaries)
@@ -94,14 +95,9 @@ class RobustScaler:
                  max_nan_share: float = 0.5, dtype: type | np.dtype = np.float64,
                  drift_window: int | None = None, drift_block: int = 60,
                  max_fit_rows: int | None = None, random_state: int = 0) -> None:
-        self.clip = clip
-        self.min_scale = min_scale
-        self.max_nan_share = max_nan_share
-        self.dtype = dtype
-        self.drift_window = drift_window
-        self.drift_block = drift_block
-        self.max_fit_rows = max_fit_rows
-        self.random_state = random_state
+        keep_params(self, clip=clip, min_scale=min_scale, max_nan_share=max_nan_share,
+                    dtype=dtype, drift_window=drift_window, drift_block=drift_block,
+                    max_fit_rows=max_fit_rows, random_state=random_state)
 
     def fit(self, X: np.ndarray, scale_floor: np.ndarray | None = None) -> RobustScaler:
         """Fit on baseline windows ``X`` (n, K); ``scale_floor`` (K,): least scale per column."""

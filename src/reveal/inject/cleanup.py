@@ -23,7 +23,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -216,13 +216,22 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
     for path in _leftover_cgroups():
         if _dead_owner(path.name, include_live) and remove_cgroup(path):
             removed.append(f"cgroup {path}")
-    for path in temp_leftovers():
-        if not _dead_owner(path.name, include_live):
-            continue
-        if path.name.endswith("-hugepages.json"):
-            removed.extend(_restore_hugepages(path))
-        else:
-            removed.append(remove_path(path))
+    removed += remove_state_files(temp_leftovers(), lambda n: _dead_owner(n, include_live),
+                                  {"-hugepages.json": _restore_hugepages})
+    return removed
+
+
+def remove_state_files(paths: Iterable[Path], gone: Callable[[str], bool],
+                       undo: Mapping[str, Callable[[Path], list[str]]]) -> list[str]:
+    """Remove each of ``paths`` whose owner is ``gone`` (asked of its name); one whose
+    name ends with a key of ``undo`` records host state a fault or an activity changed,
+    and is handed to that function, which puts the state back and removes the file.
+    Returns one line per thing removed or put back."""
+    removed: list[str] = []
+    for path in paths:
+        if gone(path.name):
+            ending = next((e for e in undo if path.name.endswith(e)), None)
+            removed += undo[ending](path) if ending is not None else [remove_path(path)]
     return removed
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,48 @@ def _single(family: Callable[[str, str], Metric], name: str, documentation: str,
     return metric
 
 
+#: One-sample metrics read from a :class:`WatchSnapshot`: (family, name, help, value).
+Single = tuple[Callable[[str, str], Metric], str, str, Callable[[WatchSnapshot], float]]
+SCORING_METRICS: tuple[Single, ...] = (
+    (CounterMetricFamily, "reveal_windows_scored", "Windows scored",
+     attrgetter("windows_scored")),
+    (CounterMetricFamily, "reveal_windows_flagged", "Windows flagged",
+     attrgetter("windows_flagged")),
+    (CounterMetricFamily, "reveal_windows_skipped",
+     "Windows never scored (scoring fell too far behind)", attrgetter("windows_skipped")),
+    (GaugeMetricFamily, "reveal_scoring_lag_seconds",
+     "From the end of the last window scored to when its verdict was ready",
+     attrgetter("scoring_lag_s")),
+    (GaugeMetricFamily, "reveal_scoring_duration_seconds",
+     "Wall time of the last scoring call", attrgetter("scoring_s")),
+    (CounterMetricFamily, "reveal_scoring_calls", "Scoring calls",
+     attrgetter("scoring_calls")),
+    (CounterMetricFamily, "reveal_scoring_calls_early",
+     "Scoring calls made before their batch was full, for a window holding a change that "
+     "matters", attrgetter("scoring_calls_early")))
+MODEL_METRICS: tuple[Single, ...] = (
+    (GaugeMetricFamily, "reveal_learning", "1 while learning a model",
+     lambda s: float(bool(s.learning))),
+    (GaugeMetricFamily, "reveal_learn_remaining_seconds",
+     "Data still to collect before the model is fitted", attrgetter("learn_remaining_s")),
+    (GaugeMetricFamily, "reveal_model_channels", "Channels the model scores",
+     attrgetter("model_channels")),
+    (GaugeMetricFamily, "reveal_model_learn_windows",
+     "Windows of the span the model was learned on", attrgetter("model_windows")),
+    (GaugeMetricFamily, "reveal_model_learn_windows_left_out",
+     "Windows of that span left out of the fit as bursts",
+     attrgetter("model_windows_left_out")),
+    (GaugeMetricFamily, "reveal_unmodelled_channels",
+     "Channels with data that the model does not know (they join at the next fit)",
+     lambda s: len(s.unmodelled)))
+
+
+def _singles(s: WatchSnapshot, table: tuple[Single, ...]) -> Iterator[Metric]:
+    """The one-sample metrics of ``table`` with their values in ``s``."""
+    for family, name, documentation, value in table:
+        yield _single(family, name, documentation, value(s))
+
+
 class WatchCollector:
     """A prometheus-client collector over ``snapshot()`` (what the watch holds)."""
 
@@ -149,23 +192,7 @@ class WatchCollector:
                       float(bool(w is not None and w.flagged)))
         yield _single(GaugeMetricFamily, "reveal_window_end_timestamp_seconds",
                       "Wall-clock end of the last window scored", s.window_end_unix or 0.0)
-        yield _single(CounterMetricFamily, "reveal_windows_scored",
-                      "Windows scored", s.windows_scored)
-        yield _single(CounterMetricFamily, "reveal_windows_flagged",
-                      "Windows flagged", s.windows_flagged)
-        yield _single(CounterMetricFamily, "reveal_windows_skipped",
-                      "Windows never scored (scoring fell too far behind)",
-                      s.windows_skipped)
-        yield _single(GaugeMetricFamily, "reveal_scoring_lag_seconds",
-                      "From the end of the last window scored to when its verdict was ready",
-                      s.scoring_lag_s)
-        yield _single(GaugeMetricFamily, "reveal_scoring_duration_seconds",
-                      "Wall time of the last scoring call", s.scoring_s)
-        yield _single(CounterMetricFamily, "reveal_scoring_calls",
-                      "Scoring calls", s.scoring_calls)
-        yield _single(CounterMetricFamily, "reveal_scoring_calls_early",
-                      "Scoring calls made before their batch was full, for a window holding "
-                      "a change that matters", s.scoring_calls_early)
+        yield from _singles(s, SCORING_METRICS)
 
     @staticmethod
     def _alerts(s: WatchSnapshot) -> Iterator[Metric]:
@@ -204,21 +231,7 @@ class WatchCollector:
         if s.model_age_s is not None:
             age.add_metric([], max(0.0, s.model_age_s))
         yield age
-        yield _single(GaugeMetricFamily, "reveal_learning",
-                      "1 while learning a model", float(bool(s.learning)))
-        yield _single(GaugeMetricFamily, "reveal_learn_remaining_seconds",
-                      "Data still to collect before the model is fitted",
-                      s.learn_remaining_s)
-        yield _single(GaugeMetricFamily, "reveal_model_channels",
-                      "Channels the model scores", s.model_channels)
-        yield _single(GaugeMetricFamily, "reveal_model_learn_windows",
-                      "Windows of the span the model was learned on", s.model_windows)
-        yield _single(GaugeMetricFamily, "reveal_model_learn_windows_left_out",
-                      "Windows of that span left out of the fit as bursts",
-                      s.model_windows_left_out)
-        yield _single(GaugeMetricFamily, "reveal_unmodelled_channels",
-                      "Channels with data that the model does not know (they join at the next fit)",
-                      len(s.unmodelled))
+        yield from _singles(s, MODEL_METRICS)
 
     @staticmethod
     def _collector(s: WatchSnapshot) -> Iterator[Metric]:

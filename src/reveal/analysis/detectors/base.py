@@ -11,13 +11,14 @@ Scores are "higher = more anomalous" (unlike scikit-learn's outlier detectors, w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.estimator_params import keep_params
 from reveal.analysis.preprocess import check_matrix
 from reveal.errors import InputError
 
@@ -63,12 +64,15 @@ class Detector(BaseEstimator):
     tag: ClassVar[str] = "?"
     min_rows: ClassVar[int] = 2
     explains_floored: ClassVar[bool] = True
+    #: The detector's own ``__init__`` parameters that :meth:`from_settings` fills: each
+    #: from a :class:`DetectConfig` attribute of the name given, or from what the ensemble
+    #: passes (``"grid"``, ``"min_variance"``).
+    settings: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, threshold_quantile: float = 0.99, max_fit_rows: int | None = None,
                  random_state: int = 0) -> None:
-        self.threshold_quantile = threshold_quantile
-        self.max_fit_rows = max_fit_rows
-        self.random_state = random_state
+        keep_params(self, threshold_quantile=threshold_quantile, max_fit_rows=max_fit_rows,
+                    random_state=random_state)
 
     # -- construction from the analysis settings ----------------------------------------
     @classmethod
@@ -92,10 +96,12 @@ class Detector(BaseEstimator):
         Returns
         -------
         Detector
-            Unfitted. The base class passes only the shared parameters; a detector with
-            settings of its own overrides this and adds them.
+            Unfitted: the shared parameters and the detector's own :attr:`settings`.
         """
-        return cls(**cls.shared_settings(config, options))
+        given = {"grid": grid, "min_variance": min_variance}
+        own = {param: given[source] if source in given else getattr(config, source)
+               for param, source in cls.settings.items()}
+        return cls(**own, **cls.shared_settings(config, options))
 
     @staticmethod
     def shared_settings(config: DetectConfig, options: EnsembleOptions) -> dict[str, Any]:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Self
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
 from reveal.analysis.detectors._subspace import PCASubspace
 from reveal.analysis.detectors.base import Detector, blockwise
 from reveal.analysis.detectors.registry import register
-
-if TYPE_CHECKING:
-    from reveal.analysis.ensemble import EnsembleOptions
-    from reveal.config import DetectConfig
+from reveal.analysis.estimator_params import keep_params
 
 
 @register
@@ -58,24 +56,17 @@ class GMM(Detector):
     name = "gmm"
     tag = "GMM"
     min_rows = 4
+    settings: ClassVar[Mapping[str, str]] = {
+        "max_components": "gmm_max_components", "variance": "pca_variance",
+        "min_variance": "min_variance"}
 
     def __init__(self, max_components: int = 6, variance: float = 0.95, max_dims: int = 30,
                  bic_rows: int = 5000, reg_covar: float = 1e-3,
                  threshold_quantile: float = 0.99, max_fit_rows: int | None = None,
                  random_state: int = 0, min_variance: float = 0.0) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
-        self.max_components = max_components
-        self.variance = variance
-        self.max_dims = max_dims
-        self.bic_rows = bic_rows
-        self.reg_covar = reg_covar
-        self.min_variance = min_variance
-
-    @classmethod
-    def from_settings(cls, config: DetectConfig, options: EnsembleOptions,
-                      grid: np.ndarray | None = None, min_variance: float = 0.0) -> Self:
-        return cls(max_components=config.gmm_max_components, variance=config.pca_variance,
-                   min_variance=min_variance, **cls.shared_settings(config, options))
+        keep_params(self, max_components=max_components, variance=variance, max_dims=max_dims,
+                    bic_rows=bic_rows, reg_covar=reg_covar, min_variance=min_variance)
 
     def _subspace(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Coordinates the mixture lives in (whitened, or input units with

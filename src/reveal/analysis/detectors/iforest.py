@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import sparse
 
 from reveal.analysis.detectors.base import Detector, robust_center_scale
 from reveal.analysis.detectors.registry import register
+from reveal.analysis.estimator_params import keep_params
 from reveal.errors import InputError
-
-if TYPE_CHECKING:
-    from reveal.analysis.ensemble import EnsembleOptions
-    from reveal.config import DetectConfig
 
 
 @register
@@ -52,22 +50,15 @@ class IsolationForest(Detector):
     # on the floor grid a rarely seen whole-floor value is isolated at once: its credits
     # then go to one-floor steps (see Ensemble._explainers)
     explains_floored = False
+    settings: ClassVar[Mapping[str, str]] = {"n_estimators": "iforest_trees", "grid": "grid"}
 
     def __init__(self, n_estimators: int = 200, max_samples: int | str = "auto",
                  n_jobs: int | None = None, threshold_quantile: float = 0.99,
                  max_fit_rows: int | None = None, random_state: int = 0,
                  grid: np.ndarray | None = None) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
-        self.n_estimators = n_estimators
-        self.max_samples = max_samples
-        self.n_jobs = n_jobs
-        self.grid = grid
-
-    @classmethod
-    def from_settings(cls, config: DetectConfig, options: EnsembleOptions,
-                      grid: np.ndarray | None = None, min_variance: float = 0.0) -> Self:
-        return cls(n_estimators=config.iforest_trees, grid=grid,
-                   **cls.shared_settings(config, options))
+        keep_params(self, n_estimators=n_estimators, max_samples=max_samples, n_jobs=n_jobs,
+                    grid=grid)
 
     def _on_grid(self, X: np.ndarray) -> np.ndarray:
         """``X`` (float32) with the ``grid`` columns rounded to whole units."""

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import pairwise
-from typing import TYPE_CHECKING, Self
+from typing import ClassVar
 
 import numpy as np
 
 from reveal.analysis.detectors._subspace import PCASubspace
 from reveal.analysis.detectors.base import Detector, blockwise, robust_center_scale
 from reveal.analysis.detectors.registry import register
+from reveal.analysis.estimator_params import keep_params
 from reveal.errors import InputError
-
-if TYPE_CHECKING:
-    from reveal.analysis.ensemble import EnsembleOptions
-    from reveal.config import DetectConfig
 
 
 @register
@@ -59,23 +57,16 @@ class PCAError(Detector):
     name = "pca_error"
     tag = "PE"
     min_rows = 4
+    settings: ClassVar[Mapping[str, str]] = {"variance": "pca_variance", "top": "pca_error_top",
+                                             "min_variance": "min_variance"}
 
     def __init__(self, variance: float = 0.95, max_components: int | None = None,
                  top: int = 1, folds: int = 5, threshold_quantile: float = 0.99,
                  max_fit_rows: int | None = None, random_state: int = 0,
                  min_variance: float = 0.0) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
-        self.variance = variance
-        self.max_components = max_components
-        self.top = top
-        self.folds = folds
-        self.min_variance = min_variance
-
-    @classmethod
-    def from_settings(cls, config: DetectConfig, options: EnsembleOptions,
-                      grid: np.ndarray | None = None, min_variance: float = 0.0) -> Self:
-        return cls(variance=config.pca_variance, top=config.pca_error_top,
-                   min_variance=min_variance, **cls.shared_settings(config, options))
+        keep_params(self, variance=variance, max_components=max_components, top=top,
+                    folds=folds, min_variance=min_variance)
 
     def _subspace(self, X: np.ndarray) -> PCASubspace:
         """The principal subspace of ``X``, at most half the columns wide: a subspace that

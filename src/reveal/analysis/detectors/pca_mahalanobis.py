@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
 from reveal.analysis.detectors._subspace import PCASubspace
 from reveal.analysis.detectors.base import Detector, blockwise
 from reveal.analysis.detectors.registry import register
+from reveal.analysis.estimator_params import keep_params
 from reveal.errors import InputError
-
-if TYPE_CHECKING:
-    from reveal.analysis.ensemble import EnsembleOptions
-    from reveal.config import DetectConfig
 
 
 @register
@@ -37,37 +35,30 @@ class PCAMahalanobis(Detector):
     residual : bool
         Add the scaled residual (probabilistic-PCA distance).
     min_variance : float
-        Least variance of any direction (see :class:`PCASubspace`); 0 for none.
+        Least variance of any direction of the subspace, in squared input units (0: no
+        least; see :class:`PCASubspace`).
     threshold_quantile, max_fit_rows, random_state
         See :class:`Detector`.
 
     Attributes
     ----------
-    pca_ : PCASubspace
-        The fitted subspace.
     n_components_ : int
-        Its dimension (q).
+        The dimension (q) of the fitted subspace ``pca_`` (a :class:`PCASubspace`).
     """
 
     name = "pca_mahalanobis"
     tag = "MAHA"
     min_rows = 3
+    settings: ClassVar[Mapping[str, str]] = {"variance": "pca_variance",
+                                             "min_variance": "min_variance"}
 
     def __init__(self, variance: float = 0.95, max_components: int | None = None,
                  residual: bool = True, threshold_quantile: float = 0.99,
                  max_fit_rows: int | None = None, random_state: int = 0,
                  min_variance: float = 0.0) -> None:
         super().__init__(threshold_quantile, max_fit_rows, random_state)
-        self.variance = variance
-        self.max_components = max_components
-        self.residual = residual
-        self.min_variance = min_variance
-
-    @classmethod
-    def from_settings(cls, config: DetectConfig, options: EnsembleOptions,
-                      grid: np.ndarray | None = None, min_variance: float = 0.0) -> Self:
-        return cls(variance=config.pca_variance, min_variance=min_variance,
-                   **cls.shared_settings(config, options))
+        keep_params(self, variance=variance, max_components=max_components, residual=residual,
+                    min_variance=min_variance)
 
     def _fit(self, X: np.ndarray) -> None:
         if not 0.0 < self.variance <= 1.0:

@@ -17,7 +17,7 @@ from reveal.inject import processes
 from reveal.inject.benign.base import PREFIX, ifname_owner
 from reveal.inject.benign.clock import step_realtime
 from reveal.inject.benign.container import delete_link, delete_netns
-from reveal.inject.cleanup import netns_names, remove_path
+from reveal.inject.cleanup import netns_names, remove_state_files
 from reveal.inject.jobcgroup import leftover_cgroups, remove_cgroup
 from reveal.inject.naming import pid_alive, temp_root
 
@@ -67,13 +67,9 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
     for path in leftover_cgroups(prefix=f"{PREFIX}-"):
         if _gone(path.name, include_live) and remove_cgroup(path):
             removed.append(f"cgroup {path}")
-    for path in sorted(temp_root().glob(f"{PREFIX}-*")):
-        if not _gone(path.name, include_live):
-            continue
-        if path.name.endswith("-clock.json"):
-            removed.append(_undo_clock_step(path))
-        else:
-            removed.append(remove_path(path))
+    removed += remove_state_files(sorted(temp_root().glob(f"{PREFIX}-*")),
+                                  lambda n: _gone(n, include_live),
+                                  {"-clock.json": lambda p: [_undo_clock_step(p)]})
     return removed
 
 
