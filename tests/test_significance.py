@@ -551,3 +551,41 @@ def test_a_flood_on_a_counter_read_every_second_is_named_by_that_counter():
     assert sum(a.reasons[0].channel == channel for a in inside) >= len(inside) / 2, \
         [a.reasons[0].channel for a in inside]
     assert any("datagrams" in e.claim for e in report.episodes)
+
+
+def test_a_burst_like_the_baselines_own_is_no_change_that_matters():
+    """A distributed job's retransmissions on a busy host: 3/s most of the time, bursts of
+    120/s now and then. Where the learn's bursts are left out of the fit (the watch's
+    trim) the detectors find the next burst surprising; one no larger than the learn's is
+    no change that matters. Loss beyond the baseline's tail still is."""
+    from reveal.analysis.pipeline import significant_cells_of
+    from reveal.analysis.significance import tail_matters
+
+    channel = "snmp.Tcp.RetransSegs{netns=job}"
+    values = np.column_stack([np.r_[np.full(95, 3.0), np.full(5, 60.0)], np.zeros(100)])
+    least = tail_matters(np.array([1.0, 1.0]), [channel, "snmp.Tcp.OutSegs{netns=job}"],
+                         values)
+    assert least[0] == pytest.approx(57.0, abs=0.1) and least[1] == 1.0
+
+    def retransmits(seconds: float, bursts: list[tuple[float, float, float]]) -> np.ndarray:
+        rate = np.full(int(seconds * 10), 3.0)
+        for start, end, level in bursts:
+            rate[int(start * 10):int(end * 10)] = level
+        return _held(rate, 10)
+
+    base = ar1_host(240.0, seed=11)
+    base = _with(base, {channel: retransmits(240.0, [(s, s + 1.0, 120.0)
+                                                       for s in (40.0, 100.0, 160.0, 220.0)])})
+    model = Reveal(overrides={"detect.significance": True}).fit(base)
+    columns = np.array([c == channel for c in model.fitted_.column_channels])
+
+    def mattering(run: Telemetry) -> int:
+        cells = significant_cells_of(model.fitted_, model.score_windows(run).features.values)
+        return int(cells[:, columns].any(axis=1).sum())
+
+    like = _with(ar1_host(60.0, seed=12, start_s=300.0),
+                 {channel: retransmits(60.0, [(20.0, 21.0, 100.0)])})
+    assert mattering(like) == 0
+    loss = _with(ar1_host(60.0, seed=13, start_s=400.0),
+                 {channel: retransmits(60.0, [(20.0, 40.0, 400.0)])})
+    assert mattering(loss) > 10

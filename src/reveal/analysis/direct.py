@@ -30,16 +30,15 @@ import warnings
 import numpy as np
 
 from reveal.analysis.attribute import ROBUST_Z_CAP
-from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.constants import MAD_TO_SIGMA, TAIL_QUANTILE
 from reveal.analysis.evidence import Reason, WindowEvidence
 from reveal.analysis.windows import span_sums
 from reveal.frame import Telemetry, channel_metric
 
 #: Baseline robust z (window means) a sign must exceed besides its least value.
 DIRECT_Z = 5.0
-#: Upper quantile of the baseline's window means whose distance from their median sets
-#: the least scale of a sign, and that distance in sigmas of a normal law.
-TAIL_QUANTILE = 0.99
+#: The distance of the baseline's window means' upper quantile (``TAIL_QUANTILE``) from
+#: their median that sets the least scale of a sign, in sigmas of a normal law.
 TAIL_SIGMAS = 2.326
 #: Share of the window's evidence that direct signs take (the detectors' keeps the rest).
 DIRECT_SHARE = 0.5

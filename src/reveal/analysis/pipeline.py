@@ -54,6 +54,7 @@ from reveal.analysis.significance import (
     gate_active,
     lead_with_cause,
     significant_cells,
+    tail_matters,
 )
 from reveal.analysis.steady import SteadyState, state_columns, steady_states, steady_windows
 from reveal.analysis.subsystems import channel_subsystems, irq_names
@@ -309,9 +310,10 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     per_channel = dict(zip(usable, matters, strict=True))
     for name, originals in ranks.sources.items():  # a CPU rank: the group's largest
         per_channel[name] = max((per_channel[c] for c in originals), key=lambda m: m.least)
-    significance = (feature_matters(fm.channels, fm.features, per_channel,
-                                    rows_per_window(window, interval),
-                                    sustained=config.detect.sustained)
+    significance = (tail_matters(feature_matters(fm.channels, fm.features, per_channel,
+                                                 rows_per_window(window, interval),
+                                                 sustained=config.detect.sustained),
+                                 fm.channels, fm.values)
                     if config.detect.significance else None)
     fit_values = fm.values
     if floors is not None:

@@ -92,7 +92,7 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analysis.constants import LEVEL_FEATURES
+from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
@@ -141,6 +141,10 @@ EVENT_COST_S = {"interrupts": 2e-6, "softirqs": 2e-6, "IPIs": 2e-6, "switches": 
                 "datagrams": 2e-6, "connections": 20e-6, "stalls": 20e-6,
                 "failures": 20e-6, "kills": 1e-3, "hits": 1e-6, "nodes": 1e-6}
 DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
+#: Counters that move in bursts as a job runs, a quiet median under a loud tail (a
+#: distributed job's retransmissions on a busy host): a change matters only beyond the
+#: baseline's own :data:`TAIL_QUANTILE` (:func:`tail_matters`).
+BURSTY_METRICS = ("snmp.Tcp.RetransSegs",)
 #: Event units that are packets on a link as well: a UDP datagram is one IP packet (TCP
 #: segments are not: they are counted after segmentation offload and receive coalescing).
 #: Judged as the CPU time they cost or as packets against the host's fastest link, in
@@ -545,6 +549,25 @@ def feature_matters(column_channels: Sequence[str], column_features: Sequence[st
             out[k] = least * rows
         else:
             out[k] = least
+    return out
+
+
+def tail_matters(least: np.ndarray, column_channels: Sequence[str],
+                 values: np.ndarray) -> np.ndarray:
+    """``least`` (K,) raised, for the columns of channels that move in bursts as a job
+    runs (:data:`BURSTY_METRICS`), to the baseline's own upper tail: the distance of the
+    :data:`TAIL_QUANTILE` quantile of its window values ``values`` (n, K) from their
+    median. A burst like the baseline's own is no change that matters, whether or not the
+    detectors were fitted on it."""
+    cols = np.flatnonzero(_columns_matching(tuple(column_channels), BURSTY_METRICS))
+    out = np.asarray(least, dtype=np.float64).copy()
+    if not cols.size or not len(values):
+        return out
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: none
+        x = np.asarray(values[:, cols], dtype=np.float64)
+        tail = np.nanquantile(x, TAIL_QUANTILE, axis=0) - np.nanmedian(x, axis=0)
+    out[cols] = np.maximum(out[cols], np.nan_to_num(tail, nan=0.0, posinf=0.0))
     return out
 
 
