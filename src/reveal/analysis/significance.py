@@ -93,6 +93,7 @@ from typing import Any
 import numpy as np
 
 from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE
+from reveal.analysis.direct import SIGNS
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
@@ -142,9 +143,10 @@ EVENT_COST_S = {"interrupts": 2e-6, "softirqs": 2e-6, "IPIs": 2e-6, "switches": 
                 "failures": 20e-6, "kills": 1e-3, "hits": 1e-6, "nodes": 1e-6}
 DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
 #: Counters that move in bursts as a job runs, a quiet median under a loud tail (a
-#: distributed job's retransmissions on a busy host): a change matters only beyond the
-#: baseline's own :data:`TAIL_QUANTILE` (:func:`tail_matters`).
-BURSTY_METRICS = ("snmp.Tcp.RetransSegs",)
+#: distributed job's retransmissions on a busy host): the direct signs that keep the
+#: baseline's tail (``Sign.tail``). A change matters only beyond the baseline's own
+#: :data:`TAIL_QUANTILE` (:func:`tail_matters`).
+BURSTY_METRICS = tuple(sign.metric for sign in SIGNS if sign.tail)
 #: Event units that are packets on a link as well: a UDP datagram is one IP packet (TCP
 #: segments are not: they are counted after segmentation offload and receive coalescing).
 #: Judged as the CPU time they cost or as packets against the host's fastest link, in
