@@ -275,15 +275,15 @@ def test_a_gpu_taken_by_another_process_is_named_by_the_gpus_time_not_a_process_
 
 
 def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
-    """A process frees 3 GiB of anonymous memory at 20 s and the level stays there: the
-    change is flagged until it has held still for ``settle_s``, then named once as a new
+    """A process takes 3 GiB of anonymous memory at 20 s and keeps it: the change is
+    flagged until it has held still for ``settle_s``, then named once as a new
     steady state."""
     base = ar1_host(120.0, seed=7)
     run = ar1_host(90.0, seed=8, start_s=200.0)
     rng = np.random.default_rng(9)
     anon_base = 8 * GIB + rng.normal(0, 2e6, base.n_samples)
     anon_run = 8 * GIB + rng.normal(0, 2e6, run.n_samples)
-    anon_run[200:] -= 3 * GIB
+    anon_run[200:] += 3 * GIB
     base = _with(base, {"mem.AnonPages": anon_base})
     run = _with(run, {"mem.AnonPages": anon_run})
     _, report = _flagged(base, run, significance=True)
@@ -294,7 +294,7 @@ def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
     assert len(report.steady_states) == 1
     note = report.steady_states[0]
     assert note.changes[0][0] == "mem.AnonPages"
-    assert "less than in the baseline" in note.claim and "steady since" in note.claim
+    assert "more than in the baseline" in note.claim and "steady since" in note.claim
     assert 17 <= (note.since_ns - 200e9) / 1e9 <= 24  # the first window that holds it
     again = type(report).from_dict(report.to_dict())
     assert again.steady_states[0].claim == note.claim
@@ -589,3 +589,68 @@ def test_a_burst_like_the_baselines_own_is_no_change_that_matters():
     loss = _with(ar1_host(60.0, seed=13, start_s=400.0),
                  {channel: retransmits(60.0, [(20.0, 40.0, 400.0)])})
     assert mattering(loss) > 10
+
+
+def test_memory_freed_is_no_change_that_matters_and_memory_taken_is():
+    """The job releases 2 GiB of anonymous memory for 20 s (8 % of a 24 GiB host): the
+    host loses nothing, so nothing is flagged; 2 GiB taken is flagged and named."""
+    rng = np.random.default_rng(21)
+
+    def memory(tel: Telemetry, change: float) -> Telemetry:
+        step = np.zeros(tel.n_samples)
+        step[200:400] = change  # 20 s to 40 s into the run
+        return _with(tel, {"mem.AnonPages": 2 * GIB + step
+                           + rng.normal(0.0, 4e6, tel.n_samples)})
+
+    base = memory(ar1_host(120.0, seed=21), 0.0)
+    freed = memory(ar1_host(60.0, seed=22, start_s=200.0), -2 * GIB)
+    taken = memory(ar1_host(60.0, seed=23, start_s=300.0), 2 * GIB)
+    assert _matter("mem.AnonPages").rule.endswith("a rise only (a fall frees memory)")
+    assert _matter("mem.MemAvailable").rule.endswith("a fall only (a rise frees memory)")
+    surprise, _ = _flagged(base, freed, significance=False)
+    assert surprise > 10  # 2 GiB gone is surprising; it does not matter
+    flagged, _ = _flagged(base, freed, significance=True)
+    assert flagged == 0
+    flagged, report = _flagged(base, taken, significance=True)
+    assert flagged > 10
+    assert {a.reasons[0].metric for a in report.anomalies} == {"mem.AnonPages"}
+
+
+def test_the_direction_that_matters_applies_to_levels_and_trends_not_spreads():
+    from reveal.analysis.significance import matter_directions, significant_cells
+
+    channels = ("mem.AnonPages", "mem.AnonPages", "mem.AnonPages", "mem.MemAvailable",
+                "derived.cpu_busy_pct")
+    features = ("median", "slope", "variance", "median", "median")
+    direction = matter_directions(channels, features)
+    assert direction.tolist() == [1, 1, 0, -1, 0]
+    # traffic that yields when it competes: only less of it matters; datagrams either way
+    traffic = matter_directions(("derived.net_bytes_per_s{iface=eth0,netns=job}",
+                                 "net.tx_bytes{iface=eth0}", "snmp.Tcp.OutSegs{netns=job}",
+                                 "snmp.Udp.OutDatagrams{netns=job}",
+                                 "snmp.Tcp.RetransSegs{netns=job}"), ("median",) * 5)
+    assert traffic.tolist() == [-1, -1, -1, 0, 0]
+    assert _matter("net.tx_bytes{iface=eth0}").rule.endswith(
+        "a fall only (more traffic alone hurts no one)")
+    median = np.array([10.0, 0.0, 1.0, 10.0, 10.0])
+    least = np.ones(5)
+    fell = np.array([[5.0, -5.0, 9.0, 5.0, 5.0]])
+    rose = np.array([[15.0, 5.0, 9.0, 15.0, 15.0]])
+    assert significant_cells(fell, median, np.zeros(5), least,
+                             direction=direction)[0].tolist() == [False, False, True, True, True]
+    assert significant_cells(rose, median, np.zeros(5), least,
+                             direction=direction)[0].tolist() == [True, True, True, False, True]
+
+
+def test_the_floors_table_shows_where_the_baselines_bursts_raised_the_least_change():
+    from reveal.report.floors_text import render_floors
+
+    channel = "snmp.Tcp.RetransSegs{netns=job}"
+    rate = np.full(2400, 3.0)
+    for start in (400, 1000, 1600, 2200):
+        rate[start:start + 10] = 120.0
+    base = _with(ar1_host(240.0, seed=11), {channel: _held(rate, 10)})
+    text = render_floors(Reveal(overrides={"detect.significance": True}).fit(base).fitted_)
+    line = next(x for x in text.splitlines() if channel in x)
+    assert "raised to" in line and "baseline's own bursts" in line
+    assert not any("raised to" in x for x in text.splitlines() if "mem." in x)

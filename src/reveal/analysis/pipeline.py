@@ -53,6 +53,7 @@ from reveal.analysis.significance import (
     feature_matters,
     gate_active,
     lead_with_cause,
+    matter_directions,
     significant_cells,
     tail_matters,
 )
@@ -441,7 +442,14 @@ def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarr
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(least):
         return None
-    return significant_cells(values, fitted.median, significance_scales(fitted), least)
+    return significant_cells(values, fitted.median, significance_scales(fitted), least,
+                             direction=_directions(fitted))
+
+
+def _directions(fitted: FittedAnalysis) -> np.ndarray:
+    """(K,) the direction of a change that can matter per fitted column (see
+    :func:`reveal.analysis.significance.matter_directions`)."""
+    return matter_directions(tuple(fitted.column_channels), tuple(fitted.column_features))
 
 
 def settle_windows(fitted: FittedAnalysis, interval_s: float) -> int:
@@ -502,7 +510,8 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
         return evidence
     scale = significance_scales(fitted)
     rows = np.array([e.window_id for e in evidence], dtype=np.intp)
-    cells = significant_cells(values[rows], fitted.median, scale, least)
+    cells = significant_cells(values[rows], fitted.median, scale, least,
+                              direction=_directions(fitted))
     return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,

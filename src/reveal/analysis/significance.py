@@ -70,6 +70,10 @@ and anonymous memory, dirty pages and the disk traffic of the refill. A cgroup's
 memory (``memory.current``) holds its page cache, so it is judged by its parts the same
 way: its anonymous memory against the whole, its stalls and its limit events.
 
+Memory held (used, anonymous, dirty, ..., :data:`HELD_MEMORY_METRICS`) matters only when
+it rises, available memory and free swap only when they fall (:func:`matter_directions`, for
+a window's level and trend): memory freed costs the host nothing.
+
 Per feature column (:func:`feature_matters`): levels (mean, median, minimum, maximum) take
 the channel's least change, the within-window spread half of it, the slope that change
 over one window, an event sum that rate over the window's rows. With ``sustained``
@@ -219,6 +223,44 @@ COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
                        "cgroup.memory.stat.file_mapped", "cgroup.memory.stat.active_file",
                        "cgroup.memory.stat.inactive_file",
                        "cgroup.memory.stat.slab_reclaimable", *CGROUP_MEMORY_WHOLE)
+#: Memory held: used, anonymous, shared, locked, unreclaimable kernel memory, dirty and
+#: writeback pages (the host's, a NUMA node's, a cgroup's). A fall frees memory and the
+#: host loses nothing (a job that releases memory shows what it lost in its work done), so
+#: only a rise can matter; their mirrors, available memory and free swap
+#: (:data:`FREE_MEMORY_METRICS`), matter only when they fall (:func:`matter_directions`).
+HELD_MEMORY_METRICS = ("derived.mem_used_pct", "mem.AnonPages", "mem.Active_anon",
+                       "mem.Inactive_anon", "mem.AnonHugePages", "mem.Shmem",
+                       "mem.ShmemHugePages", "mem.Unevictable", "mem.Mlocked", "mem.Slab",
+                       "mem.SUnreclaim", "mem.KernelStack", "mem.PageTables", "mem.Percpu",
+                       "mem.Dirty", "mem.Writeback", "mem.SwapCached", "mem.Zswap",
+                       "mem.Zswapped", "numa.MemUsed", "vmstat.nr_anon_pages",
+                       "vmstat.nr_active_anon", "vmstat.nr_inactive_anon",
+                       "vmstat.nr_zone_active_anon", "vmstat.nr_zone_inactive_anon",
+                       "vmstat.nr_anon_transparent_hugepages", "vmstat.nr_shmem",
+                       "vmstat.nr_slab_unreclaimable", "vmstat.nr_kernel_stack",
+                       "vmstat.nr_page_table_pages", "vmstat.nr_dirty", "vmstat.nr_writeback",
+                       "vmstat.nr_zone_write_pending", "vmstat.nr_unevictable",
+                       "vmstat.nr_zone_unevictable", "vmstat.nr_mlock",
+                       "cgroup.memory.stat.anon", "cgroup.memory.stat.rss",
+                       "cgroup.memory.stat.shmem", "cgroup.memory.stat.file_dirty",
+                       "cgroup.memory.stat.dirty", "cgroup.memory.stat.file_writeback",
+                       "cgroup.memory.stat.writeback", "cgroup.memory.swap_current")
+FREE_MEMORY_METRICS = ("mem.MemAvailable", "mem.SwapFree")
+#: Traffic that yields when it competes (bytes, packets and TCP segments moved per
+#: interface, namespace, queueing discipline or collective): more of it alone hurts no one.
+#: Where it takes a link others need, their throughput falls, their queues drop and their
+#: segments are retransmitted, each judged on its own channel; so only a fall matters
+#: (less work done). UDP datagrams are not among them: with no congestion control, a
+#: datagram flood takes the link without yielding and matters either way.
+TRAFFIC_METRICS = ("derived.net_bytes_per_s", "net.rx_bytes", "net.tx_bytes",
+                   "net.rx_packets", "net.tx_packets", "netstat.IpExt.InOctets",
+                   "netstat.IpExt.OutOctets", "snmp.Tcp.InSegs", "snmp.Tcp.OutSegs",
+                   "qdisc.bytes", "qdisc.packets", "softnet.processed", "ib.port_xmit_data",
+                   "ib.port_rcv_data", "ib.port_xmit_packets", "ib.port_rcv_packets",
+                   "ebpf.nccl.bytes")
+#: Features whose sign is the direction of a change (a window's level and its trend); a
+#: spread grows whichever way a level moves.
+DIRECTED_FEATURES = (*LEVEL_FEATURES, "slope", "sum")
 #: Time spent waiting for a resource (pressure stall information, CPU time idle while
 #: I/O is outstanding, a virtual CPU's runnable time the hypervisor gave to another
 #: guest): it rises because something uses the resource, and a claim names that use
@@ -263,6 +305,26 @@ def fall_is_not_cause(metric: str) -> bool:
     """Whether a fall of ``metric`` is a symptom or a relief, never the cause of a slowdown
     (:data:`FALL_NOT_CAUSE_METRICS`)."""
     return any(fnmatchcase(metric, p) for p in FALL_NOT_CAUSE_METRICS)
+
+
+def matter_direction(metric: str) -> int:
+    """The direction of a change of ``metric`` that can matter: +1 a rise only (memory
+    held, :data:`HELD_MEMORY_METRICS`), −1 a fall only (memory free,
+    :data:`FREE_MEMORY_METRICS`), 0 either."""
+    if any(fnmatchcase(metric, p) for p in HELD_MEMORY_METRICS):
+        return 1
+    if any(fnmatchcase(metric, p) for p in (*FREE_MEMORY_METRICS, *TRAFFIC_METRICS)):
+        return -1
+    return 0
+
+
+@functools.lru_cache(maxsize=32)
+def matter_directions(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
+    """(K,) per feature column, made once per column set: the direction of a change that
+    can matter (:func:`matter_direction`) for a level or trend column
+    (:data:`DIRECTED_FEATURES`), 0 (either) for the others."""
+    return np.array([matter_direction(channel_metric(c)) if f in DIRECTED_FEATURES else 0
+                     for c, f in zip(channels, features, strict=True)], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -496,6 +558,11 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         job = JOB_SHARE * abs(whole)
         if job < out.least:
             out = Matter(job, f"{JOB_SHARE:.0%} of the job's own use")
+    if direction := matter_direction(metric):
+        why = ("a rise only (a fall frees memory)" if direction > 0
+               else "a fall only (a rise frees memory)" if metric.startswith("mem.")
+               else "a fall only (more traffic alone hurts no one)")
+        out = replace(out, rule=f"{out.rule}; {why}")
     return out
 
 
@@ -637,12 +704,18 @@ def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
 
 
 def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
-                      least: np.ndarray, z_min: float = SIGNIFICANT_Z) -> np.ndarray:
+                      least: np.ndarray, z_min: float = SIGNIFICANT_Z,
+                      direction: np.ndarray | None = None) -> np.ndarray:
     """``(W, K)``: where a window's change from the baseline median is at least the least
-    change that matters and ``z_min`` times the column's scale (NaN: not significant)."""
+    change that matters and ``z_min`` times the column's scale (NaN: not significant),
+    in the ``direction`` (K,) that can matter (:func:`matter_directions`; None: either)."""
     with np.errstate(invalid="ignore"):
-        change = np.abs(values - median)
-        return (change >= least) & (change >= z_min * scale) & (change > 0)
+        moved = values - median
+        change = np.abs(moved)
+        cells = (change >= least) & (change >= z_min * scale) & (change > 0)
+        if direction is not None and direction.any():
+            cells &= (direction == 0) | (np.sign(moved) == direction)
+        return cells
 
 
 def gate_active(least: np.ndarray) -> bool:
@@ -731,6 +804,9 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     metrics = [channel_metric(c) for c in channels]
     # a change that began within the window and holds at its end matters as its level would
     onset, least = onset_columns(row, median, scale, least, channels, features)
+    direction = matter_directions(tuple(channels), tuple(features))
+    with np.errstate(invalid="ignore"):
+        onset &= (direction == 0) | (np.sign(row - median) == direction)
     cause = np.array([(bool(cells[k]) or bool(onset[k])) and not is_side_effect(metrics[k])
                       and np.isfinite(least[k]) for k in range(len(channels))])
     if not cause.any():

@@ -50,7 +50,11 @@ from reveal.analysis.pipeline import (
     usable_channels,
     window_config,
 )
-from reveal.analysis.significance import SIGNIFICANT_Z, gate_active
+from reveal.analysis.significance import (
+    gate_active,
+    matter_directions,
+    significant_cells,
+)
 from reveal.catalog import default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
@@ -225,9 +229,8 @@ class LiveScorer:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             now = np.where(w.is_sum[cols], np.nansum(rows, axis=0), np.nanmedian(rows, axis=0))
-        change = np.abs(now - w.median[cols])
-        moved = (change >= w.least[cols]) & (change >= SIGNIFICANT_Z * w.scale[cols]) \
-            & (change > 0)
+        moved = significant_cells(now[None, :], w.median[cols], w.scale[cols], w.least[cols],
+                                  direction=w.direction[cols])[0]
         return frozenset(w.channels[k] for k in cols[moved])
 
     # -- scoring -----------------------------------------------------------------------
@@ -335,6 +338,7 @@ class _Watched:
     median: np.ndarray
     least: np.ndarray
     scale: np.ndarray
+    direction: np.ndarray
 
 
 def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
@@ -359,7 +363,9 @@ def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
         return None
     ks = np.array(list(picked.values()), dtype=np.intp)
     return _Watched(list(picked), np.array([fitted.column_features[k] == "sum" for k in ks]),
-                    median[ks], least[ks], scale[ks])
+                    median[ks], least[ks], scale[ks],
+                    matter_directions(tuple(fitted.column_channels),
+                                      tuple(fitted.column_features))[ks])
 
 
 def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,

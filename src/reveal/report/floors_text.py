@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from reveal.analysis.pipeline import rows_per_window
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.report.escape import plain
@@ -31,12 +33,34 @@ def render_floors(fitted: Any, limit: int | None = None) -> str:
                      + (f"; links {links}" if links else "")
                      + (f"; disks seen at most {disks}" if disks else ""))
     catalog = default_catalog()
+    raised = _raised_by_tail(fitted)
     rows = sorted(matters.items())
     width = max((len(plain(c, 80)) for c, _ in rows), default=10)
     for channel, (least, rule) in rows[:limit]:
         q = quantity(catalog.lookup(channel_metric(channel)))
         amount = q.format(least) if q.known else f"{least:,.4g}"
+        if raised.get(channel, 0.0) > least * (1 + 1e-9):
+            tail = raised[channel]
+            rule += (f"; raised to {q.format(tail) if q.known else f'{tail:,.4g}'} by the "
+                     "baseline's own bursts (99th percentile − median)")
         lines.append(f"  {plain(channel, 80):<{width}}  {amount:>14}  {rule}")
     if limit is not None and len(rows) > limit:
         lines.append(f"  ... {len(rows) - limit} more channels")
     return "\n".join(lines) + "\n"
+
+
+def _raised_by_tail(fitted: Any) -> dict[str, float]:
+    """Per channel, the least change of its window level (median or mean; a sum per row) as
+    fitted, in the channel's unit: above the rule's own where the baseline's tail raised it
+    (a channel that moves in bursts, :func:`reveal.analysis.significance.tail_matters`)."""
+    least = getattr(fitted, "significance", None)
+    out: dict[str, float] = {}
+    if least is None:
+        return out
+    rows = rows_per_window(fitted.window, fitted.interval_s)
+    for channel, feature, value in zip(fitted.column_channels, fitted.column_features, least,
+                                       strict=True):
+        if feature in ("median", "mean", "sum") and math.isfinite(value):
+            level = value / rows if feature == "sum" else float(value)
+            out[channel] = max(out.get(channel, 0.0), level)
+    return out
