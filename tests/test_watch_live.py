@@ -239,15 +239,15 @@ def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
 
 
 def test_a_new_steady_state_is_adopted_live_as_in_the_batch():
-    """3 GiB of anonymous memory freed at 40 s and staying freed: the live scorer, which
+    """3 GiB of anonymous memory taken at 40 s and kept: the live scorer, which
     sees each window on its own, keeps the last windows' features across calls and stops
     flagging once the level has held still, window for window as the batch report."""
     rng = np.random.default_rng(12)
 
-    def with_anon(tel: Telemetry, drop_at: float | None) -> Telemetry:
+    def with_anon(tel: Telemetry, taken_at: float | None) -> Telemetry:
         anon = 8 * 2**30 + rng.normal(0, 2e6, tel.n_samples)
-        if drop_at is not None:
-            anon[int(drop_at * 10):] -= 3 * 2**30
+        if taken_at is not None:
+            anon[int(taken_at * 10):] += 3 * 2**30
         meta = dict(tel.meta, mem_total_bytes=24 * 2**30, n_cpus=2)
         return Telemetry(tel.host, tel.timestamps_ns, np.column_stack([tel.values, anon]),
                          [*tel.channels, "mem.AnonPages"], meta)
