@@ -71,8 +71,12 @@ memory (``memory.current``) holds its page cache, so it is judged by its parts t
 way: its anonymous memory against the whole, its stalls and its limit events.
 
 Memory held (used, anonymous, dirty, ..., :data:`HELD_MEMORY_METRICS`) matters only when
-it rises, available memory and free swap only when they fall (:func:`matter_directions`, for
-a window's level and trend): memory freed costs the host nothing.
+it rises, available memory and free swap only when they fall: memory freed costs the host
+nothing. Traffic that yields when it competes (bytes, packets and TCP segments moved,
+:data:`TRAFFIC_METRICS`) matters only when it falls: more of it alone hurts no one, and
+where it takes a link others need, their losses show on their own channels. UDP datagrams
+matter either way. The direction applies to a window's level and trend
+(:func:`matter_directions`), not to its spread.
 
 Per feature column (:func:`feature_matters`): levels (mean, median, minimum, maximum) take
 the channel's least change, the within-window spread half of it, the slope that change
@@ -310,7 +314,7 @@ def fall_is_not_cause(metric: str) -> bool:
 def matter_direction(metric: str) -> int:
     """The direction of a change of ``metric`` that can matter: +1 a rise only (memory
     held, :data:`HELD_MEMORY_METRICS`), −1 a fall only (memory free,
-    :data:`FREE_MEMORY_METRICS`), 0 either."""
+    :data:`FREE_MEMORY_METRICS`; traffic that yields, :data:`TRAFFIC_METRICS`), 0 either."""
     if any(fnmatchcase(metric, p) for p in HELD_MEMORY_METRICS):
         return 1
     if any(fnmatchcase(metric, p) for p in (*FREE_MEMORY_METRICS, *TRAFFIC_METRICS)):
