@@ -443,10 +443,10 @@ def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarr
     if least is None or not gate_active(least):
         return None
     return significant_cells(values, fitted.median, significance_scales(fitted), least,
-                             direction=_directions(fitted))
+                             direction=directions_of(fitted))
 
 
-def _directions(fitted: FittedAnalysis) -> np.ndarray:
+def directions_of(fitted: FittedAnalysis) -> np.ndarray:
     """(K,) the direction of a change that can matter per fitted column (see
     :func:`reveal.analysis.significance.matter_directions`)."""
     return matter_directions(tuple(fitted.column_channels), tuple(fitted.column_features))
@@ -511,7 +511,7 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
     scale = significance_scales(fitted)
     rows = np.array([e.window_id for e in evidence], dtype=np.intp)
     cells = significant_cells(values[rows], fitted.median, scale, least,
-                              direction=_directions(fitted))
+                              direction=directions_of(fitted))
     return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,

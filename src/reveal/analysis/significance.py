@@ -331,6 +331,12 @@ def matter_directions(channels: tuple[str, ...], features: tuple[str, ...]) -> n
                      for c, f in zip(channels, features, strict=True)], dtype=np.int8)
 
 
+def in_direction(moved: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """Where a change ``moved`` (from the baseline median) goes the way that can matter:
+    ``direction`` (K,) from :func:`matter_directions` (0: either way)."""
+    return (direction == 0) | (np.sign(moved) == direction)
+
+
 @dataclass(frozen=True)
 class Capacity:
     """What this host has: memory (bytes), CPUs, per-interface link (bytes/s, by the
@@ -718,7 +724,7 @@ def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
         change = np.abs(moved)
         cells = (change >= least) & (change >= z_min * scale) & (change > 0)
         if direction is not None and direction.any():
-            cells &= (direction == 0) | (np.sign(moved) == direction)
+            cells &= in_direction(moved, direction)
         return cells
 
 
@@ -810,7 +816,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     onset, least = onset_columns(row, median, scale, least, channels, features)
     direction = matter_directions(tuple(channels), tuple(features))
     with np.errstate(invalid="ignore"):
-        onset &= (direction == 0) | (np.sign(row - median) == direction)
+        onset &= in_direction(row - median, direction)
     cause = np.array([(bool(cells[k]) or bool(onset[k])) and not is_side_effect(metrics[k])
                       and np.isfinite(least[k]) for k in range(len(channels))])
     if not cause.any():

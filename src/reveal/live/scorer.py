@@ -41,6 +41,7 @@ from reveal.analysis.evidence import WindowEvidence
 from reveal.analysis.percpu import RANK_PREFIX
 from reveal.analysis.pipeline import (
     FittedAnalysis,
+    directions_of,
     held_levels,
     rows_per_window,
     settle_windows,
@@ -50,11 +51,7 @@ from reveal.analysis.pipeline import (
     usable_channels,
     window_config,
 )
-from reveal.analysis.significance import (
-    gate_active,
-    matter_directions,
-    significant_cells,
-)
+from reveal.analysis.significance import gate_active, significant_cells
 from reveal.catalog import default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
@@ -364,8 +361,7 @@ def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
     ks = np.array(list(picked.values()), dtype=np.intp)
     return _Watched(list(picked), np.array([fitted.column_features[k] == "sum" for k in ks]),
                     median[ks], least[ks], scale[ks],
-                    matter_directions(tuple(fitted.column_channels),
-                                      tuple(fitted.column_features))[ks])
+                    directions_of(fitted)[ks])
 
 
 def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
