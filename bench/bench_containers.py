@@ -41,8 +41,9 @@ import numpy as np
 
 from reveal.collect.cgroup import cgroup_mounts
 from reveal.collect.runner import CollectOptions
-from reveal.inject.cleanup import UNDO, install_signal_handlers
+from reveal.inject.cleanup import install_signal_handlers
 from reveal.inject.naming import owned_name
+from reveal.inject.undo import UNDO
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")

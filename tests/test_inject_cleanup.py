@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from reveal.inject.cleanup import UndoStack, remove_leftovers, snapshot, tagged_processes
+from reveal.inject.cleanup import remove_leftovers, snapshot, tagged_processes
+from reveal.inject.undo import UndoStack
 
 pytestmark = pytest.mark.root
 

@@ -90,3 +90,122 @@ def test_imports_inside_functions_are_only_for_what_is_loaded_late() -> None:
                  for line, module in _late_imports(path)
                  if module.split(".")[0] in sys.stdlib_module_names or module in leaves]
     assert offenders == []
+
+
+def _import_graph(package: Path) -> dict[str, set[str]]:
+    """Module → the package's modules it imports when it runs: at the top or inside a
+    function (an import deferred into a function still closes a cycle), not under
+    ``if TYPE_CHECKING:`` (annotations only). ``from pkg import name`` is an edge to the
+    submodule ``pkg.name`` unless ``pkg/__init__`` itself defines ``name`` (Python's rule;
+    this also covers a compiled submodule, which has no ``.py``)."""
+    modules: dict[str, Path] = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in modules.items()}
+
+    def defined(name: str) -> set[str]:
+        names: set[str] = set()
+        for node in trees[name].body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return names
+
+    def owner(module: str) -> str | None:
+        while module and module not in modules:
+            module = module.rpartition(".")[0]
+        return module or None
+
+    graph: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        typing_only = {id(inner) for node in ast.walk(tree)
+                       if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                       for inner in ast.walk(node)}
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                edges |= {owner(a.name) or "" for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = node.module
+                if node.level:
+                    here = name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        here = here.rpartition(".")[0]
+                    base = f"{here}.{node.module}"
+                if base in modules and modules[base].name == "__init__.py":
+                    known = defined(base)
+                    edges |= {base if a.name in known else f"{base}.{a.name}"
+                              for a in node.names}
+                else:
+                    edges.add(owner(base) or "")
+        graph[name] = {e for e in edges if e in modules} - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    # Counted with the imports made inside functions: deferring one half of a cycle into a
+    # function hides it from Python at import time, not from the reader.
+    assert _cycles(_import_graph(ROOT / "src" / "reveal")) == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_deferred_import(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from pkg.sub.a import A\n")
+    (package / "sub" / "a.py").write_text("from pkg import b\nA = 1\n")
+    (package / "b.py").write_text("def f():\n    from pkg.sub import A\n    return A\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\n"
+                                  "if TYPE_CHECKING:\n    from pkg import b\n")
+    graph = _import_graph(package)
+    assert graph["pkg.b"] == {"pkg.sub"} and graph["pkg.c"] == set()
+    assert _cycles(graph) == [["pkg.b", "pkg.sub", "pkg.sub.a"]]

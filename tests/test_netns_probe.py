@@ -34,8 +34,8 @@ from reveal.collect.cgroup import cgroup_mounts
 from reveal.collect.netns import NetnsProbe
 from reveal.errors import InputError
 from reveal.frame import parse_channel
-from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
+from reveal.inject.undo import UNDO
 from reveal.store.run_reader import read_run
 from runs import collecting
 from runs import rmdir_patiently as _rmdir

@@ -43,8 +43,8 @@ from reveal.collect._rtnl import (
 )
 from reveal.collect.qdisc import QdiscProbe
 from reveal.frame import parse_channel
-from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
+from reveal.inject.undo import UNDO
 from reveal.store.run_reader import read_run
 from runs import collecting
 

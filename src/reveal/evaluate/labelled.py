@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ import numpy as np
 
 from reveal.errors import InputError
 from reveal.evaluate.hitrate import channel_scores, ground_truth_rows, hit_rates
+from reveal.evaluate.machine_run import MachineRun
 from reveal.evaluate.metrics import (
     auprc,
     best_f1,
@@ -44,6 +45,7 @@ from reveal.evaluate.metrics import (
     point_adjusted_prf,
     point_prf,
 )
+from reveal.evaluate.stream import run_stream
 from reveal.model import Reveal, fit_for_run
 from reveal.store.labelled import LabelledMachine, list_machines, load_machine
 
@@ -71,18 +73,6 @@ class EvalSettings:
 MODES = ("batch", "stream", "both")
 METHODS = {"batch": ("reveal", "pca_raw"), "stream": ("stream", "pca_raw"),
            "both": ("reveal", "stream", "pca_raw")}
-
-
-@dataclass
-class MachineRun:
-    """Test-row outputs of one method on one machine."""
-
-    scores: np.ndarray  # (T,) anomaly score per test row
-    flagged: np.ndarray  # bool (T,) automatic-threshold verdict
-    metric_scores: np.ndarray  # (n_labelled, C) per-metric ranking scores, labelled rows
-    labelled_rows: np.ndarray  # test rows of metric_scores
-    seconds: float
-    extra: dict = field(default_factory=dict)
 
 
 def reveal_model(settings: EvalSettings) -> Reveal:
@@ -197,8 +187,6 @@ def run_method(lm: LabelledMachine, method: str, settings: EvalSettings) -> Mach
     if method == "reveal":
         return run_reveal(lm, settings)
     if method == "stream":
-        from reveal.evaluate.stream import run_stream
-
         return run_stream(lm, reveal_model(settings), settings.chunk_s)
     if method == "pca_raw":
         return run_pca_baseline(lm, settings)

@@ -26,6 +26,7 @@ import numpy as np
 
 from reveal.errors import InputError
 from reveal.evaluate.hitrate import channel_scores
+from reveal.evaluate.machine_run import MachineRun
 from reveal.frame import Telemetry
 from reveal.model import Reveal, fit_for_run
 from reveal.store.labelled import LabelledMachine
@@ -84,11 +85,9 @@ def _rows_between(tel: Telemetry, start_ns: int, end_ns: int) -> Telemetry:
     return tel.slice_rows(int(a), int(b))
 
 
-def run_stream(lm: LabelledMachine, model: Reveal, chunk_s: float | None = None):
+def run_stream(lm: LabelledMachine, model: Reveal, chunk_s: float | None = None) -> MachineRun:
     """The stream walk over ``lm.test`` (scored chunk by chunk, each given back with
     ``partial_fit``): a MachineRun."""
-    from reveal.evaluate.labelled import MachineRun
-
     t0 = time.perf_counter()
     fit_for_run(model, lm.test, lm.train)
     rows = np.flatnonzero(lm.labels == 1)

@@ -3,8 +3,8 @@
 Three layers keep a run from leaving anything behind:
 
 1. every injector undoes its change in ``try/finally`` (normal end, exception, Ctrl-C);
-2. :data:`UNDO` holds an undo callback for every live change and runs them at interpreter
-   exit (``atexit``) and on SIGTERM/SIGHUP (turned into :class:`SystemExit`);
+2. :data:`reveal.inject.undo.UNDO` holds an undo callback for every live change and runs
+   them at interpreter exit (``atexit``) and on SIGTERM/SIGHUP (turned into :class:`SystemExit`);
 3. :func:`remove_leftovers` (``reveal validate --cleanup``) finds what a SIGKILLed run left
    (namespaces, temp dirs, tagged processes, HugePages state files) by the ``rvinj-<pid>-``
    prefix and removes those whose owner is dead.
@@ -14,7 +14,6 @@ Three layers keep a run from leaving anything behind:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -27,58 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from reveal.inject.jobcgroup import leftover_cgroups, remove_cgroup
 from reveal.inject.naming import PREFIX, TAG_ENV, owned_name, owner_of, pid_alive, temp_root
+from reveal.inject.undo import UNDO
 
 HUGEPAGES_FILE = Path("/proc/sys/vm/nr_hugepages")
-
-
-class UndoStack:
-    """Undo callbacks for live changes, run newest first; each runs at most once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: dict[int, tuple[str, Callable[[], None]]] = {}
-        self._next = 0
-        self._installed = False
-
-    def push(self, label: str, undo: Callable[[], None]) -> int:
-        self._install()
-        with self._lock:
-            self._next += 1
-            self._items[self._next] = (label, undo)
-            return self._next
-
-    def pop(self, handle: int, run: bool = True) -> None:
-        with self._lock:
-            item = self._items.pop(handle, None)
-        if item is not None and run:
-            _quiet(item[1])
-
-    def run_all(self) -> list[str]:
-        """Run every pending undo (newest first); returns their labels."""
-        with self._lock:
-            items = sorted(self._items.items(), reverse=True)
-            self._items.clear()
-        for _, (_, undo) in items:
-            _quiet(undo)
-        return [label for _, (label, _) in items]
-
-    def pending(self) -> list[str]:
-        with self._lock:
-            return [label for label, _ in self._items.values()]
-
-    def _install(self) -> None:
-        if not self._installed:
-            atexit.register(self.run_all)
-            self._installed = True
-
-
-UNDO = UndoStack()
-
-
-def _quiet(undo: Callable[[], None]) -> None:
-    with contextlib.suppress(Exception):
-        undo()
 
 
 def install_signal_handlers() -> None:
@@ -147,10 +99,6 @@ def temp_leftovers() -> list[Path]:
     return sorted(temp_root().glob(f"{PREFIX}-*"))
 
 
-def _leftover_cgroups() -> list[Path]:
-    from reveal.inject.jobcgroup import leftover_cgroups
-
-    return leftover_cgroups()
 
 
 def read_hugepages() -> int | None:
@@ -177,7 +125,7 @@ def snapshot() -> dict[str, Any]:
         "nft": [t for t in _cmd(["nft", "list", "tables"]).split() if t.startswith(PREFIX)],
         "nr_hugepages": read_hugepages(),
         "temp": [p.name for p in temp_leftovers()],
-        "cgroups": [str(p) for p in _leftover_cgroups()],
+        "cgroups": [str(p) for p in leftover_cgroups()],
         "processes": sorted(tagged_processes()),
     }
 
@@ -211,9 +159,7 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
                     os.kill(int(pid), signal.SIGKILL)
             _cmd(["ip", "netns", "delete", name])
             removed.append(f"network namespace {name}")
-    from reveal.inject.jobcgroup import remove_cgroup
-
-    for path in _leftover_cgroups():
+    for path in leftover_cgroups():
         if _dead_owner(path.name, include_live) and remove_cgroup(path):
             removed.append(f"cgroup {path}")
     removed += remove_state_files(temp_leftovers(), lambda n: _dead_owner(n, include_live),

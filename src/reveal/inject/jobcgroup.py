@@ -14,8 +14,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
+from reveal.inject.undo import UNDO
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("cpu,cpuacct", "cpu", "cpuacct")

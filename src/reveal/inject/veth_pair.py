@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from reveal.errors import RevealError
 from reveal.inject import processes
-from reveal.inject.cleanup import UNDO
 from reveal.inject.naming import owned_name
+from reveal.inject.undo import UNDO
 
 SUBNET_ADDRS = ("10.213.0.1", "10.213.0.2")
 PREFIX_LEN = 30

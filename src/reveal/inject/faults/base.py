@@ -25,8 +25,8 @@ import psutil
 
 from reveal.errors import RevealError
 from reveal.inject import processes
-from reveal.inject.cleanup import UNDO
 from reveal.inject.groundtruth import Episode, EventLog
+from reveal.inject.undo import UNDO
 from reveal.inject.veth_pair import NetnsPair
 from reveal.registry import Registry
 
