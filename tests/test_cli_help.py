@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -49,3 +52,36 @@ def test_a_bad_number_of_seconds_is_named_in_plain_words(value: str, capsys) -> 
     err = capsys.readouterr().err
     assert f"--persistence: must be a number of seconds ≥ 0, got '{value}'" in err
     assert "invalid" not in err
+
+
+def test_every_help_loads_no_command_work_and_each_command_loads_its_own() -> None:
+    """Building the parser (``reveal --help``, any ``reveal CMD --help``) imports only the
+    commands' arguments: no analysis, collector, report or third-party stack. Each command's
+    work is a module of its own, loaded when it runs, with its imports at the top."""
+    names = sorted(n for n in COMMANDS if " " not in n)
+    code = (
+        "import sys\n"
+        "from reveal.cli import build_parser\n"
+        "parser = build_parser()\n"
+        f"for name in {names!r}:\n"
+        "    try:\n"
+        "        parser.parse_args([name, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('numpy', 'pandas', 'sklearn', 'scipy', 'pyarrow', 'matplotlib', 'distributed'))\n"
+        "work = sorted(m for m in sys.modules if m.startswith(('reveal.analysis.', "
+        "'reveal.collect.', 'reveal.report.', 'reveal.live.', 'reveal.inject.', "
+        "'reveal.fleet.', 'reveal.model')) or (m.startswith('reveal.commands.') "
+        "and not m.startswith(('reveal.commands.parsers', 'reveal.commands._'))))\n"
+        "work.remove('reveal.live.sinks')  # the alert sinks' registry: each adds its option\n"
+        "print(repr((heavy[:5], work)), file=sys.stderr)\n"
+        "assert not heavy and not work\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("usage: reveal") == len(names) == 14
+    for name in names:
+        module = importlib.import_module(f"reveal.commands.{name}")
+        assert callable(module.run), name

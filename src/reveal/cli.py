@@ -1,7 +1,9 @@
 """The ``reveal`` command: parse arguments, call the command module, print, exit.
 
-Each subcommand lives in :mod:`reveal.commands` as a module exposing ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``. Errors the user can act on
+Each subcommand has two modules: :mod:`reveal.commands.parsers.<name>` (``NAME``, ``HELP``,
+``add_arguments(parser)``; light, so that building the parser loads no analysis, collector
+or report) and :mod:`reveal.commands.<name>` (``run(args) -> int``, with the imports its
+work needs at the top), loaded only when that command runs. Errors the user can act on
 (:class:`reveal.errors.RevealError`), a file that cannot be read or written (``OSError``)
 and a Python package missing from the installation become one line on stderr and exit
 code 2; any other exception is a bug and keeps its traceback.
@@ -26,33 +28,23 @@ COMMANDS = (
 )
 
 
-class Unavailable:
-    """Stands for a command whose module could not be imported: listed by ``--help`` as
-    unavailable, and running it is an error that names what is missing."""
-
-    def __init__(self, name: str, exc: ImportError) -> None:
-        self.NAME = name
-        package = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
-        if package is not None:
-            self.reason = (f"needs the Python package {package!r}, which is not installed "
+def unavailable(name: str, exc: ImportError) -> RevealError:
+    """The error for a command whose module cannot be imported: the Python package that is
+    missing, or the module of this installation that would not load."""
+    package = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
+    if package is not None:
+        return RevealError(f"needs the Python package {package!r}, which is not installed "
                            f"(pip install {package}, or run scripts/install.sh)")
-        else:
-            self.reason = (f"cannot load reveal.commands.{name} ({exc}); the installation "
-                           f"is incomplete: run scripts/install.sh again")
-        self.HELP = f"(unavailable: {self.reason})".replace("%", "%%")
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-
-    def run(self, args: argparse.Namespace) -> int:
-        raise RevealError(self.reason)
+    return RevealError(f"cannot load reveal.commands.{name} ({exc}); the installation is "
+                       f"incomplete: run scripts/install.sh again")
 
 
-def _load(name: str) -> ModuleType | Unavailable:
+def load_command(name: str) -> ModuleType:
+    """The module that does the work of ``reveal NAME``."""
     try:
         return importlib.import_module(f"reveal.commands.{name}")
     except ImportError as exc:
-        return Unavailable(name, exc)
+        raise unavailable(name, exc) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,11 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"reveal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = _load(name)
-        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
-                                 formatter_class=HelpFormatter)
-        module.add_arguments(command)
-        command.set_defaults(_module=module, _parser=command)
+        arguments = importlib.import_module(f"reveal.commands.parsers.{name}")
+        command = sub.add_parser(arguments.NAME, help=arguments.HELP,
+                                 description=arguments.HELP, formatter_class=HelpFormatter)
+        arguments.add_arguments(command)
+        command.set_defaults(_parser=command)
     return parser
 
 
@@ -108,9 +100,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace,
          argv: list[str] | None) -> int:
     prefix = f"reveal {args.command}: error:"
     try:
-        if getattr(args, "config", None) is not None and hasattr(args._module, "apply_config"):
-            args = args._module.apply_config(parser, args, argv)
-        return int(args._module.run(args) or 0)
+        module = load_command(args.command)
+        if getattr(args, "config", None) is not None and hasattr(module, "apply_config"):
+            args = module.apply_config(parser, args, argv)
+        return int(module.run(args) or 0)
     except RevealError as exc:
         print(f"{prefix} {one_line(with_log_reason(str(exc)))}", file=sys.stderr)
         return 2

@@ -41,6 +41,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from reveal.collect.probe import NativePart, Probe, ProbeUnavailable
+from reveal.frame import format_channel
 
 try:
     from reveal.collect import _procread  # type: ignore[attr-defined]
@@ -716,8 +717,6 @@ def key_value_layout(data: bytes, metric_prefix: str, labels: dict[str, str] | N
     ``name:`` colons are dropped and ``Active(anon)`` becomes ``Active_anon``; with
     ``kb_scale`` a value followed by ``kB`` is scaled to bytes.
     """
-    from reveal.frame import format_channel
-
     layout: Layout = {}
     for base, toks in token_lines(data):
         if len(toks) >= 2 and _is_number(toks[1]):

@@ -32,6 +32,7 @@ from reveal.collect._procfs import (
     OpenFile,
     PlanItem,
     Source,
+    key_value_layout,
     list_dir,
     metric_name,
     native_available,
@@ -188,8 +189,6 @@ def header_value_layout(prefix: str):
 
 def snmp6_layout(data: bytes) -> Layout:
     """``Ip6InReceives 4`` lines → ``snmp6.Ip6InReceives``."""
-    from reveal.collect._procfs import key_value_layout
-
     return key_value_layout(data, "snmp6.")
 
 

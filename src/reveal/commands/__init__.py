@@ -1,4 +1,6 @@
-"""One module per ``reveal`` subcommand (``NAME``, ``HELP``, ``add_arguments``, ``run``)."""
+"""One module per ``reveal`` subcommand: its work (``run(args) -> int``), loaded when it
+runs; its arguments (``NAME``, ``HELP``, ``add_arguments``) are in
+:mod:`reveal.commands.parsers`, loaded for every ``--help``."""
 
 from __future__ import annotations
 

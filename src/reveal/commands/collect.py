@@ -10,56 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reveal.commands._shared_options import add_probe_choice, comma_separated
+from reveal.collect.options import load_config, merge
+from reveal.collect.options import options_from_args as probe_options_from_args
+from reveal.collect.runner import CollectOptions, collect
+from reveal.commands._shared_options import comma_separated
+from reveal.commands.parsers.collect import NAME
 from reveal.errors import InputError
 from reveal.paths import check_writable_dir
-
-NAME = "collect"
-REFRESH_S = 30.0  # the collector's default (CollectOptions.refresh_s)
-HELP = "Record this host's telemetry (every probe that works here) into a run directory."
-
-
-def add_collect_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``collect`` and ``profile``."""
-    parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
-                        help="sampling interval")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="run directory to create (default: runs/HOST-YYYYmmdd-HHMMSS)")
-    add_probe_choice(parser)
-    parser.add_argument("--segment-seconds", type=float, default=300.0, metavar="SECONDS",
-                        help="length of one Parquet segment")
-    parser.add_argument("--refresh", type=float, default=REFRESH_S, metavar="SECONDS",
-                        help="how often probes look again for new devices, sensors and "
-                             "namespaces; cgroups made, namespaces mounted in /run/netns and "
-                             "interfaces or qdiscs added are heard at once and join within a "
-                             "second or two; a channel that appears joins the run then")
-    parser.add_argument("--self-channels", action="store_true",
-                        help="also record the collector's own read latency, tick lag and "
-                             "missed ticks as channels (reveal.*)")
-    parser.add_argument("--no-realtime", dest="realtime", action="store_false",
-                        help="keep the thread that takes the ticks at normal priority (by "
-                             "default it asks for SCHED_FIFO priority 1, where permitted, so "
-                             "that busy tasks do not delay its ticks; it runs about 1 ms per "
-                             "tick)")
-    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
-                        help="seconds between status lines on stderr")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no status lines (warnings are still printed)")
-    parser.add_argument("--probe-option", action="append", default=[], metavar="P.KEY=VALUE",
-                        dest="probe_option",
-                        help="an option of one probe, e.g. gpu.pcie_throughput=false or "
-                             "storage.devices=nvme*,sd*; repeat for more (`reveal probes "
-                             "--options` lists them)")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="TOML file with a [collect] table (these options by their long "
-                             "names) and [probes.NAME] tables of probe options; the command "
-                             "line wins over it")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, metavar="SECONDS",
-                        help="stop after this long (default: until SIGINT/SIGTERM)")
-    add_collect_options(parser)
 
 
 def default_out() -> Path:
@@ -71,8 +28,6 @@ def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
     """Parse again with the ``[collect]`` table of ``--config`` as the command's defaults
     (so that what the command line gives still wins); its ``[probes.NAME]`` tables are kept
     in ``args.config_probe_options``."""
-    from reveal.collect.options import load_config
-
     config = load_config(args.config)
     command = args._parser
     dests = {a.dest for a in command._actions} - {"help", "config", "probe_option"}
@@ -93,10 +48,6 @@ def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
 
 def options_from_args(args: argparse.Namespace, source: str,
                       command: list[str] | None = None) -> Any:
-    from reveal.collect.options import merge
-    from reveal.collect.options import options_from_args as probe_options_from_args
-    from reveal.collect.runner import CollectOptions
-
     probe_options = merge(getattr(args, "config_probe_options", None) or {},
                           probe_options_from_args(getattr(args, "probe_option", None) or []))
     return CollectOptions(
@@ -177,8 +128,6 @@ def summary_lines(meta: dict[str, Any], reasons_shown: bool = False) -> list[str
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.collect.runner import collect
-
     options = options_from_args(args, "reveal collect")
     check_writable_dir(options.out)
     notify, progress = make_printers(NAME, args.quiet)

@@ -4,37 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from reveal.commands import HelpFormatter
 from reveal.errors import InputError
-
-NAME = "compare"
-HELP = ("Studies across analyses: 'windows' (agreement of flagged time under 3 s/1 s, "
-        "1.5 s/0.5 s and 5 s/2 s windows) and 'repro' (DTW reproducibility of metrics "
-        "across repeated runs, Wilcoxon signed-rank test).")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="study", metavar="STUDY", required=True)
-    windows = sub.add_parser("windows", help="window-granularity agreement (paper Table 2)",
-                             formatter_class=HelpFormatter)
-    windows.add_argument("run", metavar="RUN", help="run directory (or any analyse source)")
-    windows.add_argument("--baseline", metavar="RUN", default=None,
-                         help="baseline to fit the detectors on (default: the run itself)")
-    windows.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
-    repro = sub.add_parser("repro", help="reproducibility of metrics across repeated runs",
-                           formatter_class=HelpFormatter)
-    repro.add_argument("runs", metavar="RUN", nargs="+", help="two or more repeated runs")
-    repro.add_argument("--step", type=float, default=0.5, metavar="S",
-                       help="common time grid step, seconds")
-    repro.add_argument("--chunk", type=float, default=10.0, metavar="S",
-                       help="chunk length for the paired test, seconds")
-    repro.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    repro.add_argument("--show", type=int, default=15, metavar="N",
-                       help="channels listed (least reproducible first)")
-    repro.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
+from reveal.evaluate.studies import granularity_study, reproducibility_study
+from reveal.report.escape import markdown
 
 
 def _fmt(value: Any, pattern: str = "{:.2f}") -> str:
@@ -42,8 +16,6 @@ def _fmt(value: Any, pattern: str = "{:.2f}") -> str:
 
 
 def _windows(args: argparse.Namespace) -> dict[str, Any]:
-    from reveal.evaluate.studies import granularity_study
-
     result = granularity_study(args.run, args.baseline)
     print("| Setting (size/stride) | Windows | Flagged | Segments | Flagged time (s) |")
     print("|---|---|---|---|---|")
@@ -60,9 +32,6 @@ def _windows(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _repro(args: argparse.Namespace) -> dict[str, Any]:
-    from reveal.evaluate.studies import reproducibility_study
-    from reveal.report.escape import markdown
-
     if len(args.runs) < 2:
         raise InputError("compare repro needs at least two runs")
     try:

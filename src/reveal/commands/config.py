@@ -6,43 +6,26 @@ import argparse
 import json
 import sys
 
+from reveal.analysis.presets import preset, preset_for, with_overrides
 from reveal.errors import InputError
-from reveal.settings import FLEET, add_set_argument
-
-NAME = "config"
-HELP = ("Print every setting of the analysis and the fleet comparison, by the dotted name "
-        "--set takes, with the values a preset and --set give.")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--show", action="store_true",
-                        help="print the effective tree (what this command does; the flag "
-                             "may be left out)")
-    parser.add_argument("--preset", choices=("auto", "telemetry", "minute"), default="auto",
-                        help="the preset to start from; auto picks by --interval")
-    parser.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
-                        help="the data's sampling interval, for --preset auto (the "
-                             "collector's: 0.1 s)")
-    parser.add_argument("--watch", action="store_true",
-                        help="the settings reveal watch learns with: its own defaults "
-                             "(marked '# watch') under --set")
-    add_set_argument(parser, "fleet.NAME for the fleet comparison")
-    parser.add_argument("--json", action="store_true",
-                        help="print the tree as one JSON object instead of NAME = VALUE lines")
+from reveal.fleet.config import FleetConfig
+from reveal.live.keeper import learn_settings
+from reveal.settings import (
+    FLEET,
+    flatten,
+    parse_sets,
+    replace_dotted,
+    shown,
+    split_fleet,
+)
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.analysis.presets import preset, preset_for, with_overrides
-    from reveal.fleet.config import FleetConfig
-    from reveal.settings import flatten, parse_sets, replace_dotted, shown, split_fleet
-
     if args.preset == "auto" and not (args.interval > 0):
         raise InputError(f"--interval must be a number of seconds > 0, got {args.interval}")
     analysis, fleet = split_fleet(parse_sets(args.settings))
     given = set(analysis)
     if args.watch:
-        from reveal.live.keeper import learn_settings
-
         analysis = learn_settings(analysis)
     base = preset_for(args.interval) if args.preset == "auto" else preset(args.preset)
     config = with_overrides(base, analysis)

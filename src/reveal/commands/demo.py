@@ -19,33 +19,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from reveal.analysis.derive import derive
+from reveal.analysis.presets import TELEMETRY, with_overrides
+from reveal.catalog import default_catalog
+from reveal.commands.report import write_html
 from reveal.errors import InputError, RevealError
+from reveal.inject.cleanup import install_signal_handlers
+from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
+from reveal.inject.scoring import score_report
+from reveal.inject.validation import host_state, host_text
+from reveal.model import Reveal, report_run
 from reveal.paths import check_writable_dir, check_writable_file
-from reveal.settings import add_set_argument, parse_sets
-
-NAME = "demo"
-HELP = ("Record a short fault scenario on this host (clean baseline, then CPU contention "
-        "and a disk burst), analyse it, print the anomalies and write a report directory.")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("demo-report"), metavar="DIR",
-                        help="report directory to write (runs are kept in DIR/runs); when DIR "
-                             "already holds a report, the new one goes to the first free "
-                             "DIR-2, DIR-3, ... and the earlier one is kept (default: "
-                             "demo-report)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace the report already in DIR instead")
-    parser.add_argument("--duration", type=float, default=60.0, metavar="S",
-                        help="seconds of the faulted run (≥ 30); the baseline is as long, and at "
-                             "least long enough to place the threshold (about 72 s)")
-    parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
-                        help="reference workload (default: PyTorch when installed)")
-    parser.add_argument("--html", type=Path, metavar="OUT.html",
-                        help="where to write the HTML report (default: DIR/report.html)")
-    add_set_argument(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
-
+from reveal.report.html import render_html
+from reveal.report.markdown_dir import write_report_dir
+from reveal.report.terminal import render_text
+from reveal.settings import parse_sets
+from reveal.store.run_reader import read_run
 
 #: what ``reveal demo`` writes into its directory: all that ``--force`` removes
 WRITTEN = frozenset({"runs", "report.md", "report.json", "report.html", "timeline.png",
@@ -92,8 +83,6 @@ def choose_out(out: Path, force: bool, notice: Callable[[str], None]) -> Path:
 def _closest(report: Any, episode: Any) -> str:
     """"closest: 0.92 of the threshold" — the highest combined score of the windows over
     ``episode`` against the combined threshold."""
-    import numpy as np
-
     table = report.windows
     inside = ((np.asarray(table.start_ns) < episode.end_ns)
               & (np.asarray(table.end_ns) > episode.start_ns))
@@ -112,8 +101,6 @@ BASELINE_MARGIN_S = 10.0
 def baseline_seconds() -> float:
     """The shortest baseline (seconds) whose windows are enough to place the threshold
     (the analysis warns below ``min_baseline_windows`` windows)."""
-    from reveal.analysis.presets import TELEMETRY
-
     window = TELEMETRY.window
     return ((TELEMETRY.min_baseline_windows - 1) * window.stride_s + window.size_s
             + BASELINE_MARGIN_S)
@@ -126,19 +113,6 @@ def run(args: argparse.Namespace) -> int:
         check_writable_file(args.html)
     args.out = choose_out(args.out, args.force,
                           lambda line: print(line, file=sys.stderr, flush=True))
-    from reveal.analysis.derive import derive
-    from reveal.analysis.presets import TELEMETRY, with_overrides
-    from reveal.catalog import default_catalog
-    from reveal.commands.report import write_html
-    from reveal.inject.cleanup import install_signal_handlers
-    from reveal.inject.scenario import EpisodePlan, Scenario, run_scenario
-    from reveal.inject.scoring import score_report
-    from reveal.inject.validation import host_state, host_text
-    from reveal.model import Reveal, report_run
-    from reveal.report.html import render_html
-    from reveal.report.markdown_dir import write_report_dir
-    from reveal.report.terminal import render_text
-    from reveal.store.run_reader import read_run
 
     settings = parse_sets(args.settings)
     with_overrides(TELEMETRY, settings)  # a wrong name fails now, not after the recording

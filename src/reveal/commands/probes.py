@@ -7,28 +7,16 @@ import contextlib
 import json
 from typing import Any
 
+from reveal.catalog import default_catalog
+from reveal.collect.options import check_probe_options, options_from_args, probe_options_help
+from reveal.collect.runner import IMPORT_ERRORS, open_probe, registered_probes
+from reveal.collect.sampler import NATIVE_TICKS, ticker_available
+from reveal.frame import channel_metric
 from reveal.report.escape import plain
-
-NAME = "probes"
-HELP = "List the probes, whether each works on this host (or why not), and channel counts."
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--channels", action="store_true",
-                        help="also list every channel name")
-    parser.add_argument("--options", action="store_true",
-                        help="list the options of every probe (for --probe-option and the "
-                             "[probes.NAME] tables of --config) instead of opening them")
-    parser.add_argument("--probe-option", action="append", default=[], metavar="P.KEY=VALUE",
-                        dest="probe_option", help="open a probe with this option (repeat)")
 
 
 def option_rows() -> list[dict[str, str]]:
     """Every probe's options: ``{"probe", "option", "help"}`` rows."""
-    from reveal.collect.options import probe_options_help
-    from reveal.collect.runner import registered_probes
-
     return [{"probe": name, "option": key, "help": text}
             for name, cls in registered_probes().items()
             for key, text in sorted(probe_options_help(cls).items())]
@@ -42,11 +30,6 @@ def render_options(rows: list[dict[str, str]]) -> str:
 
 def probe_rows(probe_options: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Open every registered probe once (then close it) and describe the outcome."""
-    from reveal.catalog import default_catalog
-    from reveal.collect.options import check_probe_options
-    from reveal.collect.runner import IMPORT_ERRORS, open_probe, registered_probes
-    from reveal.frame import channel_metric
-
     catalog = default_catalog()
     rows: list[dict[str, Any]] = []
     known = registered_probes()
@@ -106,8 +89,6 @@ def render(rows: list[dict[str, Any]], with_channels: bool = False) -> str:
 
 def ticks_line(used: list[dict[str, Any]]) -> str:
     """Who takes the ticks with these probes: the C thread, or the per-tick Python loop."""
-    from reveal.collect.sampler import NATIVE_TICKS, ticker_available
-
     if not ticker_available():
         return "ticks: per-tick Python loop (the C extension is not built here)"
     if not NATIVE_TICKS:
@@ -119,8 +100,6 @@ def ticks_line(used: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.collect.options import options_from_args
-
     if args.options:
         listed = option_rows()
         print(json.dumps(listed, indent=2) if args.json else render_options(listed))

@@ -13,29 +13,14 @@ import signal
 import subprocess
 import sys
 
-from reveal.commands.collect import add_collect_options, make_printers, options_from_args
+from reveal.collect.runner import Collector, stop_on_signals
 from reveal.commands.collect import apply_config as apply_config  # --config, as collect
+from reveal.commands.collect import make_printers, options_from_args
 from reveal.commands.collect import summary_lines as _summary_lines
+from reveal.commands.parsers.profile import NAME
 from reveal.errors import InputError, RevealError
 from reveal.paths import check_writable_dir
-from reveal.settings import add_set_argument, parse_sets
-
-NAME = "profile"
-HELP = ("Record this host for the life of a command (reveal profile -- CMD ARGS...), then "
-        "analyse. Without --baseline the run is its own baseline: it needs a command that runs "
-        "at least about 12 s (10 windows of 3 s); a shorter one's run is kept on disk and can "
-        "be analysed against a baseline with reveal analyze RUN --baseline BASE.")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_collect_options(parser)
-    parser.add_argument("--baseline", metavar="RUN",
-                        help="clean run to fit the detectors on (default: the run itself)")
-    parser.add_argument("--no-analyze", action="store_true",
-                        help="only record; print the run directory")
-    add_set_argument(parser)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
-                        help="the command to run and record")
+from reveal.settings import parse_sets
 
 
 def _exit_status(returncode: int) -> int:
@@ -43,7 +28,7 @@ def _exit_status(returncode: int) -> int:
 
 
 def _analyse(run_dir: str, baseline: str | None, settings: dict | None = None) -> None:
-    try:
+    try:  # a build without the analysis stack still records
         from reveal.model import Reveal, report_run
         from reveal.report.terminal import render_text
     except ImportError as exc:
@@ -59,8 +44,6 @@ def _analyse(run_dir: str, baseline: str | None, settings: dict | None = None) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.collect.runner import Collector, stop_on_signals
-
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

@@ -13,30 +13,15 @@ from typing import Any
 
 from reveal.errors import InputError
 from reveal.paths import check_writable_file
-
-NAME = "report"
-HELP = ("Render a saved JSON report (from `reveal analyze --json` or a demo's report.json) "
-        "as one self-contained HTML page; with --run and --baseline, with the implicated "
-        "channels' traces.")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report", metavar="REPORT.json", help="the JSON report to render")
-    parser.add_argument("--html", metavar="OUT.html", required=True,
-                        help="HTML file to write (one page, opens with no network)")
-    parser.add_argument("--run", metavar="RUN",
-                        help="the run the report is about (directory, CSV, or smd:/asd: "
-                             "spec), to draw its implicated channels")
-    parser.add_argument("--baseline", metavar="RUN",
-                        help="the baseline it was fitted on, to draw its band beside them")
-    parser.add_argument("--title", default="Reveal report", help="the page's title")
+from reveal.report.escape import plain
+from reveal.report.html import render_html
+from reveal.report.schema import Report
+from reveal.store.sources import open_source
 
 
 def read_report(path: str | Path) -> tuple[Any, list[Any]]:
     """The :class:`Report` saved at ``path`` and the injected faults it lists (a demo's
     ``injected``); one-line :class:`InputError` for a missing, truncated or foreign file."""
-    from reveal.report.schema import Report
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -96,14 +81,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--baseline draws a band beside the run's traces: give --run too")
     check_writable_file(args.html)
     report, faults = read_report(args.report)
-    from reveal.report.html import render_html
-    from reveal.store.sources import open_source
 
     telemetry = open_source(args.run) if args.run else None
     baseline = open_source(args.baseline) if args.baseline else None
     if telemetry is not None and telemetry.host != report.run.get("host"):
-        from reveal.report.escape import plain
-
         print(f"reveal report: warning: --run is from host {plain(telemetry.host, 80)!r}, "
               f"the report from {plain(str(report.run.get('host')), 80)!r}", file=sys.stderr)
     page = render_html(report, telemetry, baseline, faults, title=args.title)

@@ -7,29 +7,15 @@ import json
 import sys
 from pathlib import Path
 
+from reveal.analysis.derive import derive
+from reveal.analysis.select import prune, pruning_curves, save_metric_set, union
+from reveal.catalog import NOT_DETECTED, default_catalog
+from reveal.frame import channel_metric
 from reveal.paths import check_writable_file
-
-NAME = "select"
-HELP = ("Prune correlated channels (Pearson |r| above a threshold, one kept per cluster) over "
-        "one or more runs and write the union as a metric-set file.")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="run directories, CSV files or smd:/asd: specs")
-    parser.add_argument("--threshold", type=float, default=0.5, help="|r| threshold")
-    parser.add_argument("--out", default="metrics.json", help="metric-set file to write")
-    parser.add_argument("--curves", metavar="FILE",
-                        help="also write the pruning curves (Figure 4 data) as JSON")
+from reveal.store.sources import open_source
 
 
 def run(args: argparse.Namespace) -> int:
-    from reveal.analysis.derive import derive
-    from reveal.analysis.select import prune, pruning_curves, save_metric_set, union
-    from reveal.catalog import NOT_DETECTED, default_catalog
-    from reveal.frame import channel_metric
-    from reveal.store.sources import open_source
-
     check_writable_file(args.out)  # before reading the runs, not after
     if args.curves:
         check_writable_file(args.curves)

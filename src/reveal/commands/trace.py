@@ -17,44 +17,21 @@ import json
 import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
+from reveal.collect.ebpf.capture import CAPTURE_GROUPS, capture
+from reveal.collect.ebpf.environment import check_environment
+from reveal.collect.ebpf.planning import ExportCache, interpreter_plans, library_plans
+from reveal.collect.ebpf.probe import EbpfProbe, parse_pids
+from reveal.collect.ebpf.targets import TargetSelector, safe_label, scan
+from reveal.collect.probe import ProbeUnavailable
 from reveal.commands._shared_options import comma_separated
 from reveal.errors import InputError, RevealError
+from reveal.frame import parse_channel
 from reveal.report.escape import plain
-
-NAME = "trace"
-HELP = ("Trace CUDA, NCCL and Python calls with eBPF (root): status of this host, a short "
-        "aggregated trace, or a Chrome-trace capture.")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--status", action="store_true",
-                        help="only list what can be traced here (the default without "
-                             "--duration or --chrome-trace)")
-    parser.add_argument("--pid", metavar="PID[,PID]",
-                        help="trace these processes and their descendants")
-    parser.add_argument("--cgroup", metavar="GLOB", help="trace processes whose cgroup path "
-                                                         "matches this glob")
-    parser.add_argument("--comm", metavar="GLOB", help="trace processes whose command name "
-                                                       "matches this glob")
-    parser.add_argument("--duration", type=float, metavar="SECONDS",
-                        help="trace for this long (capture default: 5)")
-    parser.add_argument("--chrome-trace", type=Path, metavar="FILE",
-                        help="capture every call and write Chrome-trace JSON here")
-    parser.add_argument("--max-events", type=int, default=200_000, metavar="N",
-                        help="stop a capture after about this many events")
-    parser.add_argument("--groups", metavar="G1,G2",
-                        help="what to trace: cuda, nccl, python, tcp, block, sched "
-                             "(default: all but python; captures: cuda, nccl, block, tcp)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def _selector(args: argparse.Namespace) -> Any:
-    from reveal.collect.ebpf.probe import parse_pids
-    from reveal.collect.ebpf.targets import TargetSelector
-
     try:
         pids = parse_pids(args.pid)
     except ValueError as exc:
@@ -71,10 +48,6 @@ def _groups(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ..
 # -- status ------------------------------------------------------------------------------------
 def status(args: argparse.Namespace) -> dict[str, Any]:
     """Host checks and traceable processes (no privilege needed to ask)."""
-    from reveal.collect.ebpf.environment import check_environment
-    from reveal.collect.ebpf.planning import ExportCache, interpreter_plans, library_plans
-    from reveal.collect.ebpf.targets import safe_label, scan
-
     env = check_environment(mount=False)
     selector = _selector(args)
     result = scan(selector, exclude=(os.getpid(),))
@@ -130,10 +103,6 @@ def render_status(report: dict[str, Any]) -> str:
 # -- aggregated trace --------------------------------------------------------------------------
 def aggregate(args: argparse.Namespace) -> dict[str, Any]:
     """Run the ebpf probe for ``--duration`` seconds; per process and function totals."""
-    from reveal.collect.ebpf.probe import EbpfProbe
-    from reveal.collect.probe import ProbeUnavailable
-    from reveal.frame import parse_channel
-
     selector = _selector(args)
     options: dict[str, Any] = {"pids": sorted(selector.pids), "cgroup": selector.cgroup,
                                "comm": selector.comm, "rescan_s": 1.0}
@@ -197,8 +166,6 @@ def render_aggregate(report: dict[str, Any]) -> str:
 
 # -- capture -----------------------------------------------------------------------------------
 def chrome_capture(args: argparse.Namespace) -> dict[str, Any]:
-    from reveal.collect.ebpf.capture import CAPTURE_GROUPS, capture
-
     duration = 5.0 if args.duration is None else float(args.duration)
     result = capture(_selector(args), duration, int(args.max_events),
                      _groups(args, CAPTURE_GROUPS))

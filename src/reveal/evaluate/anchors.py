@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reveal.evaluate.metrics import best_f1
+
 AUTO_QUANTILE = 0.99  # automatic threshold: this quantile of (held-out) train scores
 QV_COMPONENTS = 10
 QV_IQR_EPS = 1e-2
@@ -104,8 +106,6 @@ def published_smooth(x: np.ndarray, half: int = QV_HALF_WINDOW) -> np.ndarray:
 
 def run_qv_published(train: np.ndarray, test: np.ndarray, labels: np.ndarray) -> Output:
     """Test-normalised, centred-smoothed PCA error; the best of three normalisations."""
-    from reveal.evaluate.metrics import best_f1
-
     _, err = qv_pca_errors(train, test)
     best: tuple[float, str, np.ndarray] | None = None
     f1s: dict[str, float] = {}

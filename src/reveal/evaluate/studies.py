@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analysis.derive import derive
+from reveal.catalog import default_catalog
+from reveal.config import AnalyzeConfig, WindowConfig
 from reveal.frame import Telemetry
+from reveal.model import Reveal, report_run
+from reveal.store.sources import open_source
 
 # ------------------------------------------------------------------ interval agreement
 
@@ -98,10 +103,6 @@ def granularity_study(run: Any, baseline: Any = None,
     Returns ``settings`` (flagged seconds, windows, anomalies per setting) and ``pairs``
     (agreement of each earlier setting against each later one, as in Table 2).
     """
-
-    from reveal.config import AnalyzeConfig, WindowConfig
-    from reveal.model import Reveal, report_run
-    from reveal.store.sources import open_source
 
     config = config or AnalyzeConfig()
     tel = run if isinstance(run, Telemetry) else open_source(run)
@@ -210,10 +211,6 @@ def reproducibility_study(runs: Sequence[Any], step_s: float = 0.5, chunk_s: flo
     Constant channels are skipped.
     """
     from scipy.stats import wilcoxon
-
-    from reveal.analysis.derive import derive
-    from reveal.catalog import default_catalog
-    from reveal.store.sources import open_source
 
     if len(runs) < 2:
         raise ValueError("a reproducibility study needs at least two runs")

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from reveal.analysis.pipeline import FittedAnalysis
+from reveal.model import Reveal
 
 _SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
 
@@ -30,8 +31,6 @@ def baseline_path(host: str, directory: str | Path) -> Path | None:
 
 def own_baseline(host: str, directory: str | Path) -> FittedAnalysis | None:
     """The host's fitted own analysis from ``directory`` (None when it has none)."""
-    from reveal.model import Reveal
-
     path = baseline_path(host, directory)
     if path is None:
         return None

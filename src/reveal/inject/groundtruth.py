@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reveal.errors import InputError
-from reveal.store.layout import EVENTS_FILE
+from reveal.store.layout import EVENTS_FILE, read_events
 
 
 @dataclass
@@ -69,8 +69,6 @@ class EventLog:
 
 def load_episodes(run_dir: Path) -> list[Episode]:
     """Episodes recorded in a run (empty when it has no ``events.jsonl``), by start time."""
-    from reveal.store.layout import read_events
-
     path = str(Path(run_dir) / EVENTS_FILE)
     return sorted((Episode.from_dict(e, path) for e in read_events(Path(run_dir))),
                   key=lambda e: e.start_ns)

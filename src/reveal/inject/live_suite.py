@@ -46,6 +46,7 @@ from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.scenario import WARMUP_S, Say, Scenario
 from reveal.inject.veth_pair import NetnsPair
 from reveal.inject.workloads import WorkloadRun, default_workload, unavailable_reason
+from reveal.report.escape import markdown
 from reveal.settings import set_arguments
 
 #: Least clean time between two faults, seconds: the watch resolves an alert after
@@ -415,8 +416,6 @@ def met(total: dict[str, Any]) -> dict[str, bool | None]:
 
 def render_live_markdown(result: dict[str, Any]) -> str:
     """The live result as Markdown: per fault, totals against targets, false alerts."""
-    from reveal.report.escape import markdown
-
     def sec(v: float | None) -> str:
         return "–" if v is None else f"{v:.1f}"
 

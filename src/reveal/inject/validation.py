@@ -18,11 +18,22 @@ from typing import Any
 import numpy as np
 
 from reveal.analysis.constants import MAD_TO_SIGMA
+from reveal.analysis.derive import derive
+from reveal.analysis.subsystems import channel_subsystems, irq_names
+from reveal.catalog import default_catalog
 from reveal.errors import RevealError
 from reveal.frame import Telemetry
 from reveal.inject.faults import FAULTS
-from reveal.inject.groundtruth import Episode
-from reveal.inject.scenario import RecordedScenario, Say, Scenario, plan_runs, run_scenario
+from reveal.inject.groundtruth import Episode, load_episodes
+from reveal.inject.live_suite import met, render_live_markdown, run_live_scenario, score_live
+from reveal.inject.scenario import (
+    RecordedRun,
+    RecordedScenario,
+    Say,
+    Scenario,
+    plan_runs,
+    run_scenario,
+)
 from reveal.inject.scoring import (
     DEFAULT_SETTLE_S,
     EpisodeScore,
@@ -31,7 +42,10 @@ from reveal.inject.scoring import (
     score_report,
     summarise,
 )
+from reveal.model import Reveal, report_run
 from reveal.report.escape import markdown
+from reveal.store.layout import write_json_atomic
+from reveal.store.run_reader import read_run
 
 SINGLE_FAULTS = ("cpu_contention", "memory_pressure", "writeback_storm", "disk_burst")
 NETWORK_FAULTS = ("packet_loss", "udp_flood")
@@ -99,10 +113,6 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
                    top: int = 5) -> list[dict[str, Any]]:
     """Channels whose median during ``episode`` departs most from the baseline median,
     in robust z units (derived rates; diagnostic for the analysis side)."""
-    from reveal.analysis.derive import derive
-    from reveal.analysis.subsystems import channel_subsystems, irq_names
-    from reveal.catalog import default_catalog
-
     catalog = default_catalog()
     d_run, d_base = derive(run, catalog)[0], derive(baseline, catalog)[0]
     common = [c for c in d_run.channels if c in set(d_base.channels)]
@@ -131,9 +141,6 @@ def moved_channels(run: Telemetry, baseline: Telemetry, episode: Episode,
 def host_state(run: Telemetry, baseline: Telemetry, episode: Episode) -> dict[str, Any]:
     """What the host was doing during ``episode`` and in the baseline (medians): 1-minute
     load average (tasks), CPU busy (%) and hypervisor steal (% of all CPU time)."""
-    from reveal.analysis.derive import derive
-    from reveal.catalog import default_catalog
-
     fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
     def medians(tel: Telemetry,
@@ -165,10 +172,6 @@ def analyse_scenario(recorded: RecordedScenario, settle_s: float, say: Say,
     """Analyse each faulted run against the baseline; scores and per-run summaries. Each
     run's report goes next to it as ``runN.report.json``, or into ``reports_to``;
     ``settings``: analysis settings by dotted name."""
-    from reveal.model import Reveal, report_run
-    from reveal.store.layout import write_json_atomic
-    from reveal.store.run_reader import read_run
-
     baselines: dict[Path, Any] = {}
     scores: list[EpisodeScore] = []
     runs: list[dict[str, Any]] = []
@@ -229,8 +232,6 @@ def run_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
 
 def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, Any]:
     """The suite against a running ``reveal watch`` (:mod:`reveal.inject.live_suite`)."""
-    from reveal.inject.live_suite import met, run_live_scenario, score_live
-
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     done, skipped = [], []
@@ -265,9 +266,6 @@ def load_recorded(out_dir: Path) -> list[RecordedScenario]:
     Each ``runs/<scenario>/runN`` is paired with ``baselineN`` when it exists, else with
     ``baseline``; its episodes come from its ``events.jsonl``.
     """
-    from reveal.inject.groundtruth import load_episodes
-    from reveal.inject.scenario import RecordedRun
-
     root = out_dir / "runs"
     if not root.is_dir():
         raise RevealError("no recorded runs here (expected DIR/runs/<scenario>/runN)",
@@ -459,8 +457,6 @@ def write_result(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     json_path, md_path = out_dir / "validate.json", out_dir / "validate.md"
     json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     if result.get("mode") == "live":
-        from reveal.inject.live_suite import render_live_markdown
-
         md_path.write_text(render_live_markdown(result), encoding="utf-8")
     else:
         md_path.write_text(render_markdown(result), encoding="utf-8")

@@ -20,6 +20,7 @@ from pathlib import Path
 from reveal.errors import InputError
 from reveal.live.alerts import Episode
 from reveal.store.layout import META_FILE
+from reveal.store.run_reader import open_run
 
 #: data kept around every alert episode when its recording is removed (seconds each side)
 ALERT_MARGIN_S = 300.0
@@ -72,7 +73,6 @@ def keep_alert_data(run: Path, kept_dir: Path, episodes: Sequence[Episode]) -> N
     to ``kept_dir/RUN`` (with its meta.json): ``reveal analyze`` reads it as a run."""
     if not episodes:
         return
-    from reveal.store.run_reader import open_run
 
     meta = json.loads((run / META_FILE).read_text(encoding="utf-8"))
     offset = int(meta.get("wall_offset_ns") or 0)

@@ -55,6 +55,7 @@ from reveal.analysis.significance import gate_active, significant_cells
 from reveal.catalog import default_catalog
 from reveal.errors import InputError
 from reveal.frame import Telemetry
+from reveal.live.buffer import SampleBuffer
 from reveal.model import Reveal
 
 #: Windows whose changed channels :meth:`LiveScorer.change_seen` remembers: a change in a
@@ -371,8 +372,6 @@ def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
     ``chunk_rows``) and score windows as ``reveal watch`` does: ``score_every`` at a time,
     and at once where ``early`` and :meth:`LiveScorer.change_seen` asks. ``scored_at``,
     if given, receives for each window the rows the buffer held when it was scored."""
-    from reveal.live.buffer import SampleBuffer
-
     sizes = [chunk_rows] if isinstance(chunk_rows, int) else list(chunk_rows)
     interval = float(tel.meta.get("interval_s") or tel.interval_s)
     scorer = LiveScorer(model, interval_s=interval, **options)

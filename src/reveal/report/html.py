@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from reveal.analysis.derive import derive
 from reveal.catalog import default_catalog
 from reveal.frame import Telemetry, channel_metric
 from reveal.report.escape import html_text
@@ -163,7 +164,6 @@ def as_analysed(tel: Telemetry | None, report: Report) -> Telemetry | None:
     added (left as it is when it already is so)."""
     if tel is None or not _is_raw(tel, report):
         return tel
-    from reveal.analysis.derive import derive
 
     return derive(tel, default_catalog())[0]
 

@@ -35,7 +35,11 @@ from reveal.inject.scenario import (
     Scenario,
     run_scenario,
 )
+from reveal.inject.validation import load_recorded
+from reveal.model import Reveal, report_run
 from reveal.report.escape import markdown
+from reveal.store.layout import write_json_atomic
+from reveal.store.run_reader import read_run
 
 SCHEMA = "reveal-validate-benign"
 SCENARIO = "benign"
@@ -130,10 +134,6 @@ def analyse(recorded: list[RecordedScenario], say: Say,
     """Analyse every run against its own baseline; one row per run. Each report goes next
     to its run as ``runN.report.json``, or into ``reports_to``; ``settings``: analysis
     settings by dotted name."""
-    from reveal.model import Reveal, report_run
-    from reveal.store.layout import write_json_atomic
-    from reveal.store.run_reader import read_run
-
     rows = []
     for scenario in recorded:
         for rec in scenario.runs:
@@ -212,8 +212,6 @@ def run_benign_suite(options: BenignOptions, out_dir: Path, say: Say) -> dict[st
 def reanalyse(directory: Path, options: BenignOptions, say: Say,
               reports_to: Path | None = None) -> dict[str, Any]:
     """Score again the runs a benign suite recorded in ``directory`` (nothing recorded)."""
-    from reveal.inject.validation import load_recorded
-
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     recorded = [s for s in load_recorded(directory) if s.scenario.name == SCENARIO]
