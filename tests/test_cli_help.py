@@ -57,8 +57,9 @@ def test_a_bad_number_of_seconds_is_named_in_plain_words(value: str, capsys) -> 
 def test_every_help_loads_no_command_work_and_each_command_loads_its_own() -> None:
     """Building the parser (``reveal --help``, any ``reveal CMD --help``) imports only the
     commands' arguments: no analysis, collector, report or third-party stack. Each command's
-    work is a module of its own, loaded when it runs, with its imports at the top."""
-    names = sorted(n for n in COMMANDS if " " not in n)
+    work is a module of its own, loaded when it runs, with its imports at the top. (``reveal
+    analyze --help`` alone looks up the detector registry, to list the detectors' names.)"""
+    names = sorted(n for n in COMMANDS if " " not in n and n != "analyze")
     code = (
         "import sys\n"
         "from reveal.cli import build_parser\n"
@@ -81,7 +82,7 @@ def test_every_help_loads_no_command_work_and_each_command_loads_its_own() -> No
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.count("usage: reveal") == len(names) == 14
-    for name in names:
+    assert done.stdout.count("usage: reveal") == len(names) == 13
+    for name in [*names, "analyze"]:
         module = importlib.import_module(f"reveal.commands.{name}")
         assert callable(module.run), name

@@ -158,15 +158,15 @@ def test_profile_analyses_the_run_or_says_why_not(tmp_path):
 
 _AS_NOBODY = """
 import os, sys
-from reveal.cli import build_parser
-parser = build_parser()  # imports every command module
+from reveal.cli import build_parser, load_command
+parser = build_parser()  # every command's arguments
 warm = parser.parse_args(["collect", "--duration", "0.3", "--quiet", "--out", sys.argv[1]])
-warm._module.run(warm)  # a short run as root: every lazily imported module is loaded now
+load_command("collect").run(warm)  # a short run as root: every lazy import is loaded now
 args = parser.parse_args(sys.argv[2:])
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)  # an ordinary user now: no capabilities left
-sys.exit(args._module.run(args))
+sys.exit(load_command(args.command).run(args))
 """
 
 

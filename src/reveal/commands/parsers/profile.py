@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from reveal.commands.collect import apply_config as apply_config  # --config, as collect
 from reveal.commands.parsers.collect import add_collect_options
 from reveal.settings import add_set_argument
 
