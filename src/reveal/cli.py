@@ -28,13 +28,18 @@ COMMANDS = (
 )
 
 
+def needs_package(package: str) -> str:
+    """What to say when a third-party Python package is missing."""
+    return (f"needs the Python package {package!r}, which is not installed "
+            f"(pip install {package}, or run scripts/install.sh)")
+
+
 def unavailable(name: str, exc: ImportError) -> RevealError:
     """The error for a command whose module cannot be imported: the Python package that is
     missing, or the module of this installation that would not load."""
     package = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
     if package is not None:
-        return RevealError(f"needs the Python package {package!r}, which is not installed "
-                           f"(pip install {package}, or run scripts/install.sh)")
+        return RevealError(needs_package(package))
     return RevealError(f"cannot load reveal.commands.{name} ({exc}); the installation is "
                        f"incomplete: run scripts/install.sh again")
 
@@ -119,8 +124,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace,
         package = missing_package(exc)
         if package is None:
             raise  # one of Reveal's own modules: a bug, keep its traceback
-        print(f"{prefix} needs the Python package {package!r}, which is not installed "
-              f"(pip install {package}, or run scripts/install.sh)", file=sys.stderr)
+        print(f"{prefix} {needs_package(package)}", file=sys.stderr)
         return 2
 
 
