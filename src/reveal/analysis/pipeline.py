@@ -53,6 +53,7 @@ from reveal.analysis.significance import (
     feature_matters,
     gate_active,
     lead_with_cause,
+    level_changes_alone,
     matter_directions,
     significant_cells,
     tail_matters,
@@ -556,7 +557,9 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                fitted.column_channels, fm.windows.start_ns,
                                settle_windows(fitted, fitted.interval_s),
                                flagged=verdicts.flagged & held)
-        above = verdicts.flagged & matters & ~held
+        alone = level_changes_alone(cells, values, fitted.median,
+                                    significance_scales(fitted), tuple(fitted.column_features))
+        above = (verdicts.flagged | alone) & matters & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}))
     flagged = _persistent_after(above_before, above, persistence)
