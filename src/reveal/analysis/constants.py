@@ -8,6 +8,8 @@ MAD_TO_SIGMA = 1.4826
 #: features that describe a window's level; ``state`` channels (see the catalog) keep only
 #: the others (spread, trend, shape): their level records history, their change activity
 LEVEL_FEATURES = ("mean", "median", "min", "max")
+#: Of those, the window's typical level (not a lone sample's minimum or maximum).
+TYPICAL_LEVEL_FEATURES = ("mean", "median")
 
 #: upper quantile of a baseline's window values that a burst of a channel moving in
 #: bursts must pass to count (direct signs, the least change that matters)

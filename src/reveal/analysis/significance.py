@@ -100,7 +100,7 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE
+from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE, TYPICAL_LEVEL_FEATURES
 from reveal.analysis.direct import SIGNS
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
@@ -735,9 +735,9 @@ LEVEL_ALONE_Z = 8.0
 
 
 @functools.lru_cache(maxsize=16)
-def _typical_levels(features: tuple[str, ...]) -> np.ndarray:
-    """Mask over feature columns: the window's typical level (mean, median)."""
-    return np.array([f in ("mean", "median") for f in features], dtype=bool)
+def _typical_level_columns(features: tuple[str, ...]) -> np.ndarray:
+    """Indices of the feature columns of a window's typical level (mean, median)."""
+    return np.flatnonzero([f in TYPICAL_LEVEL_FEATURES for f in features])
 
 
 def level_changes_alone(cells: np.ndarray, values: np.ndarray, median: np.ndarray,
@@ -745,11 +745,11 @@ def level_changes_alone(cells: np.ndarray, values: np.ndarray, median: np.ndarra
     """``(W,)``: windows with a change that matters (``cells``) in a column of the
     window's typical level (mean, median: not a lone sample's min or max) at least
     :data:`LEVEL_ALONE_Z` times the column's ``scale`` from the baseline ``median``: large
-    and far enough to count without the detectors' surprise."""
-    level = _typical_levels(tuple(features))
+    and far enough to count without the detectors' surprise. Reads those columns only."""
+    cols = _typical_level_columns(tuple(features))
     with np.errstate(invalid="ignore"):
-        far = np.abs(values - median) >= LEVEL_ALONE_Z * scale
-    return (cells & far & level).any(axis=1)
+        far = np.abs(values[:, cols] - median[cols]) >= LEVEL_ALONE_Z * scale[cols]
+    return (cells[:, cols] & far).any(axis=1)
 
 
 def gate_active(least: np.ndarray) -> bool:
