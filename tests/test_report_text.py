@@ -35,7 +35,7 @@ def _reason(channel: str, feature: str, value: float, median: float, z: float) -
                   value, median, z)
 
 
-def _report(flagged: tuple[int, ...] = (5, 6, 7, 12), n: int = 20, wall: int = WALL,
+def _report(flagged: tuple[int, ...] = (5, 6, 7, 52), n: int = 60, wall: int = WALL,
             self_fitted: bool = False, start_ns: int = 100 * S, stride: int = S) -> Report:
     start = start_ns + np.arange(n, dtype=np.int64) * stride
     end = start + 3 * S
@@ -53,7 +53,8 @@ def _report(flagged: tuple[int, ...] = (5, 6, 7, 12), n: int = 20, wall: int = W
     table = WindowTable(start, end, {"Z": combined}, {"Z": flags}, combined, flags)
     decision = {"combined_threshold": 4.23, "detector_thresholds": {"Z": 3.0},
                 "persistence_windows": 2, "persistence_s": 1.0, "threshold_quantile": 0.99,
-                "baseline_windows": 297, "self_fitted": self_fitted, "preset": "telemetry"}
+                "baseline_windows": 297, "self_fitted": self_fitted, "preset": "telemetry",
+                "significance": True, "level_alone_z": 8.0, "episode_gap_s": 30.0}
     warnings = ["self-fit: 3 outlying windows left out of the refit"] * 2 + \
         [f"channel {EVIL} is absent from the baseline"]
     return Report(run={"path": f"/runs/{EVIL}", "host": "gpu-07", "start_ns": start_ns,
@@ -75,10 +76,13 @@ def test_plain_text_has_no_colour_no_markdown_escapes_and_says_the_decision():
     text = _flat(render_text(_report(), limit=50, json_path="out.json", width=250))
     assert "\x1b" not in text and "\\" not in text and "\u202e" not in text
     assert "| Window" in text and "**" not in text
-    assert "Anomalies found: 4 of 20 windows flagged, in 2 episodes" in text
+    assert "Anomalies found: 4 of 60 windows flagged, in 2 episodes" in text
     assert "above 4.23 for 2 consecutive windows (1 s)" in text
     assert "99th percentile of the scores of 297 baseline windows" in text
     assert "preset telemetry" in text and "fitted on the baseline" in text
+    assert "and some change in it matters: a channel moved by at least the least change" in text
+    assert "at least 8 robust σ from the baseline flags the window even below" in text
+    assert "of the same subsystem less than 30 s apart are one episode" in text
     assert text.count("3 outlying windows left out of the refit") == 1  # every warning once
     assert "[bold]x[/bold]" in text  # tenant text printed as typed, never as markup
     assert text.index("2 episodes") < text.index("Strongest windows")  # episodes first
@@ -197,3 +201,23 @@ def test_an_episodes_claim_speaks_of_the_subsystem_it_is_named_by():
     (episode,) = episodes(group)
     assert episode.subsystem == "memory" and episode.peak_score == 7.0
     assert episode.claim == "Anonymous memory rose (6)."
+
+
+def test_a_faults_aftermath_of_the_same_subsystem_is_one_episode_with_it():
+    """Flagged windows a few seconds after an episode, led by the same subsystem (a loss's
+    own retransmissions as the link recovers), continue it, as the watch keeps an episode
+    open for 30 s; another subsystem, or a quiet gap longer than that, opens a new one."""
+    def anomaly(w: int, lead: str) -> Anomaly:
+        return Anomaly(w, w * S, w * S + 3 * S, 5.0, ["Z"], [lead], {lead: 1.0}, [],
+                       f"{lead} changed at {w} s.")
+
+    fault = [anomaly(w, "network") for w in range(100, 121)]
+    aftermath = [anomaly(130, "network"), anomaly(149, "network")]  # 7 s and 26 s after
+    (one,) = episodes(fault + aftermath)
+    assert (one.start_ns, one.end_ns) == (100 * S, 152 * S)
+    assert one.window_ids == [*range(100, 121), 130, 149]
+    other = episodes([*fault, anomaly(130, "storage")])
+    assert [e.subsystem for e in other] == ["network", "storage"]
+    later = episodes([*fault, anomaly(154, "network")])  # 31 s of quiet after 123 s
+    assert [len(e.window_ids) for e in later] == [21, 1]
+    assert len(episodes(fault + aftermath, gap_s=0.0)) == 3  # spans that touch only

@@ -11,6 +11,11 @@ LEVEL_FEATURES = ("mean", "median", "min", "max")
 #: Of those, the window's typical level (not a lone sample's minimum or maximum).
 TYPICAL_LEVEL_FEATURES = ("mean", "median")
 
+#: seconds without a flagged window after which an episode has ended: the live watch's
+#: default ``--resolve-after``, and the gap a report bridges between two groups of flagged
+#: windows of the same subsystem (a fault and its aftermath are one episode)
+EPISODE_GAP_S = 30.0
+
 #: upper quantile of a baseline's window values that a burst of a channel moving in
 #: bursts must pass to count (direct signs, the least change that matters)
 TAIL_QUANTILE = 0.99

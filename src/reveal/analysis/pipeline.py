@@ -41,6 +41,7 @@ from reveal.analysis.floors import (
     sampling_floors,
 )
 from reveal.analysis.frontend import CpuRanks
+from reveal.analysis.hostconfig import configuration, configuration_warnings
 from reveal.analysis.percpu import (
     cpu_siblings,
     rank_cpu_rows,
@@ -168,6 +169,8 @@ class FittedAnalysis:
     significance: np.ndarray | None = None
     capacity: dict[str, Any] = dataclasses.field(default_factory=dict)
     matters: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
+    # the baseline's configuration channels: first and last value (reveal.analysis.hostconfig)
+    configuration: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     # the analyses of the extra window sizes (config.extra_window_rows), scored beside this
     # one and joined with it (reveal.analysis.scales)
     scales: list[FittedAnalysis] = dataclasses.field(default_factory=list)
@@ -348,7 +351,8 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
                 "derived": derive_report.derived},
         direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size),
         significance=significance, capacity=capacity.to_dict(),
-        matters={c: (m.least, m.rule) for c, m in per_channel.items()})
+        matters={c: (m.least, m.rule) for c, m in per_channel.items()},
+        configuration=configuration(base))
     return fitted, fm, d_base, ranks
 
 
@@ -666,6 +670,9 @@ def score_windows(fitted: FittedAnalysis, run: Telemetry, *,
         text = f"counter resets handled in {len(derive_report.resets)} channels of the run"
         warnings.append(text)
     warnings += load_warnings(getattr(fitted, "load", {}), load_level(d_run))
+    warnings += [w for w in configuration_warnings(getattr(fitted, "configuration", {}),
+                                                   configuration(run))
+                 if w not in warnings]
     known = set(fitted.baseline_channels)
     only_run = [c for c in frontend.usable(d_run, default_catalog()) if c not in known]
     if only_run:

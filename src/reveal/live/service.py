@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reveal.analysis.constants import EPISODE_GAP_S
 from reveal.collect.hostinfo import boot_id, wall_offset_ns
 from reveal.collect.runner import CollectOptions, Collector, Notify, stop_on_signals
 from reveal.errors import InputError
@@ -75,7 +76,7 @@ class WatchOptions:
     refit_every_s: float = 0.0  # learn again on the latest quiet learn_s (0: never)
     allow_short_learn: bool = False
     rehearse: bool = True  # score with a provisional model while learning (ModelKeeper)
-    resolve_after_s: float = 30.0
+    resolve_after_s: float = EPISODE_GAP_S
     listen: tuple[str, int] | None = ("127.0.0.1", 9464)
     # alert sinks to open: registered sink name (reveal.live.sinks.SINKS) → its option's
     # value (a file, a URL)

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from reveal._version import __version__
+from reveal.analysis.constants import EPISODE_GAP_S
 from reveal.analysis.evidence import Reason, named_subsystem, weigh_subsystems
 from reveal.analysis.grouping import touching
 from reveal.analysis.pipeline import Analysis, FittedAnalysis
+from reveal.analysis.significance import LEVEL_ALONE_Z, gate_active
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.report.claims import window_claim
@@ -28,13 +30,29 @@ from reveal.report.schema import (
 from reveal.report.steady_text import steady_claim
 
 
-def episodes(anomalies: list[Anomaly]) -> list[Episode]:
+def episodes(anomalies: list[Anomaly], gap_s: float = EPISODE_GAP_S) -> list[Episode]:
     """Group flagged windows whose time spans overlap or touch
-    (:func:`reveal.analysis.grouping.touching`)."""
+    (:func:`reveal.analysis.grouping.touching`); a group that starts within ``gap_s``
+    seconds of the end of the episode before it and is named by the same subsystem
+    continues that episode (a fault and its aftermath: the watch, too, keeps an episode
+    open until ``--resolve-after``, 30 s, passes without a flagged window)."""
     ordered = sorted(anomalies, key=lambda a: a.start_ns)
     spans = touching(np.array([a.start_ns for a in ordered], dtype=np.int64),
                      np.array([a.end_ns for a in ordered], dtype=np.int64))
-    return [_summarise(ordered[first:last + 1]) for first, last in spans]
+    gap_ns = int(gap_s * 1e9)
+    out: list[Episode] = []
+    members: list[list[Anomaly]] = []
+    for first, last in spans:
+        group = ordered[first:last + 1]
+        episode = _summarise(group)
+        if out and (episode.subsystem == out[-1].subsystem
+                    and episode.start_ns - out[-1].end_ns <= gap_ns):
+            members[-1] += group
+            out[-1] = _summarise(members[-1])
+            continue
+        members.append(group)
+        out.append(episode)
+    return out
 
 
 def _summarise(group: list[Anomaly]) -> Episode:
@@ -53,8 +71,11 @@ def _summarise(group: list[Anomaly]) -> Episode:
 
 
 def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
-    """What decided the verdicts: thresholds, persistence, and what they were fitted on."""
+    """What decided the verdicts: thresholds, persistence, what they were fitted on, and
+    whether a change must also matter (the least changes; a level that flags alone)."""
     v = analysis.verdicts
+    least = getattr(fitted, "significance", None)
+    judged = least is not None and gate_active(np.asarray(least, dtype=np.float64))
     return {"combined_threshold": float(v.combined_threshold),
             "detector_thresholds": {k: float(t) for k, t in v.thresholds.items()},
             "persistence_windows": int(analysis.persistence),
@@ -62,7 +83,10 @@ def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
             "threshold_quantile": float(fitted.config.detect.threshold_quantile),
             "baseline_windows": int(fitted.baseline_windows),
             "self_fitted": bool(fitted.self_fitted),
-            "preset": fitted.config.preset}
+            "preset": fitted.config.preset,
+            "significance": judged,
+            "level_alone_z": LEVEL_ALONE_Z if judged else None,
+            "episode_gap_s": EPISODE_GAP_S}
 
 
 class _WindowFeatures:

@@ -36,7 +36,8 @@ class Anomaly:
 
 @dataclass
 class Episode:
-    """Consecutive (overlapping) flagged windows, summarised."""
+    """Flagged windows that overlap or touch, or of one subsystem less than
+    :data:`reveal.analysis.constants.EPISODE_GAP_S` apart, summarised."""
 
     start_ns: int
     end_ns: int
@@ -241,7 +242,8 @@ def report_from_dict(payload: Any) -> Report:
                                                         "channels"))
         _check_numbers(payload.get("decision") or {}, "decision",
                        ("combined_threshold", "persistence_windows", "persistence_s",
-                        "threshold_quantile", "baseline_windows"))
+                        "threshold_quantile", "baseline_windows", "level_alone_z",
+                        "episode_gap_s"))
         _check_numbers(dict(payload["config"]).get("window_used") or {},
                        "config.window_used", ("size_s", "stride_s", "size_rows", "stride_rows"))
         windows = payload.get("windows")

@@ -109,9 +109,20 @@ def decision_text(report: Report) -> str:
     fitted = ("self-fitted: no baseline given, the detectors were fitted on this run itself "
               "(robustly)" if d.get("self_fitted") else "fitted on the baseline")
     level = number(float(thr)) if thr is not None else "?"
+    matter = ""
+    if d.get("significance"):
+        z = d.get("level_alone_z")
+        matter = (" and some change in it matters: a channel moved by at least the least "
+                  "change of its unit and kind (reveal analyze --explain-floors lists them)"
+                  + (f"; such a change in a window's mean or median at least {number(float(z))} "
+                     f"robust σ from the baseline flags the window even below the threshold"
+                     if z is not None else ""))
+    gap = d.get("episode_gap_s")
+    episodes = (f" Flagged windows of the same subsystem less than {span_text(float(gap))} "
+                f"apart are one episode." if gap else "")
     return (f"Decision: a window is flagged when the combined score (surprise, the mean over "
-            f"{names}) is above {level} {persist}; thresholds at {source}; "
-            f"preset {d.get('preset', '?')}; {fitted}.")
+            f"{names}) is above {level} {persist}{matter}; thresholds at {source}; "
+            f"preset {d.get('preset', '?')}; {fitted}.{episodes}")
 
 
 def warnings(report: Report) -> list[str]:
