@@ -214,3 +214,45 @@ def test_every_fault_declares_bounded_intensities() -> None:
     for kind, cls in FAULTS.items():
         assert cls.kind == kind and cls.subsystem in {"cpu", "memory", "storage", "network"}
         assert {"low", "high"} <= set(cls.INTENSITIES)
+
+
+@needs_root
+def test_mtu_shrink_lowers_the_veth_mtu_then_restores_it(workdir: Path) -> None:
+    def mtu(pair: NetnsPair, side: int) -> int:
+        path = f"/sys/class/net/{pair.ifnames[side]}/mtu"
+        return int(processes.run([*pair.exec_prefix(side), "cat", path]).stdout)
+
+    host_before = snapshot()
+    with NetnsPair(tag="t") as pair:
+        before = (mtu(pair, 0), mtu(pair, 1))
+        fault = make_fault("mtu_shrink", "high", FaultContext(workdir, pair))
+        thread, result = _in_background(fault, 1.5, EventLog(workdir))
+        time.sleep(0.8)
+        during = (mtu(pair, 0), mtu(pair, 1))
+        thread.join()
+        assert during == (576, 576) and before[0] > 576
+        assert (mtu(pair, 0), mtu(pair, 1)) == before
+        episode = result["episode"]
+        assert episode.kind == "mtu_shrink" and episode.subsystem == "network"
+        assert episode.detail["mtu_before_bytes"] == before[0]
+        assert set(pair.names) <= set(episode.detail["where"])
+    assert snapshot() == host_before
+
+
+@needs_root
+def test_rt_hog_runs_one_fifo_busy_loop_on_one_cpu_and_is_gone_after(workdir: Path) -> None:
+    fault = make_fault("rt_hog", "high", FaultContext(workdir))
+    if fault.check():
+        pytest.skip(fault.check())
+    thread, result = _in_background(fault, 2.0, EventLog(workdir))
+    time.sleep(1.2)
+    tree = _tree(fault)
+    policies = [os.sched_getscheduler(p.pid) for p in tree]
+    affinities = [p.cpu_affinity() for p in tree]
+    burnt = _cpu_seconds(tree)
+    thread.join()
+    assert os.SCHED_FIFO in policies
+    assert all(len(cpus) == 1 for cpus in affinities)
+    assert burnt > 0.3  # a busy loop, on a shared host
+    assert result["episode"].detail["cpu_list"] == affinities[0]
+    assert not any(p.is_running() for p in tree)

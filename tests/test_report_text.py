@@ -82,7 +82,7 @@ def test_plain_text_has_no_colour_no_markdown_escapes_and_says_the_decision():
     assert "preset telemetry" in text and "fitted on the baseline" in text
     assert "and some change in it matters: a channel moved by at least the least change" in text
     assert "at least 8 robust σ from the baseline flags the window even below" in text
-    assert "of the same subsystem less than 30 s apart are one episode" in text
+    assert "of the same subsystem within 30 s of each other are one episode" in text
     assert text.count("3 outlying windows left out of the refit") == 1  # every warning once
     assert "[bold]x[/bold]" in text  # tenant text printed as typed, never as markup
     assert text.index("2 episodes") < text.index("Strongest windows")  # episodes first

@@ -36,7 +36,7 @@ class Anomaly:
 
 @dataclass
 class Episode:
-    """Flagged windows that overlap or touch, or of one subsystem less than
+    """Flagged windows that overlap or touch, or of one subsystem at most
     :data:`reveal.analysis.constants.EPISODE_GAP_S` apart, summarised."""
 
     start_ns: int

@@ -118,8 +118,8 @@ def decision_text(report: Report) -> str:
                      f"robust σ from the baseline flags the window even below the threshold"
                      if z is not None else ""))
     gap = d.get("episode_gap_s")
-    episodes = (f" Flagged windows of the same subsystem less than {span_text(float(gap))} "
-                f"apart are one episode." if gap else "")
+    episodes = (f" Flagged windows of the same subsystem within {span_text(float(gap))} "
+                f"of each other are one episode." if gap else "")
     return (f"Decision: a window is flagged when the combined score (surprise, the mean over "
             f"{names}) is above {level} {persist}{matter}; thresholds at {source}; "
             f"preset {d.get('preset', '?')}; {fitted}.{episodes}")
