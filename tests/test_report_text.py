@@ -130,7 +130,7 @@ def test_a_terminal_gets_colour_and_the_width_it_has():
 def test_self_fitted_decision_and_no_anomaly():
     report = _report(flagged=(), self_fitted=True)
     text = _flat(render_text(report))
-    assert "No anomaly: none of the 20 windows scored above the thresholds." in text
+    assert "No anomaly: none of the 60 windows scored above the thresholds." in text
     assert "this run's own 297 windows" in text and "self-fitted" in text
     assert "Window" not in text
 
