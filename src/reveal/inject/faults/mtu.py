@@ -1,7 +1,8 @@
-"""A smaller MTU on the suite's veth pair: the job's TCP stream is cut into segments of
-a few hundred bytes, so the same bytes cost several times the packets, interrupts and
-softirq time (a link left at a wrong MTU by a mis-set overlay or tunnel). The original
-MTU is restored on both ends when the fault ends.
+"""A smaller MTU on the suite's veth pair (a link left at a wrong MTU by a mis-set overlay
+or tunnel): the job's TCP segments shrink to a few hundred bytes, and those in flight at
+the change no longer fit and are sent again. On a physical link the same bytes then cost
+several times the packets and interrupts; a veth may pass them on as GSO segments, so
+here the cost can be small. The original MTU is restored on both ends when the fault ends.
 """
 
 from __future__ import annotations
