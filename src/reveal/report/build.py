@@ -40,28 +40,43 @@ def episodes(anomalies: list[Anomaly], gap_s: float = EPISODE_GAP_S) -> list[Epi
     spans = touching(np.array([a.start_ns for a in ordered], dtype=np.int64),
                      np.array([a.end_ns for a in ordered], dtype=np.int64))
     gap_ns = int(gap_s * 1e9)
-    out: list[Episode] = []
-    members: list[list[Anomaly]] = []
+    joined: list[_Grouped] = []
     for first, last in spans:
-        group = ordered[first:last + 1]
-        episode = _summarise(group)
-        if out and (episode.subsystem == out[-1].subsystem
-                    and episode.start_ns - out[-1].end_ns <= gap_ns):
-            members[-1] += group
-            out[-1] = _summarise(members[-1])
+        group = _Grouped().add(ordered[first:last + 1])
+        previous = joined[-1] if joined else None
+        if previous is not None and group.subsystem == previous.subsystem \
+                and group.members[0].start_ns - previous.end_ns <= gap_ns:
+            previous.add(group.members)
             continue
-        members.append(group)
-        out.append(episode)
-    return out
+        joined.append(group)
+    return [_summarise(g.members, g.subsystem) for g in joined]
 
 
-def _summarise(group: list[Anomaly]) -> Episode:
+class _Grouped:
+    """Flagged windows of one episode as it is joined, with the evidence weights and
+    leading subsystems that name it kept as they grow (each window weighed once)."""
+
+    def __init__(self) -> None:
+        self.members: list[Anomaly] = []
+        self.weight: dict[str, float] = {}
+        self.led: set[str] = set()
+        self.end_ns = 0
+        self.subsystem = ""
+
+    def add(self, group: list[Anomaly]) -> _Grouped:
+        for a in group:
+            weigh_subsystems(self.weight, a.subsystem_shares, a.score)
+            if a.subsystems and a.claim:
+                self.led.add(a.subsystems[0])
+            self.end_ns = max(self.end_ns, a.end_ns)
+        self.members += group
+        self.subsystem = named_subsystem(self.weight, self.led)
+        return self
+
+
+def _summarise(group: list[Anomaly], subsystem: str) -> Episode:
+    """One episode of ``group``, named by ``subsystem``."""
     peak = max(group, key=lambda a: a.score)
-    weight: dict[str, float] = {}
-    for a in group:
-        weigh_subsystems(weight, a.subsystem_shares, a.score)
-    subsystem = named_subsystem(weight, {a.subsystems[0] for a in group
-                                         if a.subsystems and a.claim})
     # the claim speaks of the subsystem the episode is named by: the strongest window
     # that subsystem led (the peak when it led none)
     led = [a for a in group if a.subsystems and a.subsystems[0] == subsystem and a.claim]
