@@ -7,7 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from reveal.analysis.derive import derive
-from reveal.analysis.direct import baseline_levels, direct_signs, lead_with, window_means
+from reveal.analysis.direct import (
+    baseline_levels,
+    direct_signs,
+    lead_with,
+    setting_changes,
+    window_means,
+)
 from reveal.analysis.evidence import Reason, WindowEvidence
 from reveal.frame import Telemetry
 from reveal.model import Reveal
@@ -254,3 +260,73 @@ def test_a_symptom_yields_to_a_clear_detector_lead_a_cause_does_not() -> None:
                      "network", 0.0, 300.0, 20.0, 12.0)
     same = lead_with(flood, [retrans])
     assert same.subsystems[0] == "network" and same.reasons[0].metric == retrans.metric
+
+
+def _mtu(n: int, values: list[tuple[int, float]]) -> dict[str, np.ndarray]:
+    """An MTU channel read once a second (a value repeats between reads): ``values``
+    (row, bytes) from each row on; NaN before the first."""
+    column = np.full(n, np.nan)
+    for row, mtu in values:
+        column[row:] = mtu
+    return {"net.mtu{iface=veth0,netns=job <x>}": column}
+
+
+def test_a_setting_changed_flags_the_windows_that_hold_the_change_and_names_it() -> None:
+    base = _host(3000, 11, extra=_mtu(3000, [(0, 1500.0)]))
+    # lowered at 60 s, set back at 90 s; the host's other channels unaffected
+    run = _host(1500, 12, extra=_mtu(1500, [(5, 1500.0), (600, 576.0), (900, 1500.0)]))
+    report = Reveal().fit(base).report(run)
+    assert report.anomalies
+    change_ns = (600 * TICK_NS, 900 * TICK_NS)
+    for anomaly in report.anomalies:
+        # every flagged window holds a change, and is led by it
+        assert any(anomaly.start_ns < t <= anomaly.end_ns for t in change_ns), anomaly
+        lead = anomaly.reasons[0]
+        assert lead.metric == "net.mtu" and lead.feature == "setting"
+        assert anomaly.subsystems[0] == "network" and "direct" in anomaly.detectors
+    first = min(report.anomalies, key=lambda a: a.start_ns)
+    assert "was set from 1,500 B to 576 B" in first.claim, first.claim
+    assert "job <x>" in first.claim
+    last = max(report.anomalies, key=lambda a: a.start_ns)
+    assert "was set from 576 B to 1,500 B" in last.claim, last.claim
+    # the windows between the two changes, at the lowered value all along, are not flagged
+    assert not [a for a in report.anomalies
+                if a.start_ns >= 640 * TICK_NS and a.end_ns <= 880 * TICK_NS]
+    # the two changes 30 s apart are one episode of the network
+    assert len(report.episodes) == 1 and report.episodes[0].subsystem == "network"
+
+
+def test_a_run_set_up_differently_from_its_baseline_is_warned_not_flagged() -> None:
+    base = _host(3000, 13, extra=_mtu(3000, [(0, 1500.0)]))
+    run = _host(1200, 14, extra=_mtu(1200, [(0, 9000.0)]))
+    report = Reveal().fit(base).report(run)
+    assert not [a for a in report.anomalies if a.reasons[0].metric == "net.mtu"]
+    assert any("net.mtu" in w and "9,000" in w and "1,500" in w for w in report.warnings), \
+        report.warnings
+    # an interface that appears mid-run (NaN, then a value) changed no setting; nor does
+    # one the baseline never had, set anew as it came up
+    late = _host(1200, 15, extra=_mtu(1200, [(700, 1500.0)]))
+    report = Reveal().fit(base).report(late)
+    assert not [r for a in report.anomalies for r in a.reasons if r.metric == "net.mtu"]
+    other = {k.replace("veth0", "veth9"): v
+             for k, v in _mtu(1200, [(700, 1500.0), (720, 1450.0)]).items()}
+    report = Reveal().fit(base).report(_host(1200, 15, extra=other))
+    assert not [r for a in report.anomalies for r in a.reasons if r.metric == "net.mtu"]
+
+
+def test_setting_changes_are_found_per_window_over_finite_samples() -> None:
+    ts = np.arange(12, dtype=np.int64) * TICK_NS
+    values = np.array([[np.nan, 1.0], [np.nan, 1.0], [1500, 1.0], [1500, np.nan],
+                       [np.nan, 2.0], [576, 2.0], [576, 2.0], [576, 2.0], [576, 2.0],
+                       [1500, 2.0], [1500, 2.0], [1500, 2.0]])
+    tel = Telemetry("h", ts, values, ["net.mtu{iface=a}", "hugepages.nr{size=2048kB}"], {})
+    starts = ts[[0, 2, 3, 6, 9]]
+    found = setting_changes(tel, starts, 3, set(tel.channels))
+    assert not setting_changes(tel, starts, 3, {"net.mtu{iface=b}"}).shown.any()
+    # windows: rows 0-2 (NaN then 1500: no change; pool 1 → 1), 2-4 (pool 1 → 2),
+    # 3-5 (MTU 1500 → 576 across a NaN; pool 2 → 2 after a NaN: 1 at row 3 is NaN),
+    # 6-8 (none), 9-11 (none)
+    assert found.shown.tolist() == [False, True, True, False, False]
+    assert [r.metric for r in found.reasons[1]] == ["hugepages.nr"]
+    (mtu,) = [r for r in found.reasons[2] if r.metric == "net.mtu"]
+    assert (mtu.baseline_median, mtu.value, mtu.feature) == (1500.0, 576.0, "setting")

@@ -95,7 +95,13 @@ def test_own_namespace_and_catalog() -> None:
             info = catalog.lookup(channel)
             assert info.subsystem == "network" and info.unit, channel
             assert "netns" not in parse_channel(channel)[1]
-        assert not any(parse_channel(c)[1]["qdisc"] == "noqueue" for c in probe.channels)
+        assert not any(parse_channel(c)[1].get("qdisc") == "noqueue" for c in probe.channels)
+        # every interface but the loopback has its MTU, as the kernel says it
+        mtus = {parse_channel(c)[1]["iface"]: out[i] for i, c in enumerate(probe.channels)
+                if c.startswith("net.mtu")}
+        sysfs = {p.name: float((p / "mtu").read_text()) for p in Path("/sys/class/net").iterdir()
+                 if not int((p / "flags").read_text(), 16) & 0x8}
+        assert mtus == sysfs
         assert probe.native_parts() is not None
     finally:
         probe.close()
@@ -208,6 +214,33 @@ def test_a_rate_cap_shows_drops_and_overlimits(pair: Pair) -> None:
         for key in ("bytes", "packets", "drops", "overlimits"):
             assert got[key] == truth[key], (key, got, truth)  # the queue is quiet by now
         assert got["requeues"] == 0
+    finally:
+        probe.close()
+
+
+@needs_root
+def test_an_mtu_set_on_a_namespaced_link_is_recorded_without_a_refresh(pair: Pair) -> None:
+    probe = QdiscProbe(poll_s=0.2)
+    probe.open()
+    try:
+        channels = list(probe.channels)
+        at = channels.index(of(channels, "net.mtu", iface=pair.ifa, netns=pair.a))
+        peer = channels.index(of(channels, "net.mtu", iface=pair.ifb, netns=pair.b))
+        assert not [c for c in channels if c.startswith("net.mtu") and pair.a in c
+                    and parse_channel(c)[1]["iface"] == "lo"]
+        out = np.full(len(channels), np.nan)
+        probe.read(out)
+        assert out[at] == out[peer] == 1500
+        run("ip", "-n", pair.a, "link", "set", "dev", pair.ifa, "mtu", "1280")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            probe.read(out)
+            if out[at] != 1500:
+                break
+            time.sleep(0.05)
+        # heard from the kernel's announcement, read at the next poll: no refresh asked
+        assert out[at] == 1280 and out[peer] == 1500
+        assert probe.channels == channels
     finally:
         probe.close()
 

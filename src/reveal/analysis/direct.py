@@ -19,6 +19,13 @@ burst like the baseline's own is not a sign. Not for CPU pressure: the learn of
 ``reveal watch`` holds its own model fit, a burst of pressure that would hide contention.
 A channel absent from the baseline (a cgroup, namespace or qdisc that appeared mid-run) is
 judged against zero, what a counter of trouble implies where it did not exist.
+
+A setting changed is a sign too, and a cause (:func:`setting_changes`): a configuration
+channel (:mod:`reveal.analysis.hostconfig`: an interface's MTU, a link's speed, the huge-page
+pool, a GPU's power limit) whose value at the end of a window differs from its value at the
+window's start. Only the windows that hold the change show it, whatever the baseline held: a
+run on a host set up differently is said once in the warnings, not flagged window after
+window, and a value that stays changed is the run's new state.
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
+from collections.abc import Callable, Collection
 
 import numpy as np
 
 from reveal.analysis.attribute import ROBUST_Z_CAP
 from reveal.analysis.constants import MAD_TO_SIGMA, TAIL_QUANTILE
-from reveal.analysis.evidence import Reason, WindowEvidence
+from reveal.analysis.evidence import SETTING, Reason, WindowEvidence
+from reveal.analysis.hostconfig import configuration_columns, is_configuration
 from reveal.analysis.windows import span_sums
 from reveal.frame import Telemetry, channel_metric
 
@@ -82,8 +91,14 @@ _BY_METRIC = {s.metric: s for s in SIGNS}
 
 
 def is_sign(metric: str) -> bool:
-    """Whether ``metric`` carries direct evidence (a sign, see :data:`SIGNS`)."""
-    return metric in _BY_METRIC
+    """Whether ``metric`` carries direct evidence (a sign, see :data:`SIGNS`, or a setting,
+    see :func:`setting_changes`)."""
+    return metric in _BY_METRIC or is_configuration(metric)
+
+
+def _is_cause(metric: str) -> bool:
+    sign = _BY_METRIC.get(metric)
+    return sign.cause if sign is not None else is_configuration(metric)
 
 
 @functools.lru_cache(maxsize=16)
@@ -138,11 +153,71 @@ class DirectSigns:
     reasons: dict[int, list[Reason]]
 
 
+def setting_changes(d_run: Telemetry, start_ns: np.ndarray, size: int,
+                    known: Collection[str]) -> DirectSigns:
+    """The windows (``size`` samples from ``start_ns``) in which a setting changed: a
+    configuration channel among ``known`` (those the baseline recorded: an interface that
+    appeared since, set up as it came, is no change) whose last finite value in the window
+    differs from its first. Each such channel is a reason (feature :data:`SETTING`; value:
+    the new setting, baseline: the old one), the largest relative change first."""
+    out = DirectSigns(np.zeros(len(start_ns), dtype=bool), {})
+    cols = np.array([c for c in configuration_columns(tuple(d_run.channels)).tolist()
+                     if d_run.channels[c] in known], dtype=np.intp)
+    if not len(cols) or not len(start_ns) or d_run.n_samples == 0:
+        return out
+    x = d_run.values[:, cols]
+    n = len(x)
+    rows = np.arange(n)
+    finite = np.isfinite(x)
+    # the last finite row at or before each row, and the first at or after it (-1, n: none)
+    last_at = np.maximum.accumulate(np.where(finite, rows[:, None], -1), axis=0)
+    first_from = np.minimum.accumulate(np.where(finite, rows[:, None], n)[::-1], axis=0)[::-1]
+    lo = np.searchsorted(d_run.timestamps_ns, start_ns, side="left")
+    hi = np.minimum(lo + int(size), n) - 1
+    inside = lo <= hi
+    lo_c, hi_c = np.minimum(lo, n - 1), np.maximum(hi, 0)
+    a = first_from[lo_c]  # (W, M) the first finite row in the window
+    b = last_at[hi_c]  # and the last
+    ok = inside[:, None] & (a <= b) & (a < n) & (b >= 0)
+    m = np.arange(len(cols))
+    before = x[np.clip(a, 0, n - 1), m]
+    after = x[np.clip(b, 0, n - 1), m]
+    changed = ok & (before != after)
+    out.shown = changed.any(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size_of = np.abs(after - before) / np.maximum(np.abs(before), np.abs(after))
+    ws, js = np.nonzero(changed)
+    for i in np.lexsort((-size_of[ws, js], ws)):  # per window, the largest change first
+        w, j = int(ws[i]), int(js[i])
+        channel = d_run.channels[cols[j]]
+        out.reasons.setdefault(w, []).append(
+            Reason(channel, channel_metric(channel), SETTING, "", 0.0, float(after[w, j]),
+                   float(before[w, j]), ROBUST_Z_CAP))
+    return out
+
+
 def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
-                 levels: dict[str, tuple[float, ...]]) -> DirectSigns:
+                 levels: dict[str, tuple[float, ...]], settings: Collection[str] = (),
+                 subsystem_of: Callable[[str], str] = lambda _metric: "") -> DirectSigns:
     """The direct signs each window (``size`` samples from ``start_ns``) of a derived run
     shows, judged against the baseline ``levels`` (see :func:`baseline_levels`; absent:
-    zero; levels saved without the upper quantile are judged on median and MAD)."""
+    zero; levels saved without the upper quantile are judged on median and MAD); with the
+    changes of the configuration channels ``settings`` in it first
+    (:func:`setting_changes`, their subsystem from ``subsystem_of(metric)``)."""
+    out = _threshold_signs(d_run, start_ns, size, levels)
+    if not settings:
+        return out
+    changed = setting_changes(d_run, start_ns, size, settings)
+    out.shown = out.shown | changed.shown
+    for w, reasons in changed.reasons.items():
+        named = [dataclasses.replace(r, subsystem=subsystem_of(r.metric)) for r in reasons]
+        out.reasons[w] = named + out.reasons.get(w, [])
+    return out
+
+
+def _threshold_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
+                     levels: dict[str, tuple[float, ...]]) -> DirectSigns:
+    """The signs of :data:`SIGNS` (see :func:`direct_signs`)."""
     cols, signs = _sign_columns(tuple(d_run.channels))
     out = DirectSigns(np.zeros(len(start_ns), dtype=bool), {})
     if not len(cols) or not len(start_ns):
@@ -215,7 +290,7 @@ def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason]) -> bool:
     """Whether the signs are all symptoms outweighed by the detectors' leading subsystem
     (see :func:`lead_with`)."""
     shares = evidence.subsystem_shares
-    if not shares or any(_BY_METRIC[r.metric].cause for r in direct):
+    if not shares or any(_is_cause(r.metric) for r in direct):
         return False
     leader = max(shares, key=shares.__getitem__)
     lead_z = max((abs(r.robust_z) for r in evidence.reasons if r.subsystem == leader),

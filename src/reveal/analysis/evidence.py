@@ -20,6 +20,12 @@ class Reason:
     robust_z: float  # (value - baseline median) / (1.4826 · baseline MAD)
 
 
+#: The feature of a reason that is a setting changed within the window
+#: (:func:`reveal.analysis.direct.setting_changes`): its value is the setting at the window's
+#: end, its baseline the setting at the window's start.
+SETTING = "setting"
+
+
 @dataclass
 class WindowEvidence:
     """One flagged window: when, how strongly, which detectors, where and why (numbers)."""

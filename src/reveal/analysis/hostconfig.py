@@ -1,11 +1,12 @@
 """The host's configuration as the telemetry records it: sizes and settings that stay put
-(huge-page pools, memory and swap size, link speed, TCP timers, GPU power limits).
+(huge-page pools, memory and swap size, link speed and MTU, TCP timers, GPU power limits).
 
 Detection leaves such ``static`` channels out (a constant has no surprise), so a run on a
 host set up differently from the baseline's, or a setting changed during the run, would go
 unsaid. Here each is compared on its own: the report names every configuration channel
 whose value in the run differs from the baseline's, and every one that changed during the
-run ("huge pages in pool changed during the run from 0 to 512 pages").
+run ("huge pages in pool changed during the run from 0 to 512 pages"). The windows that
+hold such a change are flagged as a direct sign (:func:`reveal.analysis.direct.setting_changes`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from reveal.frame import Telemetry, channel_metric
 #: Metrics that are settings or sizes (``static`` in the catalog and not recomputed by the
 #: kernel as memory moves, as the dirty thresholds, DirectMap and CommitLimit are).
 CONFIGURATION = ("hugepages.nr", "mem.HugePages_Total", "mem.Hugetlb", "mem.Hugepagesize",
-                 "mem.MemTotal", "mem.SwapTotal", "numa.MemTotal", "net.speed_mbps",
+                 "mem.MemTotal", "mem.SwapTotal", "numa.MemTotal", "net.speed_mbps", "net.mtu",
                  "snmp.Ip.Forwarding", "snmp.Ip.DefaultTTL", "snmp.Tcp.Rto*",
                  "snmp.Tcp.MaxConn", "gpu.power_limit_mw", "gpu.mem_total_bytes",
                  "gpu.mig.mem_total_bytes", "gpu.pcie_*_max")

@@ -565,7 +565,9 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                     significance_scales(fitted), tuple(fitted.column_features))
         above = (verdicts.flagged | alone) & matters & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
-                         getattr(fitted, "direct_levels", {}))
+                         getattr(fitted, "direct_levels", {}),
+                         settings=getattr(fitted, "configuration", {}),
+                         subsystem_of=lambda metric: catalog.lookup(metric).subsystem)
     flagged = _persistent_after(above_before, above, persistence)
     if signs.shown.any():
         flagged = flagged | _persistent_after(signs_before, signs.shown, persistence)

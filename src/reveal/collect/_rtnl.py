@@ -1,4 +1,4 @@
-"""A small rtnetlink reader: interface names and queueing-discipline statistics.
+"""A small rtnetlink reader: interfaces (name, MTU) and queueing-discipline statistics.
 
 One ``NETLINK_ROUTE`` socket per network namespace (a socket belongs to the namespace it
 was made in), one dump request per read (``RTM_GETQDISC`` with ``NLM_F_DUMP``: what
@@ -34,7 +34,8 @@ RTMGRP_TC = 0x8  # multicast group of qdisc and class changes
 _CHANGES = (RTM_NEWQDISC, RTM_DELQDISC, RTM_NEWLINK, RTM_DELLINK)
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-IFLA_IFNAME = 3
+IFLA_IFNAME, IFLA_MTU = 3, 4
+IFF_LOOPBACK = 0x8
 TCA_KIND, TCA_STATS, TCA_STATS2 = 1, 3, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 TC_H_ROOT, TC_H_INGRESS = 0xFFFFFFFF, 0xFFFFFFF1
@@ -62,6 +63,15 @@ class Qdisc:
     parent: int
     kind: str
     stats: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Link:
+    """One interface: its name, MTU (bytes; NaN if not said) and whether it is a loopback."""
+
+    name: str
+    mtu: float
+    loopback: bool = False
 
 
 def tc_handle(value: int) -> str:
@@ -163,15 +173,21 @@ class Rtnl:
         return [parse_qdisc(body) for body in self.dump(RTM_GETQDISC,
                                                          _TCMSG.pack(0, 0, 0, 0, 0))]
 
-    def links(self) -> dict[int, str]:
-        """Interface index → name."""
-        names: dict[int, str] = {}
+    def links(self) -> dict[int, Link]:
+        """Interface index → its :class:`Link` (one ``RTM_GETLINK`` dump)."""
+        found: dict[int, Link] = {}
         for body in self.dump(RTM_GETLINK, _IFINFO.pack(0, 0, 0, 0, 0)):
-            _, _, index, _, _ = _IFINFO.unpack_from(body, 0)
-            name = attributes(body, _IFINFO.size, len(body)).get(IFLA_IFNAME)
-            if name is not None:
-                names[index] = bytes(name).split(b"\0", 1)[0].decode("utf-8", "replace")
-        return names
+            _, _, index, flags, _ = _IFINFO.unpack_from(body, 0)
+            attrs = attributes(body, _IFINFO.size, len(body))
+            name = attrs.get(IFLA_IFNAME)
+            if name is None:
+                continue
+            mtu = attrs.get(IFLA_MTU)
+            found[index] = Link(bytes(name).split(b"\0", 1)[0].decode("utf-8", "replace"),
+                                float(struct.unpack_from("=I", mtu, 0)[0])
+                                if mtu is not None and len(mtu) >= 4 else float("nan"),
+                                bool(flags & IFF_LOOPBACK))
+        return found
 
     def changed(self) -> bool:
         """Drain announcements without blocking; True when a qdisc or an interface was

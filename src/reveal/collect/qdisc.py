@@ -14,6 +14,9 @@ prints them, and for another namespace ``netns`` plus its owner's ``container``/
 - ``qdisc.bytes``, ``qdisc.packets`` (counters: sent), ``qdisc.drops``,
   ``qdisc.overlimits``, ``qdisc.requeues`` (events; 32-bit in the kernel, so they wrap),
   ``qdisc.backlog_bytes``, ``qdisc.backlog_packets`` (gauges: queued now).
+- ``net.mtu{iface=…}`` (and the namespace's labels): each interface's MTU in bytes, a
+  setting (loopbacks left out; ``mtu=false`` drops it), read from the same sockets: a link
+  left at a wrong MTU by an overlay or tunnel shrinks every segment of the job.
 
 A parent's counters include its children's (``mq`` sums its per-queue qdiscs, ``htb`` its
 classes' leaves). ``noqueue`` (no queue at all: virtual interfaces, loopback) has no
@@ -27,7 +30,9 @@ dumps every namespace); one that went away reads NaN until then. A refresh comes
 the kernel announces a qdisc or an interface added, changed or deleted (an ``RTNLGRP_TC``
 and ``RTNLGRP_LINK`` listener per namespace, :meth:`QdiscProbe.wants_refresh`): a shaper or
 netem put on a link, or a new interface (a container's veth), joins within a second, not
-at the next periodic re-discovery (every probe is refreshed then). A namespace that
+at the next periodic re-discovery (every probe is refreshed then). The interfaces (names,
+MTUs) are dumped again at every refresh and as soon as the kernel announces one changed,
+so a new MTU is recorded within a second at no cost while nothing changes. A namespace that
 ends is let go within a second (its socket would keep it alive). Without CAP_SYS_ADMIN only
 the collector's own namespace is read, and the reason says so once.
 """
@@ -48,6 +53,7 @@ from reveal.collect._rtnl import (
     RTMGRP_LINK,
     RTMGRP_TC,
     STATS,
+    Link,
     Rtnl,
     open_rtnl,
     tc_handle,
@@ -71,7 +77,7 @@ class _Space:
     labels: dict[str, str]
     ns: _namespaces.Namespace | None = None
     holder: int = 0
-    links: dict[int, str] = field(default_factory=dict)
+    links: dict[int, Link] = field(default_factory=dict)
     seen: dict[Key, tuple[float, ...]] = field(default_factory=dict)
     gone: bool = False
     events: Rtnl | None = None  # hears qdiscs added, changed or deleted here
@@ -95,6 +101,7 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         "namespaces": "also the qdiscs of the other network namespaces (default: true)",
         "max_namespaces": "most other namespaces read at once (default: 64)",
         "skip_kinds": "qdisc kinds left out (default: noqueue)",
+        "mtu": "each interface's MTU, net.mtu (default: true)",
         "netns_dir": "where named namespaces are bind-mounted (default: /run/netns)",
         "proc_root": "procfs to find namespaces in (default: /proc)",
     }
@@ -105,6 +112,7 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         self.namespaces = bool(options.get("namespaces", True))
         self.max_namespaces = int(options.get("max_namespaces", 64))
         self.skip_kinds = tuple(as_list(options.get("skip_kinds", ("noqueue",))))
+        self.mtu = bool(options.get("mtu", True))
         self.netns_dir = str(options.get("netns_dir", _namespaces.NETNS_DIR))
         self.proc_root = str(options.get("proc_root", "/proc")).rstrip("/")
         self.lock = threading.RLock()
@@ -112,6 +120,8 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         self.failed: dict[int, str] = {}
         self.keys: list[Key] = []
         self._index: dict[Key, int] = {}
+        #: (namespace inode, interface index) of each ``net.mtu`` channel, after the qdiscs'
+        self.link_keys: list[tuple[int, int]] = []
         self.values = np.empty(0)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -198,7 +208,24 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
                     at = index.get(key)
                     if at is not None:  # a new one joins at the next refresh
                         fresh[at: at + len(STATS)] = stats
+            self._fill_mtus(fresh)
             values[:] = fresh
+
+    def _fill_mtus(self, out: np.ndarray) -> None:
+        """The MTU of each ``net.mtu`` channel into its place of ``out`` (NaN for an
+        interface or namespace gone); from the last interface dump, no system call."""
+        first = len(self.keys) * len(STATS)
+        for i, (ino, ifindex) in enumerate(self.link_keys):
+            space = self.spaces.get(ino)
+            link = space.links.get(ifindex) if space is not None and not space.gone else None
+            out[first + i] = link.mtu if link is not None else np.nan
+
+    def _relink_all(self) -> None:
+        """Dump the interfaces of every namespace read (their names and MTUs)."""
+        with self.lock:
+            for space in self.spaces.values():
+                if not space.gone:
+                    self._relink(space)
 
     @staticmethod
     def _relink(space: _Space) -> None:
@@ -258,6 +285,8 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
                 try:
                     if space.events.changed():
                         self._announced = True
+                        if self.mtu:  # an MTU set anew is recorded at the next poll
+                            self._relink(space)
                 except OSError:  # a socket that fails is not listened to again
                     space.events.close()
                     space.events = None
@@ -273,28 +302,48 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
     def _channels_of(self, key: Key) -> list[str]:
         ino, ifindex, parent, handle, kind = key
         space = self.spaces.get(ino)
-        iface = space.links.get(ifindex, str(ifindex)) if space is not None else str(ifindex)
+        link = space.links.get(ifindex) if space is not None else None
+        iface = link.name if link is not None else str(ifindex)
         labels = {"iface": iface, "qdisc": kind, "handle": tc_handle(handle),
                   "parent": tc_parent(parent), **(space.labels if space is not None else {})}
         return [format_channel(f"qdisc.{stat}", labels) for stat in STATS]
 
+    def _link_keys(self) -> list[tuple[int, int]]:
+        """The interfaces given a ``net.mtu`` channel: every one but loopbacks, of every
+        namespace read, in the order of the namespaces."""
+        if not self.mtu:
+            return []
+        return [(ino, ifindex) for ino, space in self.spaces.items() if not space.gone
+                for ifindex, link in sorted(space.links.items()) if not link.loopback]
+
+    def _mtu_channel(self, key: tuple[int, int]) -> str:
+        space = self.spaces[key[0]]
+        return format_channel("net.mtu", {"iface": space.links[key[1]].name, **space.labels})
+
     def _adopt(self) -> bool:
-        """Channels for the qdiscs of the last dump; True when they changed."""
+        """Channels for the qdiscs of the last dump and the interfaces known; True when
+        they changed."""
         with self.lock:
             order = {ino: i for i, ino in enumerate(self.spaces)}
             keys = sorted((k for s in self.spaces.values() if not s.gone for k in s.seen),
                           key=lambda k: (order.get(k[0], 0), k[1], k[2], k[3], k[4]))
-            if keys == self.keys:
-                return False
+            link_keys = self._link_keys()
             channels = [c for key in keys for c in self._channels_of(key)]
+            channels += [self._mtu_channel(k) for k in link_keys]
+            if keys == self.keys and channels == self.channels:
+                return False
             values = np.full(len(channels), np.nan)
             index = {key: i * len(STATS) for i, key in enumerate(keys)}
             for space in self.spaces.values():
                 for key, stats in space.seen.items():
                     if key in index:
                         values[index[key]: index[key] + len(STATS)] = stats
-            self.keys, self._index, self.values, self.channels = keys, index, values, channels
+            self.keys, self._index, self.channels = keys, index, channels
+            self.link_keys = link_keys
+            self._fill_mtus(values)
+            self.values = values
             self.info["qdiscs"] = len(keys)
+            self.info["interfaces"] = len(link_keys)
             return True
 
     # -- the probe contract ------------------------------------------------------------------
@@ -307,6 +356,7 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         self.spaces = {0: _Space(0, own, {}, events=events)}
         _namespaces.forget_scan()
         self._sync_spaces()
+        self._relink_all()
         self._poll()
         self._adopt()
         self._cadence = _namespaces.Cadence(self.poll_s)
@@ -330,8 +380,10 @@ class QdiscProbe(_namespaces.DrivenPeriodic, Probe):
         return [NativePart(self.values, 0, len(self.values), self.read)]
 
     def refresh(self) -> bool:
-        """Namespaces that came or went, then the qdiscs of a dump made now."""
+        """Namespaces that came or went, their interfaces, then the qdiscs of a dump made
+        now."""
         self._sync_spaces()
+        self._relink_all()
         self._poll()
         self.info["released_early"] = self.released_early
         return self._adopt()

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from functools import lru_cache
 
-from reveal.analysis.evidence import Reason
+from reveal.analysis.evidence import SETTING, Reason
 from reveal.catalog import Catalog
 from reveal.frame import channel_metric, parse_channel
 from reveal.report.escape import plain
@@ -214,6 +214,15 @@ def _events(r: Reason, q: Quantity, up: int, flat: bool, sig: str,
     return f"fell to {amount.format(n)} in the window (baseline {amount.format(b)}{sig})"
 
 
+def _setting(q: Quantity, value: float) -> str:
+    """A setting as it is set: a size under 100 kB to the byte (an MTU: ``1,500 B``, not
+    ``1.5 kB``), anything else as its unit reads."""
+    x = value * q.scale
+    if q.base == "B" and math.isfinite(x) and abs(x) < 1e5 and float(x).is_integer():
+        return f"{x:,.0f} B"
+    return q.format(value)
+
+
 def predicate(reason: Reason, q: Quantity, interval_s: float | None = None,
               window: Mapping[str, float] | None = None) -> str:
     """What happened to the reason's feature, in the unit of ``q``: ``rose to 412 MB/s
@@ -225,6 +234,9 @@ def predicate(reason: Reason, q: Quantity, interval_s: float | None = None,
     flat = math.isfinite(z) and abs(z) >= FLAT_Z
     sig = _sigma(z, flat)
     feature = reason.feature
+    if feature == SETTING:
+        return f"was set from {_setting(q, reason.baseline_median)} to " \
+               f"{_setting(q, reason.value)}"
     if feature in ("mean", "median"):
         return _level(reason, q, up, flat, sig)
     if feature in ("max", "min"):

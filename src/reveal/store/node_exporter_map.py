@@ -98,6 +98,7 @@ NODE_EXPORTER: tuple[Rule, ...] = (
     *(Rule(rf"node_network_{way}_{name}_total", f"net.{short}_{name}", 1.0, _IFACE)
       for way, short in _NET.items() for name in _NET_FIELDS),
     Rule(r"node_network_speed_bytes", "net.speed_mbps", 8e-6, _IFACE),
+    Rule(r"node_network_mtu_bytes", "net.mtu", 1.0, _IFACE),
     *(Rule(rf"node_disk_{name}", f"disk.{ours}", 1e3, _DEV)
       for name, ours in _DISK_SECONDS.items()),
     *(Rule(rf"node_disk_{name}", f"disk.{ours}", 1.0, _DEV)
