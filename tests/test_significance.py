@@ -686,3 +686,56 @@ def test_a_level_that_matters_is_flagged_where_the_detectors_average_it_away(mon
     monkeypatch.setattr(significance, "LEVEL_ALONE_Z", np.inf)  # the detectors alone
     _, averaged = _flagged(base, run, significance=True)
     assert len(inside(averaged)) < len(inside(report)) - 5
+
+
+def test_level_tails_reach_from_the_median_to_the_baselines_own_quantiles():
+    from reveal.analysis.significance import level_tails
+
+    values = np.zeros((200, 3))
+    values[:10, 0] = 50.0  # a level resting at 0 that bursts in 5 % of the windows
+    values[:, 1] = np.linspace(-1.0, 1.0, 200)
+    values[:10, 2] = 50.0  # the same, in a column that is not a typical level
+    tails = level_tails(values, ("median", "mean", "max"))
+    assert tails[0, 0] == 50.0 and tails[1, 0] == 0.0
+    assert tails[0, 1] == pytest.approx(0.98, abs=0.01) == tails[1, 1]
+    assert tails[:, 2].tolist() == [0.0, 0.0]
+
+
+def test_a_change_is_measured_past_the_level_the_baseline_itself_reached():
+    from reveal.analysis.significance import significant_cells
+
+    median, scale, least = np.zeros(2), np.full(2, 1_000.0), np.full(2, 100_000.0)
+    reach = np.array([[100_000.0, 100_000.0], [0.0, 0.0]])  # bursts to 100k in the baseline
+    values = np.array([[120_000.0, 0.0], [210_000.0, 0.0], [0.0, -150_000.0]])
+    from_median = significant_cells(values, median, scale, least)
+    past = significant_cells(values, median, scale, least, reach=reach)
+    assert from_median[:, 0].tolist() == [True, True, False]
+    assert past[:, 0].tolist() == [False, True, False]  # 20k past its bursts; 110k past
+    assert past[2, 1] and from_median[2, 1]  # the baseline never went below: from the median
+
+
+def test_a_level_that_bursts_in_the_baseline_is_no_change_until_it_goes_far_past_its_bursts():
+    """Page faults resting at 0/s that burst to 60k/s for 3 s in about one window in ten
+    of the baseline: a 10 s burst to 120k/s, among hundreds of noisy channels, is 60k/s
+    past the baseline's own bursts, less than the least rate that matters (the faults
+    that cost a tenth of a CPU); measured from the baseline's median (0/s) it is more."""
+    rng = np.random.default_rng(41)
+
+    def host(tel: Telemetry, bursts: list[tuple[int, float]]) -> Telemetry:
+        rate = np.zeros(tel.n_samples)
+        for start, level in bursts:
+            rate[start:start + (30 if level < 1e5 else 100)] = level
+        noise = {f"tenant.noise{{i={i}}}": rng.normal(0.0, 1.0, tel.n_samples)
+                 for i in range(300)}
+        return _with(tel, {"vmstat.pgfault": np.cumsum(rate * 0.1), **noise})
+
+    base = host(ar1_host(300.0, seed=41), [(s, 60_000.0) for s in range(100, 3000, 300)])
+    run = host(ar1_host(60.0, seed=42, start_s=300.0), [(200, 120_000.0)])
+
+    def by_faults(past: bool) -> list:
+        model = Reveal(overrides={"detect.past_baseline": past}).fit(base)
+        return [a for a in model.report(run).anomalies
+                if a.reasons[0].metric == "vmstat.pgfault"]
+
+    assert len(by_faults(False)) >= 5  # from the median: the burst is a change that matters
+    assert by_faults(True) == []

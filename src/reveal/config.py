@@ -50,6 +50,10 @@ class DetectConfig:
     # that a change must last through most of a window (reveal.analysis.significance); off:
     # a burst shorter than half a window can be an anomaly too
     sustained: bool = True
+    # with significance: a typical level's change is measured past the levels the baseline
+    # itself reached (its 1st and 99th percentile windows), not from its median: a level
+    # the baseline showed now and then is no change that matters (off: from the median)
+    past_baseline: bool = True
     # seconds a changed level of a state-like gauge must hold still to be a new steady
     # state, named once instead of flagged (reveal.analysis.steady; 0: never adopted)
     settle_s: float = 20.0

@@ -55,6 +55,7 @@ from reveal.analysis.significance import (
     gate_active,
     lead_with_cause,
     level_changes_alone,
+    level_tails,
     matter_directions,
     significant_cells,
     tail_matters,
@@ -171,6 +172,9 @@ class FittedAnalysis:
     matters: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
     # the baseline's configuration channels: first and last value (reveal.analysis.hostconfig)
     configuration: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # (2, K) how far the baseline's typical levels reach above and below their median
+    # (reveal.analysis.significance.level_tails; None: models saved before it)
+    level_tails: np.ndarray | None = None
     # the analyses of the extra window sizes (config.extra_window_rows), scored beside this
     # one and joined with it (reveal.analysis.scales)
     scales: list[FittedAnalysis] = dataclasses.field(default_factory=list)
@@ -352,7 +356,9 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size),
         significance=significance, capacity=capacity.to_dict(),
         matters={c: (m.least, m.rule) for c, m in per_channel.items()},
-        configuration=configuration(base))
+        configuration=configuration(base),
+        # a run fitted on itself holds its own anomaly in its tails: median and MAD alone
+        level_tails=None if robust else level_tails(fit_values, tuple(fm.features)))
     return fitted, fm, d_base, ranks
 
 
@@ -448,7 +454,15 @@ def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarr
     if least is None or not gate_active(least):
         return None
     return significant_cells(values, fitted.median, significance_scales(fitted), least,
-                             direction=directions_of(fitted))
+                             direction=directions_of(fitted), reach=reach_of(fitted))
+
+
+def reach_of(fitted: FittedAnalysis) -> np.ndarray | None:
+    """(2, K) how far the baseline's own levels reached above and below its median, that a
+    change must go past to matter (``detect.past_baseline``), or None: from the median."""
+    if not getattr(fitted.config.detect, "past_baseline", False):  # a model saved before it
+        return None
+    return getattr(fitted, "level_tails", None)
 
 
 def directions_of(fitted: FittedAnalysis) -> np.ndarray:
@@ -516,7 +530,7 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
     scale = significance_scales(fitted)
     rows = np.array([e.window_id for e in evidence], dtype=np.intp)
     cells = significant_cells(values[rows], fitted.median, scale, least,
-                              direction=directions_of(fitted))
+                              direction=directions_of(fitted), reach=reach_of(fitted))
     return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,
@@ -562,7 +576,8 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                settle_windows(fitted, fitted.interval_s),
                                flagged=verdicts.flagged & held)
         alone = level_changes_alone(cells, values, fitted.median,
-                                    significance_scales(fitted), tuple(fitted.column_features))
+                                    significance_scales(fitted), tuple(fitted.column_features),
+                                    reach_of(fitted))
         above = (verdicts.flagged | alone) & matters & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}),

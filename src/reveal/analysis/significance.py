@@ -101,7 +101,7 @@ from typing import Any
 import numpy as np
 
 from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE, TYPICAL_LEVEL_FEATURES
-from reveal.analysis.direct import SIGNS
+from reveal.analysis.direct import SIGNS, TAIL_SIGMAS
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
@@ -715,14 +715,22 @@ def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
 
 def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
                       least: np.ndarray, z_min: float = SIGNIFICANT_Z,
-                      direction: np.ndarray | None = None) -> np.ndarray:
+                      direction: np.ndarray | None = None,
+                      reach: np.ndarray | None = None) -> np.ndarray:
     """``(W, K)``: where a window's change from the baseline median is at least the least
     change that matters and ``z_min`` times the column's scale (NaN: not significant),
-    in the ``direction`` (K,) that can matter (:func:`matter_directions`; None: either)."""
+    in the ``direction`` (K,) that can matter (:func:`matter_directions`; None: either).
+    With the baseline's ``reach`` (``(2, K)``, :func:`level_tails`), the change that must
+    reach the least one is measured past the level the baseline itself reached in that
+    direction: a level that rests at 0 faults/s and now and then bursts to 100k/s has
+    not changed by 120k/s when it bursts to 120k/s, but by 20k/s."""
     with np.errstate(invalid="ignore"):
         moved = values - median
         change = np.abs(moved)
-        cells = (change >= least) & (change >= z_min * scale) & (change > 0)
+        past = change
+        if reach is not None:
+            past = change - np.where(moved >= 0, reach[0], reach[1])
+        cells = (past >= least) & (change >= z_min * scale) & (change > 0)
         if direction is not None and direction.any():
             cells &= in_direction(moved, direction)
         return cells
@@ -740,15 +748,43 @@ def _typical_level_columns(features: tuple[str, ...]) -> np.ndarray:
     return np.flatnonzero([f in TYPICAL_LEVEL_FEATURES for f in features])
 
 
+def level_tails(values: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
+    """``(2, K)``: how far the baseline's window values ``values`` (n, K) of each typical
+    level column reach above their median (the :data:`TAIL_QUANTILE` quantile) and below
+    it (the opposite quantile); 0 for the other columns and where there is no value."""
+    out = np.zeros((2, values.shape[1]))
+    cols = _typical_level_columns(tuple(features))
+    if not cols.size or not len(values):
+        return out
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: none
+        x = np.asarray(values[:, cols], dtype=np.float64)
+        mid = np.nanmedian(x, axis=0)
+        out[0, cols] = np.nanquantile(x, TAIL_QUANTILE, axis=0) - mid
+        out[1, cols] = mid - np.nanquantile(x, 1.0 - TAIL_QUANTILE, axis=0)
+    return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
+
+
 def level_changes_alone(cells: np.ndarray, values: np.ndarray, median: np.ndarray,
-                        scale: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
+                        scale: np.ndarray, features: tuple[str, ...],
+                        tails: np.ndarray | None = None) -> np.ndarray:
     """``(W,)``: windows with a change that matters (``cells``) in a column of the
     window's typical level (mean, median: not a lone sample's min or max) at least
     :data:`LEVEL_ALONE_Z` times the column's ``scale`` from the baseline ``median``: large
-    and far enough to count without the detectors' surprise. Reads those columns only."""
+    and far enough to count without the detectors' surprise. With the baseline's ``tails``
+    (:func:`level_tails`), the scale is at least each tail's sigmas (its distance over
+    :data:`~reveal.analysis.direct.TAIL_SIGMAS`, a normal law's to that quantile) in its
+    direction: a level that rests low and now and then bursts (page faults at 0/s with
+    bursts to 60k/s in a tenth of the windows) counts alone only far past its own bursts.
+    Reads those columns only."""
     cols = _typical_level_columns(tuple(features))
     with np.errstate(invalid="ignore"):
-        far = np.abs(values[:, cols] - median[cols]) >= LEVEL_ALONE_Z * scale[cols]
+        moved = values[:, cols] - median[cols]
+        sigma = np.broadcast_to(scale[cols], moved.shape)
+        if tails is not None:
+            side = np.where(moved >= 0, tails[0, cols], tails[1, cols]) / TAIL_SIGMAS
+            sigma = np.maximum(sigma, side)
+        far = np.abs(moved) >= LEVEL_ALONE_Z * sigma
     return (cells[:, cols] & far).any(axis=1)
 
 
