@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from reveal.inject import processes
 from reveal.inject.cleanup import make_temp_dir, read_hugepages, snapshot
 from reveal.inject.faults import FAULTS, FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import EventLog, load_episodes
+from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.veth_pair import NetnsPair
 
 pytestmark = pytest.mark.root
@@ -256,3 +259,58 @@ def test_rt_hog_runs_one_fifo_busy_loop_on_one_cpu_and_is_gone_after(workdir: Pa
     assert burnt > 0.3  # a busy loop, on a shared host
     assert result["episode"].detail["cpu_list"] == affinities[0]
     assert not any(p.is_running() for p in tree)
+
+
+@needs_root
+def test_affinity_squeeze_pins_every_job_thread_to_one_cpu_and_restores_each(
+        tmp_path: Path) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU here")
+    cgroup = JobCgroup().create()
+    proc = None
+    try:
+        if not any((p / "cpu.max").is_file() or (p / "cpu.cfs_quota_us").is_file()
+                   for p in cgroup.paths):
+            pytest.skip("no CPU controller with a quota file here")
+        # a job with two busy threads, one of them already narrowed by the job itself
+        proc = subprocess.Popen([sys.executable, "-c",
+                                 "import threading\n"
+                                 "def spin():\n    while True: pass\n"
+                                 "threading.Thread(target=spin, daemon=True).start()\n"
+                                 "spin()\n"])
+        cgroup.add(proc.pid)
+        deadline = time.monotonic() + 5.0
+        while len(psutil.Process(proc.pid).threads()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tids = sorted(t.id for t in psutil.Process(proc.pid).threads())
+        first = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(tids[-1], {first})
+        before = {tid: os.sched_getaffinity(tid) for tid in tids}
+        fault = make_fault("affinity_squeeze", "high", FaultContext(tmp_path))
+        assert fault.check() is None
+        thread = threading.Thread(target=run_episode, args=(fault, 1.5, EventLog(tmp_path)))
+        thread.start()
+        time.sleep(0.8)
+        during = {tid: os.sched_getaffinity(tid) for tid in tids}
+        thread.join()
+        after = {tid: os.sched_getaffinity(tid) for tid in tids}
+        last = {max(os.sched_getaffinity(0))}
+        assert all(cpus == last for cpus in during.values())
+        assert after == before  # each thread's own, the narrowed one too
+        episode = load_episodes(tmp_path)[0]
+        assert episode.kind == "affinity_squeeze" and episode.subsystem == "cpu"
+        assert episode.detail["cpu_list"] == sorted(last)
+        assert episode.detail["threads"] >= 2
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        cgroup.close()
+
+
+def test_affinity_squeeze_keeps_at_least_one_cpu_and_the_highest_numbered() -> None:
+    from reveal.inject.faults.affinity import squeezed_cpus
+
+    assert squeezed_cpus({0, 1, 2, 3}, 0.0) == {3}
+    assert squeezed_cpus({0, 1, 2, 3}, 0.5) == {2, 3}
+    assert squeezed_cpus({5}, 0.5) == {5}

@@ -650,10 +650,16 @@ def test_the_floors_table_shows_where_the_baselines_bursts_raised_the_least_chan
     for start in (400, 1000, 1600, 2200):
         rate[start:start + 10] = 120.0
     base = _with(ar1_host(240.0, seed=11), {channel: _held(rate, 10)})
-    text = render_floors(Reveal(overrides={"detect.significance": True}).fit(base).fitted_)
+    text = render_floors(Reveal(overrides={"detect.past_baseline": False}).fit(base).fitted_)
     line = next(x for x in text.splitlines() if channel in x)
     assert "raised to" in line and "baseline's own bursts" in line
     assert not any("raised to" in x for x in text.splitlines() if "mem." in x)
+    # measured past the baseline's reach, the bursts are that reach, not a raised least
+    text = render_floors(Reveal().fit(base).fitted_)
+    line = next(x for x in text.splitlines() if channel in x)
+    assert "raised to" not in line and "past the baseline's reach +" in line
+    dirty = next(x for x in text.splitlines() if x.split()[0] == "mem.Dirty")
+    assert "past the baseline's reach +" in dirty  # the levels its AR(1) wander reached
 
 
 def test_a_level_that_matters_is_flagged_where_the_detectors_average_it_away(monkeypatch):
@@ -739,3 +745,32 @@ def test_a_level_that_bursts_in_the_baseline_is_no_change_until_it_goes_far_past
 
     assert len(by_faults(False)) >= 5  # from the median: the burst is a change that matters
     assert by_faults(True) == []
+
+
+def test_a_count_the_baseline_reached_now_and_then_is_no_change_in_a_surprising_window():
+    """A job's namespace loses 45 retransmissions at once every minute or so, in the
+    baseline as in the run; in the run one such loss falls in windows that are surprising
+    for a reason that does not matter (2 MB of huge pages gone). Counted from the
+    baseline's median (0) the 45 lost are a change that matters and those windows are
+    flagged; counted past the baseline's own reach (45 in a window) they are not."""
+    channel = "netstat.TcpExt.TCPLostRetransmit{netns=job}"
+
+    def losses(seconds: float, at: list[float]) -> np.ndarray:
+        rate = np.zeros(int(seconds * 10))
+        for t in at:
+            rate[int(t * 10)] = 450.0  # 45 in one 100 ms sample
+        return _held(rate, 10)
+
+    base = ar1_host(600.0, seed=51)
+    base = _with(base, {channel: losses(600.0, list(np.arange(20.0, 590.0, 53.0))),
+                        "mem.AnonHugePages": np.full(base.n_samples, 2.0 * 2**20)})
+    run = ar1_host(60.0, seed=52, start_s=700.0)
+    run = _with(run, {channel: losses(60.0, [30.0]),
+                      "mem.AnonHugePages": np.zeros(run.n_samples)})
+
+    def flagged(past: bool) -> int:
+        model = Reveal(overrides={"detect.past_baseline": past}).fit(base)
+        return int(np.asarray(model.report(run).windows.flagged).sum())
+
+    assert flagged(False) >= 1
+    assert flagged(True) == 0

@@ -50,6 +50,7 @@ from reveal.analysis.presets import MIN_ROWS_PER_WINDOW
 from reveal.analysis.scales import combine, scale_configs
 from reveal.analysis.select import prune
 from reveal.analysis.significance import (
+    REACH_FEATURES,
     channel_matters,
     feature_matters,
     gate_active,
@@ -319,10 +320,15 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     per_channel = dict(zip(usable, matters, strict=True))
     for name, originals in ranks.sources.items():  # a CPU rank: the group's largest
         per_channel[name] = max((per_channel[c] for c in originals), key=lambda m: m.least)
+    # levels measured past the baseline's own reach (detect.past_baseline) take no tail on
+    # their least change too; a run fitted on itself keeps the median (its own anomaly
+    # would sit in its tails)
+    reached = (np.isin(np.asarray(fm.features), REACH_FEATURES)
+               if config.detect.past_baseline and not robust else None)
     significance = (tail_matters(feature_matters(fm.channels, fm.features, per_channel,
                                                  rows_per_window(window, interval),
                                                  sustained=config.detect.sustained),
-                                 fm.channels, fm.values)
+                                 fm.channels, fm.values, reached)
                     if config.detect.significance else None)
     fit_values = fm.values
     if floors is not None:
@@ -357,7 +363,6 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         significance=significance, capacity=capacity.to_dict(),
         matters={c: (m.least, m.rule) for c, m in per_channel.items()},
         configuration=configuration(base),
-        # a run fitted on itself holds its own anomaly in its tails: median and MAD alone
         level_tails=None if robust else level_tails(fit_values, tuple(fm.features)))
     return fitted, fm, d_base, ranks
 

@@ -84,7 +84,11 @@ over one window, an event sum that rate over the window's rows. With ``sustained
 (``DetectConfig.sustained``) a change must last through most of a window: only a window's
 median (and an event count's sum) can make it significant (:data:`SUSTAINED_FEATURES`); a
 burst shorter than half a window moves the mean, peak and spread but not the median.
-Shape features are dimensionless and never significant. Capacities come from the
+Shape features are dimensionless and never significant. With ``past_baseline``
+(``DetectConfig.past_baseline``, :func:`level_tails`) a typical level's change is measured
+past the levels the baseline itself reached (its 1st and 99th percentile windows), not
+from its median: page faults that rest at 0/s and burst to 57k/s in the baseline have
+changed by 63k/s, not 120k/s, when they burst to 120k/s. Capacities come from the
 baseline's meta data (``mem_total_bytes``, ``n_cpus``) or, where absent, from its channels.
 """
 
@@ -632,13 +636,18 @@ def feature_matters(column_channels: Sequence[str], column_features: Sequence[st
 
 
 def tail_matters(least: np.ndarray, column_channels: Sequence[str],
-                 values: np.ndarray) -> np.ndarray:
+                 values: np.ndarray, reached: np.ndarray | None = None) -> np.ndarray:
     """``least`` (K,) raised, for the columns of channels that move in bursts as a job
     runs (:data:`BURSTY_METRICS`), to the baseline's own upper tail: the distance of the
     :data:`TAIL_QUANTILE` quantile of its window values ``values`` (n, K) from their
     median. A burst like the baseline's own is no change that matters, whether or not the
-    detectors were fitted on it."""
-    cols = np.flatnonzero(_columns_matching(tuple(column_channels), BURSTY_METRICS))
+    detectors were fitted on it. ``reached`` (K,) bool: columns whose change is measured
+    past the baseline's own reach instead (``past_baseline``, :func:`level_tails`), left
+    as they are so that the bursts do not count twice."""
+    bursty = _columns_matching(tuple(column_channels), BURSTY_METRICS)
+    if reached is not None:
+        bursty = bursty & ~reached
+    cols = np.flatnonzero(bursty)
     out = np.asarray(least, dtype=np.float64).copy()
     if not cols.size or not len(values):
         return out
@@ -748,12 +757,24 @@ def _typical_level_columns(features: tuple[str, ...]) -> np.ndarray:
     return np.flatnonzero([f in TYPICAL_LEVEL_FEATURES for f in features])
 
 
+#: features whose reach the baseline's own levels set (:func:`level_tails`): a window's
+#: typical level and an event count's sum over the window (a level in counts)
+REACH_FEATURES = (*TYPICAL_LEVEL_FEATURES, "sum")
+
+
+@functools.lru_cache(maxsize=16)
+def _reach_columns(features: tuple[str, ...]) -> np.ndarray:
+    """Indices of the feature columns of :data:`REACH_FEATURES`."""
+    return np.flatnonzero([f in REACH_FEATURES for f in features])
+
+
 def level_tails(values: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
-    """``(2, K)``: how far the baseline's window values ``values`` (n, K) of each typical
-    level column reach above their median (the :data:`TAIL_QUANTILE` quantile) and below
-    it (the opposite quantile); 0 for the other columns and where there is no value."""
+    """``(2, K)``: how far the baseline's window values ``values`` (n, K) of each level
+    column (:data:`REACH_FEATURES`) reach above their median (the :data:`TAIL_QUANTILE`
+    quantile) and below it (the opposite quantile); 0 for the other columns and where
+    there is no value."""
     out = np.zeros((2, values.shape[1]))
-    cols = _typical_level_columns(tuple(features))
+    cols = _reach_columns(tuple(features))
     if not cols.size or not len(values):
         return out
     with np.errstate(all="ignore"), warnings.catch_warnings():

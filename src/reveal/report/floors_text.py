@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reveal.analysis.pipeline import rows_per_window
+from reveal.analysis.pipeline import reach_of, rows_per_window
 from reveal.catalog import default_catalog
 from reveal.frame import channel_metric
 from reveal.report.escape import plain
@@ -21,8 +21,11 @@ def render_floors(fitted: Any, limit: int | None = None) -> str:
     if getattr(fitted, "significance", None) is None:
         return ("Least change that matters: off for this model (surprise alone decides; "
                 "fit with detect.significance on)\n")
+    reach = _reach(fitted)
     lines = ["Least change that matters (a window is an anomaly only when some change in it "
-             "is at least this large and 3 robust σ from the baseline)"]
+             "is at least this large and 3 robust σ from the baseline"
+             + ("; a window's level past the levels the baseline itself reached, its 1st "
+                "and 99th percentile windows, where a reach is shown)" if reach else ")")]
     if capacity:
         links = ", ".join(f"{plain(k, 40)} {si(v * 8, 'bit/s')}"
                           for k, v in capacity.get("link_bytes_per_s", {}).items())
@@ -43,6 +46,10 @@ def render_floors(fitted: Any, limit: int | None = None) -> str:
             tail = raised[channel]
             rule += (f"; raised to {q.format(tail) if q.known else f'{tail:,.4g}'} by the "
                      "baseline's own bursts (99th percentile − median)")
+        up, down = reach.get(channel, (0.0, 0.0))
+        if up > 0 or down > 0:
+            shown = (q.format if q.known else "{:,.4g}".format)
+            rule += f"; past the baseline's reach +{shown(up)} / −{shown(down)}"
         lines.append(f"  {plain(channel, 80):<{width}}  {amount:>14}  {rule}")
     if limit is not None and len(rows) > limit:
         lines.append(f"  ... {len(rows) - limit} more channels")
@@ -63,4 +70,23 @@ def _raised_by_tail(fitted: Any) -> dict[str, float]:
         if feature in ("median", "mean", "sum") and math.isfinite(value):
             level = value / rows if feature == "sum" else float(value)
             out[channel] = max(out.get(channel, 0.0), level)
+    return out
+
+
+def _reach(fitted: Any) -> dict[str, tuple[float, float]]:
+    """Per channel, how far its baseline's window level (median, mean; a sum per row)
+    reached above and below the baseline's median (:func:`reveal.analysis.pipeline.reach_of`), where the
+    model measures changes past it; empty where it does not."""
+    tails = reach_of(fitted)
+    if tails is None:
+        return {}
+    rows = rows_per_window(fitted.window, fitted.interval_s)
+    out: dict[str, tuple[float, float]] = {}
+    for k, (channel, feature) in enumerate(zip(fitted.column_channels,
+                                               fitted.column_features, strict=True)):
+        if feature in ("median", "mean", "sum"):
+            per = rows if feature == "sum" else 1.0  # a count over the window, per row
+            up, down = out.get(channel, (0.0, 0.0))
+            out[channel] = (max(up, float(tails[0, k]) / per),
+                            max(down, float(tails[1, k]) / per))
     return out

@@ -15,6 +15,7 @@ hugepages_reserved     memory     vm.nr_hugepages raised, unused (cross-host cas
 cgroup_throttle        cpu        CPU quota on the job's cgroup (cpu.max / cfs_quota)
 mtu_shrink             network    MTU of the suite's veth lowered (576 B at high)
 rt_hog                 cpu        SCHED_FIFO busy loop pinned to one CPU
+affinity_squeeze       cpu        the job's threads pinned to fewer CPUs (affinity)
 =====================  =========  ====================================================
 """
 
@@ -27,7 +28,7 @@ from reveal.inject.faults.base import FAULTS, Fault, FaultContext, register, run
 
 #: modules of this package that define the built-in faults (registered in this order)
 BUILTIN_MODULES = ("cpu", "memory", "writeback", "disk", "network", "udp_flood", "hugepages",
-                   "cgroup_throttle", "mtu", "rt_hog")
+                   "cgroup_throttle", "mtu", "rt_hog", "affinity")
 for _module in BUILTIN_MODULES:
     importlib.import_module(f"{__package__}.{_module}")
 
