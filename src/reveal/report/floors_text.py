@@ -75,8 +75,9 @@ def _raised_by_tail(fitted: Any) -> dict[str, float]:
 
 def _reach(fitted: Any) -> dict[str, tuple[float, float]]:
     """Per channel, how far its baseline's window level (median, mean; a sum per row)
-    reached above and below the baseline's median (:func:`reveal.analysis.pipeline.reach_of`), where the
-    model measures changes past it; empty where it does not."""
+    reached above and below the baseline's median
+    (:func:`reveal.analysis.pipeline.reach_of`), where the model measures changes past it;
+    empty where it does not."""
     tails = reach_of(fitted)
     if tails is None:
         return {}
