@@ -173,8 +173,9 @@ class FittedAnalysis:
     matters: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
     # the baseline's configuration channels: first and last value (reveal.analysis.hostconfig)
     configuration: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
-    # (2, K) how far the baseline's typical levels reach above and below their median
-    # (reveal.analysis.significance.level_tails; None: models saved before it)
+    # (2, K) how far the baseline's levels (mean, median, a count's sum) reach above and
+    # below their median (reveal.analysis.significance.level_tails; None: a run fitted on
+    # itself, and models saved before it)
     level_tails: np.ndarray | None = None
     # the analyses of the extra window sizes (config.extra_window_rows), scored beside this
     # one and joined with it (reveal.analysis.scales)
