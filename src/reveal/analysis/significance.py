@@ -651,12 +651,20 @@ def tail_matters(least: np.ndarray, column_channels: Sequence[str],
     out = np.asarray(least, dtype=np.float64).copy()
     if not cols.size or not len(values):
         return out
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: none
-        x = np.asarray(values[:, cols], dtype=np.float64)
-        tail = np.nanquantile(x, TAIL_QUANTILE, axis=0) - np.nanmedian(x, axis=0)
+    tail = _spread_from_median(values[:, cols])[0]
     out[cols] = np.maximum(out[cols], np.nan_to_num(tail, nan=0.0, posinf=0.0))
     return out
+
+
+def _spread_from_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ``x`` (n, k): the :data:`TAIL_QUANTILE` quantile's distance above the
+    median and the opposite quantile's below it (NaN for a column with no value)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: none
+        x = np.asarray(x, dtype=np.float64)
+        mid = np.nanmedian(x, axis=0)
+        return (np.nanquantile(x, TAIL_QUANTILE, axis=0) - mid,
+                mid - np.nanquantile(x, 1.0 - TAIL_QUANTILE, axis=0))
 
 
 def lasts(channel: str, feature: str) -> bool:
@@ -777,13 +785,9 @@ def level_tails(values: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
     cols = _reach_columns(tuple(features))
     if not cols.size or not len(values):
         return out
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: none
-        x = np.asarray(values[:, cols], dtype=np.float64)
-        mid = np.nanmedian(x, axis=0)
-        out[0, cols] = np.nanquantile(x, TAIL_QUANTILE, axis=0) - mid
-        out[1, cols] = mid - np.nanquantile(x, 1.0 - TAIL_QUANTILE, axis=0)
-    return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
+    out[0, cols], out[1, cols] = _spread_from_median(values[:, cols])
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
 
 
 def level_changes_alone(cells: np.ndarray, values: np.ndarray, median: np.ndarray,

@@ -56,6 +56,16 @@ def render_floors(fitted: Any, limit: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _levels(fitted: Any, values: Any) -> list[tuple[str, Any]]:
+    """``(channel, value per row)`` for each fitted column of a window's level (median,
+    mean; a sum over the window divided by its rows) of per-column ``values``."""
+    rows = rows_per_window(fitted.window, fitted.interval_s)
+    return [(channel, value / rows if feature == "sum" else value)
+            for channel, feature, value in zip(fitted.column_channels, fitted.column_features,
+                                               values, strict=True)
+            if feature in ("median", "mean", "sum")]
+
+
 def _raised_by_tail(fitted: Any) -> dict[str, float]:
     """Per channel, the least change of its window level (median or mean; a sum per row) as
     fitted, in the channel's unit: above the rule's own where the baseline's tail raised it
@@ -64,12 +74,9 @@ def _raised_by_tail(fitted: Any) -> dict[str, float]:
     out: dict[str, float] = {}
     if least is None:
         return out
-    rows = rows_per_window(fitted.window, fitted.interval_s)
-    for channel, feature, value in zip(fitted.column_channels, fitted.column_features, least,
-                                       strict=True):
-        if feature in ("median", "mean", "sum") and math.isfinite(value):
-            level = value / rows if feature == "sum" else float(value)
-            out[channel] = max(out.get(channel, 0.0), level)
+    for channel, level in _levels(fitted, least):
+        if math.isfinite(level):
+            out[channel] = max(out.get(channel, 0.0), float(level))
     return out
 
 
@@ -81,13 +88,8 @@ def _reach(fitted: Any) -> dict[str, tuple[float, float]]:
     tails = reach_of(fitted)
     if tails is None:
         return {}
-    rows = rows_per_window(fitted.window, fitted.interval_s)
     out: dict[str, tuple[float, float]] = {}
-    for k, (channel, feature) in enumerate(zip(fitted.column_channels,
-                                               fitted.column_features, strict=True)):
-        if feature in ("median", "mean", "sum"):
-            per = rows if feature == "sum" else 1.0  # a count over the window, per row
-            up, down = out.get(channel, (0.0, 0.0))
-            out[channel] = (max(up, float(tails[0, k]) / per),
-                            max(down, float(tails[1, k]) / per))
+    for channel, (up, down) in _levels(fitted, tails.T):
+        was_up, was_down = out.get(channel, (0.0, 0.0))
+        out[channel] = (max(was_up, float(up)), max(was_down, float(down)))
     return out
