@@ -1,6 +1,7 @@
 """Headless Chromium driven over the DevTools protocol on a pipe (no port, no network).
 
-:func:`start` launches Debian's ``/usr/bin/chromium`` headless with a private profile in a
+:func:`start` launches Chromium (``chromium`` on Debian, ``chromium-browser`` on Ubuntu,
+whichever ``PATH`` has) headless with a private profile in a
 temporary directory and ``--remote-debugging-pipe``: commands go to the browser on its
 fd 3 and replies come back on its fd 4, as NUL-separated JSON. :class:`Page` opens one
 tab, navigates it with the network switched off, evaluates scripts, collects console
@@ -26,7 +27,8 @@ from typing import Any
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+#: the browser's executable: Debian names it ``chromium``, Ubuntu ``chromium-browser``
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "chromium"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe")
@@ -233,7 +235,7 @@ class Page:
 
 
 def available() -> bool:
-    return os.access(CHROMIUM, os.X_OK)
+    return shutil.which(CHROMIUM) is not None
 
 
 def start() -> Browser:
@@ -247,7 +249,7 @@ def start() -> Browser:
 def browser() -> Iterator[Browser]:
     """A headless Chromium for the module's tests; skips when Chromium is absent."""
     if not available():
-        pytest.skip(f"{CHROMIUM} is not installed")
+        pytest.skip("chromium is not installed (neither chromium nor chromium-browser on PATH)")
     b = start()
     try:
         yield b

@@ -1,14 +1,20 @@
 """Every user-facing error path of the ``reveal`` command line, run for real.
 
-Each case runs ``python -m reveal.cli`` in a subprocess on real inputs (a run the real
-collector recorded, files made broken on purpose, a read-only bind mount, a full tmpfs,
-/proc, a path under a regular file...) and checks what a user sees: exit code 2, exactly
-one line on stderr naming the problem, and no traceback. The cases are parametrised by
-name, so ``pytest -v`` lists them and the count of paths covered.
+Each case runs the command line's entry point (:func:`reveal.cli.main`) on real inputs (a
+run the real collector recorded, files made broken on purpose, a read-only bind mount, a
+full tmpfs, /proc, a path under a regular file...) and checks what a user sees: exit code
+2, exactly one line on stderr naming the problem, and no traceback. Every case runs in this
+process (its working directory and environment set as a shell would); every
+:data:`SUBPROCESS_EVERY`-th case also runs as ``python -m reveal.cli`` in a subprocess, so
+what only a fresh interpreter shows (its imports, its exit code, its stderr) is checked too.
+The cases are parametrised by name, so ``pytest -v`` lists them and the count of paths
+covered.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -29,6 +35,29 @@ def _reveal(*args: str, cwd: Path, env: dict[str, str] | None = None,
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([*python, "-m", "reveal.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd, env=full_env, check=False)
+
+
+def _reveal_here(*args: str, cwd: Path, env: dict[str, str] | None,
+                 monkeypatch: pytest.MonkeyPatch) -> subprocess.CompletedProcess[str]:
+    """:func:`reveal.cli.main` run in this process as ``reveal ARGS`` would run from ``cwd``
+    with ``env`` added to the environment: its exit code, stdout and stderr."""
+    from reveal import cli
+
+    monkeypatch.chdir(cwd)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+        except Exception:  # a traceback is what the user would see
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["reveal", *args], code, out.getvalue(), err.getvalue())
 
 
 def _csv(path: Path, header: str, rows: list[str]) -> Path:
@@ -471,12 +500,24 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_error_path_is_one_line_and_exit_2(case: Case, places: Places) -> None:
+#: every n-th case also runs in a subprocess (a fresh interpreter, as a user runs it)
+SUBPROCESS_EVERY = 8
+WAYS = [pytest.param(case, "here", id=f"{case.name}-here") for case in CASES] + [
+    pytest.param(case, "subprocess", id=f"{case.name}-subprocess")
+    for case in CASES[::SUBPROCESS_EVERY]]
+
+
+@pytest.mark.parametrize(("case", "way"), WAYS)
+def test_error_path_is_one_line_and_exit_2(case: Case, way: str, places: Places,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     if case.needs and getattr(places, case.needs) is None:
         pytest.skip(f"needs a {case.needs} mount (root and mount(8))")
-    done = _reveal(*case.argv(places), cwd=places.root,
-                   env=case.env(places) if case.env else None)
+    env = case.env(places) if case.env else None
+    if way == "here":
+        done = _reveal_here(*case.argv(places), cwd=places.root, env=env,
+                            monkeypatch=monkeypatch)
+    else:
+        done = _reveal(*case.argv(places), cwd=places.root, env=env)
     lines = done.stderr.splitlines()
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, (done.returncode, done.stderr)
