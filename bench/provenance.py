@@ -12,12 +12,20 @@ it, and re-made:
   (``systemd-detect-virt``, else the CPU's hypervisor flag), Python and the versions of the
   numeric libraries;
 - ``command``: the full command line, as run;
-- ``settings``: every setting the benchmark ran with, in full (for the analysis, the whole
-  effective settings tree of :func:`analysis_settings`, not only what was changed).
+- ``settings``: every setting the benchmark ran with, in full: its options
+  (:func:`arguments`) and, where it runs the analysis or the fleet comparison, the whole
+  effective settings tree of :func:`analysis_settings` or :func:`fleet_settings`, not only
+  what was changed.
+
+Results written before the block was kept carry one marked ``recorded_before_provenance``:
+the commit that added the file stands for the code's revision, and what was not recorded
+(host, command, full settings) is null.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import datetime as dt
 import importlib.metadata
 import json
@@ -27,7 +35,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +52,23 @@ def _git(*args: str) -> str | None:
                               timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    # only the end trimmed: a status line starts with a space where the index is unchanged
+    return done.stdout.rstrip() if done.returncode == 0 else None
 
 
 def revision() -> dict[str, Any]:
     """The code's commit and the paths where the work tree differs from it (results under
     ``bench/results`` not counted: writing them is what a benchmark does)."""
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    changed = [line[3:] for line in (status or "").splitlines()
-               if not line[3:].startswith("bench/results/")]
+    changed = changed_paths(_git("status", "--porcelain", "--untracked-files=no") or "")
     return {"commit": commit, "dirty": bool(changed), "changed": changed[:50]}
+
+
+def changed_paths(status: str) -> list[str]:
+    """The paths of ``git status --porcelain`` lines (``XY PATH``, a rename ``XY OLD -> NEW``),
+    those under ``bench/results`` left out."""
+    paths = [line[3:] for line in status.splitlines() if len(line) > 3]
+    return [p for p in paths if not p.split(" -> ")[-1].startswith("bench/results/")]
 
 
 def _cpu_model() -> str | None:
@@ -118,6 +132,55 @@ def analysis_settings(overrides: Mapping[str, Any] | None = None,
     return {k: list(v) if isinstance(v, tuple) else v for k, v in tree.items()}
 
 
+def plain(value: Any) -> Any:
+    """``value`` as JSON holds it: paths as strings, tuples and sets as lists, mappings as
+    dicts with string keys, NumPy scalars and arrays as Python numbers and lists."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted(plain(v) for v in value)
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # NumPy scalar or array
+        return value.tolist()
+    return value
+
+
+def arguments(args: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
+    """Every option a benchmark ran with (``vars(args)``), paths as strings."""
+    return plain(vars(args) if isinstance(args, argparse.Namespace) else dict(args))
+
+
+def script_argv(script: str, argv: Sequence[str] | None) -> list[str] | None:
+    """The command line of ``script`` when its ``main`` was given ``argv`` (None: this
+    process's own, ``sys.argv``)."""
+    if argv is None:
+        return None
+    path = Path(script).resolve()
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [str(shown), *argv]
+
+
+def fleet_settings(config: Any = None) -> dict[str, Any]:
+    """The whole fleet comparison settings tree by dotted name (``FleetConfig``, its window
+    included) of ``config``, by default ``reveal fleet``'s."""
+    from reveal.fleet.config import FleetConfig
+    from reveal.settings import flatten
+
+    return plain(flatten(FleetConfig() if config is None else config))
+
+
+def dataclass_settings(config: Any) -> dict[str, Any]:
+    """Every field of the dataclass ``config`` by dotted name (nested dataclasses flattened)."""
+    from reveal.settings import flatten
+
+    if not dataclasses.is_dataclass(config):
+        raise TypeError(f"not a dataclass: {type(config).__name__}")
+    return plain(flatten(config))
+
+
 def provenance(settings: Mapping[str, Any], argv: Sequence[str] | None = None,
                started: float | None = None) -> dict[str, Any]:
     """The ``provenance`` block: revision, date, host, command, ``settings`` and the wall
@@ -128,16 +191,32 @@ def provenance(settings: Mapping[str, Any], argv: Sequence[str] | None = None,
             "duration_s": round(time.monotonic() - (STARTED if started is None else started), 1),
             "host": host(),
             "command": shlex.join([Path(sys.executable).name, *args]),
-            "settings": dict(settings)}
+            "settings": plain(settings)}
 
 
-def write_result(path: Path, result: Mapping[str, Any], settings: Mapping[str, Any],
-                 argv: Sequence[str] | None = None, started: float | None = None) -> Path:
+def _json_default(value: Any) -> Any:
+    """What ``json`` cannot write by itself and has one plain form: paths, NumPy values."""
+    if isinstance(value, Path) or (hasattr(value, "tolist") and hasattr(value, "dtype")):
+        return plain(value)
+    raise TypeError(f"a result cannot hold {type(value).__name__} ({value!r:.60})")
+
+
+def write_result(path: Path | str, result: Mapping[str, Any], settings: Mapping[str, Any],
+                 argv: Sequence[str] | None = None, started: float | None = None,
+                 indent: int | None = 1, default: Callable[[Any], Any] | None = None) -> Path:
     """Write ``result`` as JSON to ``path`` with its ``provenance`` (see :func:`provenance`);
-    the file is written whole or not at all (a temporary file renamed over it)."""
+    the file is written whole or not at all: the JSON text is made first (a value it cannot
+    hold raises ``TypeError`` before anything is written; ``default`` converts such values
+    instead, as ``json.dumps`` takes it), then written to a temporary file renamed over
+    ``path``."""
+    path = Path(path)
     payload = {**result, "provenance": provenance(settings, argv, started)}
+    text = json.dumps(payload, indent=indent, default=default or _json_default) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
