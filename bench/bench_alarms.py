@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from provenance import analysis_settings, arguments, script_argv, write_result
+
 RESULT = Path(__file__).resolve().parent / "results" / "alarms.json"
 #: Faults of the suite, all on the distributed job, at their higher intensity.
 SUITE = ("cpu_contention", "memory_pressure", "writeback_storm", "disk_burst", "packet_loss",
@@ -196,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                    for h in (0, 1)},
         "rows": rows,
     }
-    args.result.parent.mkdir(parents=True, exist_ok=True)
-    args.result.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    write_result(args.result, result, {**arguments(args), "analysis": analysis_settings(settings)},
+                 script_argv(__file__, argv), started, default=str)
     print(json.dumps(result["total"], indent=1))
     for r in rows:
         print(f"{r['kind']:16} before {r['flagged_before']:3}/{r['windows_before']:3} "

@@ -79,6 +79,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import analysis_settings, arguments, dataclass_settings, script_argv, write_result
 from reveal.evaluate.anchors import (
     AUTO_QUANTILE,
     QV_COMPONENTS,
@@ -364,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     say: Callable[[str], None] = (lambda _m: None) if args.quiet else (
         lambda m: print(m, file=sys.stderr, flush=True))
 
+    started = time.monotonic()
     t_start = time.perf_counter()
     result: dict = {"datasets": {}}
     with threadpool_limits(1):
@@ -400,8 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     result["host"] = {"python": platform.python_version(), "machine": platform.machine(),
                       "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(out_path, result,
+                 {**arguments(args), "data_root": str(root),
+                  "analysis": analysis_settings(dict(settings.overrides), interval_s=60.0),
+                  "evaluation": dataclass_settings(settings), "anchors": result["settings"]},
+                 script_argv(__file__, argv), started)
     print(table(result, methods, args.per_machine))
     print(f"{result['seconds_total']:.0f} s; wrote {out_path}")
     return 0

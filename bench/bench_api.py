@@ -31,6 +31,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import reveal  # noqa: E402
+from provenance import analysis_settings, arguments, write_result  # noqa: E402
 from reveal.dataframe import frame_from_telemetry, telemetry_from_frame  # noqa: E402
 from synthetic import ar1_host  # noqa: E402
 
@@ -108,8 +109,7 @@ def main() -> int:
                      "json_s": round(json_s, 4), "json_bytes": len(text)},
         "repeat": args.repeat,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    write_result(args.out, out, {**arguments(args), "analysis": analysis_settings()}, indent=2)
     print(json.dumps(out, indent=2))
     return 0
 

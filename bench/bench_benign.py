@@ -21,13 +21,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import (
+    analysis_settings,
+    arguments,
+    dataclass_settings,
+    script_argv,
+    write_result,
+)
 from reveal.inject.benign.suite import (
     BenignOptions,
     reanalyse,
     render_markdown,
     run_benign_suite,
-    write_result,
 )
+from reveal.inject.benign.suite import write_result as write_suite_result
 from reveal.inject.cleanup import install_signal_handlers
 
 RESULT = Path(__file__).resolve().parent / "results" / "benign.json"
@@ -57,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             result = reanalyse(args.reanalyse, options, say, reports_to=out / "reports")
         else:
             result = run_benign_suite(options, out, say)
-        write_result(result, out)
+        write_suite_result(result, out)
     bench = {
         "benchmark": "benign", "quick": args.quick,
         "wall_s": round(time.monotonic() - started, 1),
@@ -67,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": result["workloads"], "host": result["host"],
         "kernel": result["kernel"], "started": result["started"],
     }
-    args.result.parent.mkdir(parents=True, exist_ok=True)
-    args.result.write_text(json.dumps(bench, indent=1, default=str) + "\n", encoding="utf-8")
+    write_result(args.result, bench,
+                 {**arguments(args), "suite": dataclass_settings(options),
+                  "analysis": analysis_settings(options.settings, options.interval_s)},
+                 script_argv(__file__, argv), started, default=str)
     args.result.with_suffix(".md").write_text(render_markdown(result), encoding="utf-8")
     print(json.dumps(bench["total"], indent=1))
     return 0

@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_collector import Meter, _wait_started, storage  # noqa: E402
+from provenance import arguments, script_argv, write_result  # noqa: E402
 
 MAKE_TREE = ROOT / "tests" / "fixtures" / "bighost" / "make_tree.py"
 PROBES = ("cpu", "memory", "storage", "network", "interrupts", "pressure", "power")
@@ -229,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     result["loadavg_end"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result, arguments(args), script_argv(__file__, argv), indent=2)
     for run in result["runs"]:
         print(f"detail={run['interrupts_detail']}: {run['channels']} channels, "
               f"{run['collector_cpu_pct_core']} % of a core ({run['ticks_taken_by']}), "

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from provenance import arguments, script_argv, write_result
 from reveal.store.run_reader import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -463,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     work = Path(tempfile.mkdtemp(prefix="reveal-bench-"))
     started = time.time()
+    started_mono = time.monotonic()
     try:
         result: dict[str, Any] = {
             "bench": "collector", "started_unix": started, "interval_s": args.interval,
@@ -510,8 +512,8 @@ def main(argv: list[str] | None = None) -> int:
                 if (work / sub).exists():
                     shutil.copytree(work / sub, args.keep / sub, dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=float) + "\n", encoding="utf-8")
+    write_result(args.out, result, {**arguments(args), "targets": TARGETS},
+                 script_argv(__file__, argv), started_mono, indent=2, default=float)
     print(json.dumps(result["targets"], indent=2), file=sys.stderr)
     return 0
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, script_argv, write_result
 from reveal.collect.cgroup import cgroup_mounts
 from reveal.collect.runner import CollectOptions
 from reveal.inject.cleanup import install_signal_handlers
@@ -285,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "windows": results,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    settings = {**arguments(args), "conditions_run": chosen, "namespaces": N_NAMESPACES,
+                "cgroups": N_CGROUPS, "interval_s": 0.1, "refresh_s": CollectOptions.refresh_s,
+                "target_pct_core_max": TARGET_PCT}
+    write_result(args.out, out, settings, script_argv(__file__, argv), indent=2)
     print(json.dumps(summary, indent=2))
     return 0
 

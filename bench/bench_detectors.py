@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import analysis_settings, arguments, dataclass_settings, write_result
 from reveal.analysis.ensemble import Ensemble, EnsembleOptions
 from reveal.config import DetectConfig
 
@@ -61,6 +62,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "detectors.json"))
     args = parser.parse_args()
 
+    started = time.monotonic()
     t0 = time.perf_counter()
     base = synthetic(args.windows, args.columns, seed=1)
     run = synthetic(args.windows, args.columns, seed=2)
@@ -129,8 +131,9 @@ def main() -> int:
                  "python": platform.python_version(),
                  "note": "shared 2-core machine; timings are noisy while others work"},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    settings = {**arguments(args), "ensemble": dataclass_settings(options),
+                "detect": dataclass_settings(ens.config), "analysis": analysis_settings()}
+    write_result(args.out, result, settings, started=started, indent=2)
     print(json.dumps(result, indent=2))
     return 0
 

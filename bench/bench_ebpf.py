@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, write_result
 from reveal.collect.ebpf.probe import EbpfProbe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -364,8 +365,8 @@ def main() -> int:
         print("bench_ebpf: needs root (bpftrace uprobes)", file=sys.stderr)
         return 2
     results = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(args.out, results, {**arguments(args), "repetitions": 3 if args.quick else 7},
+                 indent=2)
     print(json.dumps({"per_call": results["per_call"], "loop": results["loop"]}, indent=2))
     return 0
 

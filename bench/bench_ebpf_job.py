@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, script_argv, write_result
 from reveal.collect.ebpf.probe import EbpfProbe
 from reveal.inject.workloads import default_workload
 
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, from {', '.join(CONFIGS)}")
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args(argv)
+    command = script_argv(__file__, argv)
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
@@ -244,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
             if stats_before is not None:
                 stats.write_text(stats_before)
     result["host"]["load_avg_end"] = list(os.getloadavg())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result,
+                 {**arguments(args), "configs_run": {name: CONFIGS[name] for name in configs},
+                  "workload": workload, "target_slowdown_pct": TARGET_SLOWDOWN_PCT},
+                 command)
     for name, r in result["configs"].items():
         print(f"{name}: BPF programs {r['bpf_ms_per_s']:.3f} ms per second = at most "
               f"{r['bpf_pct_of_job_cpu_bound']:.3f} % of the job's CPU")

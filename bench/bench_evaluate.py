@@ -38,6 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import (
+    analysis_settings,
+    arguments,
+    dataclass_settings,
+    write_result,
+)
 from reveal.evaluate.labelled import EvalSettings, evaluate
 from reveal.store.labelled import default_data_root
 
@@ -244,6 +250,7 @@ def main() -> int:
         print(msg, file=sys.stderr, flush=True)
 
     settings = EvalSettings()
+    started = time.monotonic()
     t0 = time.perf_counter()
     cache = Path(args.cache) if args.cache else None
     result = evaluate_all(root, settings, "batch", args.machines, args.jobs, say, cache)
@@ -332,8 +339,15 @@ def main() -> int:
             r = evaluate(root, ("smd",), settings=variant)
             sweep[name] = _headline(r["datasets"]["smd"])["reveal"]
         out["sensitivity_smd"] = sweep
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2, default=float) + "\n", encoding="utf-8")
+    full = {**arguments(args), "data_root": str(root),
+            "analysis": analysis_settings(dict(settings.overrides), interval_s=60.0),
+            "evaluation": dataclass_settings(settings),
+            "stream_candidates": {n: dict(CANDIDATES[n]) for n in wanted},
+            "feature_sets": {n: dict(o) for n, o in FEATURE_SETS.items()},
+            "sweep": {n: dict(v.overrides) for n, v in _variants(settings).items()}
+            if args.sweep else None,
+            "targets_smd": TARGETS_SMD, "targets_stream": TARGETS_STREAM}
+    write_result(args.out, out, full, started=started, indent=2, default=float)
     print(json.dumps({"headline": out["headline"], "meets_smd": out["meets_smd"],
                       "stream": {n: {d: v["headline"]["auto_f1"] for d, v in r.items()}
                                  for n, r in stream.items()},

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from provenance import arguments, dataclass_settings, write_result
 from reveal.analysis.features import DYNAMIC_FEATURES, compute_features
 from reveal.analysis.windows import make_windows
 from reveal.config import WindowConfig
@@ -187,6 +188,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
 
+    started = time.monotonic()
     t0 = time.perf_counter()
     values, families = synthetic_telemetry(args.rows, args.channels)
     gen_s = time.perf_counter() - t0
@@ -326,8 +328,10 @@ def main() -> None:
             "exact AIC ties: see docs/features.md)",
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    settings = {**arguments(args), "interval_ns": INTERVAL_NS,
+                "window": dataclass_settings(WindowConfig()),
+                "features": list(DYNAMIC_FEATURES), "families": dict(FAMILIES)}
+    write_result(args.out, result, settings, started=started, indent=2)
     print(json.dumps(result, indent=2))
 
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, fleet_settings, script_argv, write_result
 from reveal.fleet.channels import JOB_PREFIXES
 from reveal.fleet.simulate import (
     SimulatedFleet,
@@ -381,14 +382,25 @@ def main(argv: list[str] | None = None) -> int:
         record(args.record, args.run_s, args.episode_s, args.seed)
         say(f"recorded in {time.monotonic() - started:.0f} s")
     if args.score:
+        from reveal.fleet.config import FleetConfig
+
+        started = time.monotonic()
         result = score(args.score)
-        args.result.parent.mkdir(parents=True, exist_ok=True)
-        args.result.write_text(json.dumps(result, indent=1) + "\n")
+        chosen = with_set(FleetConfig(), result["channels"], **result["settings"])
+        search = {"channel_sets": CHANNEL_SETS, "feature_grid": FEATURE_GRID,
+                  "compare_grid": COMPARE_GRID, "settle_s": SETTLE_S, "keep_tried": KEEP_TRIED,
+                  "targets": TARGETS}
+        write_result(args.result, result,
+                     {**arguments(args), "fleet": fleet_settings(chosen), "search": search},
+                     script_argv(__file__, argv), started)
         say(json.dumps({k: result[k] for k in ("report", "clean", "met")}, indent=1))
     if args.defaults:
+        started = time.monotonic()
         result = score_defaults(args.defaults)
-        args.defaults_result.parent.mkdir(parents=True, exist_ok=True)
-        args.defaults_result.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(args.defaults_result, result,
+                     {**arguments(args), "fleet": fleet_settings(), "settle_s": SETTLE_S,
+                      "targets": TARGETS},
+                     script_argv(__file__, argv), started)
         say(json.dumps(result["fleets"], indent=1))
     return 0
 

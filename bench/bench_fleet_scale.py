@@ -38,10 +38,14 @@ from typing import Any
 import numpy as np
 from scipy.signal import lfilter
 
+from provenance import arguments, fleet_settings, script_argv, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL_S = 0.1
 WALL_START_S = 1_760_000_000.0
 GIB = 1024.0**3
+#: memory limit of each Dask worker
+WORKER_MEMORY = "4GiB"
 
 
 def channel_layout() -> tuple[list[str], list[str]]:
@@ -155,7 +159,7 @@ def run_once(hosts: int, workers: int, seconds: float, say) -> dict[str, Any]:
 
     config = FleetConfig()
     sources = [functools.partial(make_host, i, seconds) for i in range(hosts)]
-    with fleet_client(workers=workers, memory_limit="4GiB") as client:
+    with fleet_client(workers=workers, memory_limit=WORKER_MEMORY) as client:
         client.run(lambda: None)  # workers up before the clock starts
         load_before = os.getloadavg()
         t0 = time.perf_counter()
@@ -188,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="add these runs to those already in --out (another moment, "
                              "another load)")
     args = parser.parse_args(argv)
+    started = time.monotonic()
 
     def say(message: str) -> None:
         print(f"  {message}", file=sys.stderr, flush=True)
@@ -205,16 +210,23 @@ def main(argv: list[str] | None = None) -> int:
         by = {r["workers"]: r["wall_s"] for r in runs if r["hosts"] == hosts}
         if 1 in by and 2 in by:
             speedups.append({"hosts": hosts, "speedup_1_to_2": round(by[1] / by[2], 2)})
+    earlier_provenance = []
     if args.append and Path(args.out).exists():
         earlier = json.loads(Path(args.out).read_text())
         runs = earlier.get("runs", []) + runs
         speedups = earlier.get("speedups", []) + speedups
+        # where the runs kept from before came from
+        earlier_provenance = [*earlier.get("earlier_provenance", []),
+                              *([earlier["provenance"]] if "provenance" in earlier else [])]
     payload = {"benchmark": "fleet_scale", "data": "synthetic (see bench_fleet_scale.py)",
                "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform()},
                "runs": runs, "speedups": speedups}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(payload, indent=1) + "\n")
+    if earlier_provenance:
+        payload["earlier_provenance"] = earlier_provenance
+    settings = {**arguments(args), "fleet": fleet_settings(), "interval_s": INTERVAL_S,
+                "channels": len(channel_layout()[0]), "worker_memory_limit": WORKER_MEMORY}
+    write_result(args.out, payload, settings, script_argv(__file__, argv), started)
     print(json.dumps(payload, indent=1))
     return 0
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, write_result
 from reveal.collect.cpu import CpuProbe
 from reveal.collect.gpu import GpuProbe
 from reveal.collect.gpu_procs import GpuProcessProbe
@@ -266,8 +267,9 @@ def main() -> None:
         "blocking_per_tick_if_on_tick_path_s": GPUS * (2 * PCIE_CALL_S + 3 * PROC_CALL_S),
         "phases": phases,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result,
+                 {**arguments(args), "interval_s": 0.1, "gpus": GPUS, "pcie_call_s": PCIE_CALL_S,
+                  "per_process_call_s": PROC_CALL_S})
     for phase in phases:
         print(f"{phase['phase']}: {phase['ticks_taken_by']}, {phase['ticks']} ticks, "
               f"{phase['missed_ticks']} missed, lag p50 {phase['tick_lag_ms']['p50']} ms "

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import arguments, script_argv, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -212,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if beside is not None:
         result["beside_collector"] = beside
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result(args.out, result, arguments(args), script_argv(__file__, argv), indent=2)
     print(json.dumps({k: result[k] for k in ("files", "pct_core", "user_s", "system_s",
                                              "per_tick_us")}), file=sys.stderr)
     if beside is not None:

@@ -5,16 +5,18 @@ twice. Root; writes ``--result`` (JSON)."""
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from provenance import arguments, write_result
 from reveal.inject import processes
 from reveal.inject.veth_pair import SUBNET_ADDRS, NetnsPair
 
 PORT = 5201
+#: MTUs measured, in turn (bytes)
+MTUS = (1500, 576, 1500, 576)
 RECEIVE = ("import socket\ns=socket.socket()\n"
            "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
            f"s.bind(('0.0.0.0',{PORT}));s.listen(1);c,_=s.accept();n=0\n"
@@ -56,10 +58,11 @@ def main() -> None:
     parser.add_argument("--result", type=Path, default=Path("bench/results/mtu_veth.json"))
     args = parser.parse_args()
     with NetnsPair(tag="mtu") as pair:
-        rows = [measure(pair, mtu, args.seconds) for mtu in (1500, 576, 1500, 576)]
+        rows = [measure(pair, mtu, args.seconds) for mtu in MTUS]
     for row in rows:
         print(row)
-    args.result.write_text(json.dumps({"benchmark": "mtu_veth", "rows": rows}, indent=1) + "\n")
+    write_result(args.result, {"benchmark": "mtu_veth", "rows": rows},
+                 {**arguments(args), "mtus_bytes": list(MTUS)})
 
 
 if __name__ == "__main__":

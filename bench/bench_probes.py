@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, script_argv, write_result
 from reveal.collect import _procfs
 from reveal.collect.probe import Probe, ProbeUnavailable
 from reveal.collect.runner import registered_probes
@@ -171,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.interval)
         print("paced:", json.dumps(report["paced"]["us_per_tick_all_probes"]),
               file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(args.out, report, arguments(args), script_argv(__file__, argv), indent=2)
     print(json.dumps({"channels": report["channels"], "us_per_tick": totals}))
     return 0
 

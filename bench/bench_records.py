@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from provenance import arguments, script_argv, write_result
 from reveal.collect import _procfs
 from reveal.collect.cpu import CpuProbe
 from reveal.collect.interrupts import InterruptsProbe
@@ -177,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = result["namespace_120_links"]
     shares += [v for k, v in ns.items() if k.startswith("probe_links_share_pct")]
     result["min_share_pct"] = min(shares)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result(args.out, result, arguments(args), script_argv(__file__, argv), indent=2)
     print(json.dumps({"min_share_pct": result["min_share_pct"], "namespace": ns}),
           file=sys.stderr)
     return 0

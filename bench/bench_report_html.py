@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import chromium  # noqa: E402
+from provenance import analysis_settings, arguments, write_result  # noqa: E402
 from reveal.frame import Telemetry  # noqa: E402
 from reveal.model import report_run  # noqa: E402
 from reveal.report.html import render_html  # noqa: E402
@@ -205,7 +206,10 @@ def main() -> int:
         browser.close()
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     target = RESULTS / "report_html.json"
-    target.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    write_result(target, out, {**arguments(args), "cases": list(cases),
+                               "size_budget_mb": SIZE_BUDGET_MB,
+                               "paint_target_ms": PAINT_TARGET_MS,
+                               "analysis": analysis_settings()}, indent=2)
     print(json.dumps(out["reports"], indent=2))
     print(f"written: {target}", file=sys.stderr)
     return 0

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from provenance import arguments, write_result
 from reveal.store.journal import read_journal
 from reveal.store.layout import META_FILE, data_bytes, write_json_atomic
 from reveal.store.run_reader import iter_run, open_run, read_run
@@ -214,8 +215,7 @@ def main() -> None:
         "peak_rss_vs_whole": {r["case"]: round(r["peak_rss_mib"] / whole["peak_rss_mib"], 3)
                               for r in results},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(args.out, payload, arguments(args), indent=2)
     print(f"wrote {args.out}", file=sys.stderr)
 
 

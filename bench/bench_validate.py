@@ -20,8 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import (
+    analysis_settings,
+    arguments,
+    dataclass_settings,
+    script_argv,
+    write_result,
+)
 from reveal.inject.cleanup import install_signal_handlers
-from reveal.inject.validation import SuiteOptions, render_markdown, run_suite, write_result
+from reveal.inject.validation import SuiteOptions, render_markdown, run_suite
+from reveal.inject.validation import write_result as write_suite_result
 
 RESULT = Path(__file__).resolve().parent / "results" / "validate.json"
 
@@ -41,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="reveal-bench-") as tmp:
         out = args.out or Path(tmp)
         result = run_suite(options, out, lambda m: print(m, file=sys.stderr, flush=True))
-        write_result(result, out)
+        write_suite_result(result, out)
     bench = {
         "benchmark": "validate", "quick": args.quick,
         "wall_s": round(time.monotonic() - started, 1),
@@ -52,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": result["skipped"], "workloads": result["workloads"],
         "host": result["host"], "kernel": result["kernel"], "started": result["started"],
     }
-    args.result.parent.mkdir(parents=True, exist_ok=True)
-    args.result.write_text(json.dumps(bench, indent=1, default=str) + "\n", encoding="utf-8")
+    write_result(args.result, bench,
+                 {**arguments(args), "suite": dataclass_settings(options),
+                  "analysis": analysis_settings(options.settings, options.interval_s)},
+                 script_argv(__file__, argv), started, default=str)
     args.result.with_suffix(".md").write_text(render_markdown(result), encoding="utf-8")
     print(json.dumps(bench["total"], indent=1))
     return 0

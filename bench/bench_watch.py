@@ -49,6 +49,7 @@ from bench_kernel_floor import (  # noqa: E402 (beside this file)
     process_cpu_ns,
     thread_cpu_ns,
 )
+from provenance import analysis_settings, arguments, script_argv, write_result  # noqa: E402
 from reveal.inject.faults import FaultContext, make_fault  # noqa: E402
 from reveal.inject.live_suite import rss_bytes  # noqa: E402
 
@@ -301,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
             "all": latencies, "by_kind": by_kind, "intensity": args.intensity,
             "longest_fault_s": args.fault_s},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    # the watch analyses with the telemetry preset and no --set
+    write_result(args.out, result,
+                 {**arguments(args), "rss_every_s": RSS_EVERY_S, "rss_settle_s": RSS_SETTLE_S,
+                  "analysis": analysis_settings()},
+                 script_argv(__file__, argv), indent=2)
     print(json.dumps(result, indent=1), file=sys.stderr)
     return 0
 

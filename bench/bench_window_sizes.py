@@ -32,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from provenance import analysis_settings, arguments, write_result  # noqa: E402
 from reveal.analysis.scales import combine  # noqa: E402
 from reveal.evaluate.metrics import (  # noqa: E402
     auprc,
@@ -45,6 +46,8 @@ from reveal.store.labelled import default_data_root, list_machines, load_machine
 
 MAIN = 10  # the minute preset's window, rows
 SHIPPED = 5  # the extra size shipped, rows (AnalyzeConfig.extra_window_rows of the preset)
+#: the minute preset's settings changed for every size scored (each one's window alone)
+BASE_OVERRIDES = {"extra_window_rows": ()}
 
 
 def _ratio(a) -> np.ndarray:
@@ -80,8 +83,7 @@ def analyses(lm, sizes: list[int]) -> dict[int, object]:
     """The test part scored by the minute preset at each window size (rows)."""
     out = {}
     for rows in sizes:
-        model = Reveal(preset="minute", overrides={"window.size_rows": rows,
-                                                   "extra_window_rows": ()})
+        model = Reveal(preset="minute", overrides={**BASE_OVERRIDES, "window.size_rows": rows})
         out[rows] = fit_for_run(model, lm.test, lm.train).score_windows(lm.test, lead_in=lm.train)
     return out
 
@@ -161,7 +163,11 @@ def main() -> int:
               "flag_rules": {"sizes": [MAIN, SHIPPED], "cross_fitted": rule_folds,
                              "per_machine": rules},
               "seconds": round(time.monotonic() - started, 1)}
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    settings = {**arguments(args), "data_root": str(root),
+                "analysis": analysis_settings(BASE_OVERRIDES, interval_s=60.0),
+                "window_sizes_rows": [MAIN, *extra], "shipped_extra_rows": SHIPPED,
+                "candidates": [list(c) for c in candidates], "flag_rules": list(RULES)}
+    write_result(args.out, result, settings, started=started)
     for c in names:
         print(f"{c:10s} " + " | ".join(
             f"{ds} best {m['best_f1']:.3f} auprc {m['auprc']:.3f} auto {m['auto_f1']:.3f} "
