@@ -12,9 +12,24 @@ job running on the GPU the whole time (ordinary activity) and, in one go:
 
 It writes ``OUTDIR/summary.json`` (alert episodes in the clean span, time from each fault's
 start to its first alert and the alert's subsystem and claim, flagged share of the clean
-batch windows, the fault run's episodes), ``watch.log``, ``alerts.jsonl`` and the analyses.
+batch windows, the fault run's episodes, and each check against its target),
+``watch.log``, ``alerts.jsonl`` and the analyses.
+
+The checks: no live alert in the clean span (``--max-clean-alerts``); both contentions
+alerted (``--min-alerted``), each first alert within ``--max-alert-s`` of its start (the
+live suite's p95 target); at most ``--max-clean-share`` of the clean batch windows flagged
+(the validation's clean-window target); an episode in the batch fault run
+(``--min-fault-episodes``). The exit status is 1 when any check fails (or the run could
+not be made), else 0. ``--judge SUMMARY`` judges a kept
+summary again against the targets given, running nothing.
+
+``--cpu`` is a dry run without a GPU (a NumPy training job, busy-loop contention), so that
+the script cannot rot; with ``--warmup-s``, ``--gap-s`` and ``--resolve-after-s`` short it
+takes a minute or two. On a host whose CPUs are already saturated a busy loop changes
+little, so a dry run there is held to targets of its own (tests/test_gpu_scripts.py).
 
 Usage: python3 scripts/gpu_alarms.py OUTDIR [--learn-s 120] [--clean-s 60] [--fault-s 20]
+       python3 scripts/gpu_alarms.py --judge OUTDIR/summary.json [targets]
 """
 
 from __future__ import annotations
@@ -23,15 +38,24 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
+#: The targets the checks hold a run to (the live suite's p95 time to alert; the
+#: validation's share of clean windows flagged).
+MAX_CLEAN_ALERTS = 0
+MAX_ALERT_S = 8.0
+MAX_CLEAN_SHARE = 0.005
+#: The watch's shortest learn without --allow-short-learn (reveal.live.keeper).
+RECOMMENDED_LEARN_S = 63.0
 CONTEND = r"""
 import sys, time, torch
 deadline = time.monotonic() + float(sys.argv[1])
@@ -106,24 +130,94 @@ def analyse(run: Path, baseline: Path, out: Path, name: str) -> dict[str, Any]:
                          for e in data["episodes"]][:10]}
 
 
+def checks(result: dict[str, Any], max_clean_alerts: int = MAX_CLEAN_ALERTS,
+           max_alert_s: float = MAX_ALERT_S, max_clean_share: float = MAX_CLEAN_SHARE,
+           min_alerted: int | None = None, min_fault_episodes: int = 1) -> list[dict[str, Any]]:
+    """Each check of a run's ``result`` (summary.json) against its target: name, value,
+    target and ``ok``. ``min_alerted``: contentions that must alert (None: every one); a
+    figure the run did not reach fails its check."""
+    out: list[dict[str, Any]] = []
+
+    def check(name: str, value: Any, target: str, ok: bool) -> None:
+        out.append({"name": name, "value": value, "target": target, "ok": bool(ok)})
+
+    clean = result.get("live_clean")
+    n = None if clean is None else len({a["id"] for a in clean["firing"]})
+    check("live alert episodes in the clean span", n, f"<= {max_clean_alerts}",
+          n is not None and n <= max_clean_alerts)
+    faults = result.get("live_faults")
+    firsts = {f["kind"]: min((a["after_s"] for a in f["firing"]), default=None)
+              for f in faults or []}
+    alerted = sorted(k for k, t in firsts.items() if t is not None)
+    need = len(firsts) if min_alerted is None else min_alerted
+    check("contentions alerted", alerted, f">= {need} of {len(firsts)}",
+          faults is not None and len(firsts) == 2 and len(alerted) >= need)
+    slowest = max((t for t in firsts.values() if t is not None), default=None)
+    check("time from a contention's start to its first alert, slowest (s)", slowest,
+          f"<= {max_alert_s:g}", (slowest is None and need == 0)
+          or (slowest is not None and slowest <= max_alert_s))
+    share = (result.get("batch_clean") or {}).get("flagged_share")
+    check("batch clean run: share of windows flagged", share, f"<= {max_clean_share:g}",
+          share is not None and share <= max_clean_share)
+    episodes = (result.get("batch_fault") or {}).get("episodes")
+    count = None if episodes is None else len(episodes)
+    check("batch fault run: episodes", count, f">= {min_fault_episodes}",
+          count is not None and count >= min_fault_episodes)
+    return out
+
+
+def judged(result: dict[str, Any], args: argparse.Namespace) -> int:
+    """Put the checks into ``result``, say each, and return the exit status."""
+    result["checks"] = checks(result, args.max_clean_alerts, args.max_alert_s,
+                              args.max_clean_share, args.min_alerted,
+                              args.min_fault_episodes)
+    result["ok"] = all(c["ok"] for c in result["checks"])
+    for c in result["checks"]:
+        print(f"{'ok    ' if c['ok'] else 'FAILED'} {c['name']}: {c['value']} "
+              f"(target {c['target']})", flush=True)
+    return 0 if result["ok"] else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outdir", type=Path)
+    parser.add_argument("outdir", type=Path, nargs="?")
     parser.add_argument("--learn-s", type=float, default=120.0)
     parser.add_argument("--clean-s", type=float, default=60.0)
     parser.add_argument("--fault-s", type=float, default=20.0)
+    parser.add_argument("--warmup-s", type=float, default=15.0,
+                        help="the training job runs this long before the watch starts")
+    parser.add_argument("--gap-s", type=float, default=30.0,
+                        help="clean time after each contention")
+    parser.add_argument("--resolve-after-s", type=float, default=20.0,
+                        help="the watch's --resolve-after (shorter than --gap-s)")
     parser.add_argument("--cpu", action="store_true",
                         help="a dry run without a GPU: numpy training, busy-loop contention")
+    parser.add_argument("--max-clean-alerts", type=int, default=MAX_CLEAN_ALERTS)
+    parser.add_argument("--max-alert-s", type=float, default=MAX_ALERT_S)
+    parser.add_argument("--max-clean-share", type=float, default=MAX_CLEAN_SHARE)
+    parser.add_argument("--min-alerted", type=int, default=None,
+                        help="contentions that must alert (default: both)")
+    parser.add_argument("--min-fault-episodes", type=int, default=1)
+    parser.add_argument("--judge", type=Path, metavar="SUMMARY",
+                        help="judge a kept summary.json against the targets; run nothing")
     args = parser.parse_args()
+    if args.judge is not None:
+        return judged(json.loads(args.judge.read_text()), args)
+    if args.outdir is None:
+        parser.error("OUTDIR is needed (or --judge SUMMARY)")
+    if not 0 < args.resolve_after_s < args.gap_s:
+        parser.error("--resolve-after-s must be positive and shorter than --gap-s, so that "
+                     "each contention opens an alert of its own")
     out = args.outdir
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="reveal-gpu-alarms-"))
     os.environ["PYTHONPATH"] = f"{HERE / 'src'}:{os.environ.get('PYTHONPATH', '')}"
     children: list[subprocess.Popen[bytes]] = []
     result: dict[str, Any] = {"learn_s": args.learn_s, "clean_s": args.clean_s,
-                              "fault_s": args.fault_s}
+                              "fault_s": args.fault_s, "cpu": args.cpu}
+    status = 1
     try:
-        say("training job on the GPU")
+        say("training job (NumPy, on the CPUs)" if args.cpu else "training job on the GPU")
         job = (["reveal.inject.workloads.numpy_train"] if args.cpu else
                ["reveal.inject.workloads.torch_train", "--device", "cuda"])
         train = subprocess.Popen([sys.executable, "-m", *job, "--duration", "1200",
@@ -131,18 +225,21 @@ def main() -> int:
                                  stdout=open(out / "train.log", "wb"),  # noqa: SIM115
                                  stderr=subprocess.STDOUT)
         children.append(train)
-        time.sleep(15)
+        time.sleep(args.warmup_s)
         alerts_file = work / "alerts.jsonl"
         tail = AlertTail(alerts_file)
         say(f"watch (learn {args.learn_s:g} s) and a batch baseline beside it")
+        short = ["--allow-short-learn"] if args.learn_s < RECOMMENDED_LEARN_S else []
         watch = reveal("watch", "--state", str(work / "state"), "--learn",
-                       f"{args.learn_s:g}s", "--alerts-file", str(alerts_file),
-                       "--listen", "none", "--score-every", "5", "--resolve-after", "20s",
-                       log=out / "watch.log")
+                       f"{args.learn_s:g}s", *short, "--alerts-file", str(alerts_file),
+                       "--listen", "none", "--score-every", "5", "--resolve-after",
+                       f"{args.resolve_after_s:g}s", log=out / "watch.log")
         children.append(watch)
         base = reveal("collect", "--duration", f"{args.learn_s:g}", "--out",
                       str(work / "baseline"), "--quiet")
-        base.wait()
+        children.append(base)
+        if base.wait() != 0:
+            raise SystemExit("the batch baseline was not recorded")
         deadline = time.monotonic() + 240
         while "; scoring" not in (out / "watch.log").read_text(errors="replace"):
             if watch.poll() is not None or time.monotonic() > deadline:
@@ -150,17 +247,21 @@ def main() -> int:
             time.sleep(1)
         say(f"clean span ({args.clean_s:g} s)")
         t0 = time.monotonic()
-        reveal("collect", "--duration", f"{args.clean_s:g}", "--out", str(work / "clean"),
-               "--quiet").wait()
+        clean = reveal("collect", "--duration", f"{args.clean_s:g}", "--out",
+                       str(work / "clean"), "--quiet")
+        children.append(clean)
+        clean.wait()
         t1 = time.monotonic()
         result["live_clean"] = {"seconds": round(t1 - t0, 1), "firing": tail.firing(t0, t1)}
-        gap = 30.0
-        span = 10 + 2 * args.fault_s + gap + 25
-        say(f"fault span ({span:g} s): matmul, then copy")
+        gap, lead = args.gap_s, min(10.0, args.gap_s)
+        span = lead + 2 * (args.fault_s + gap) - 5
+        say(f"fault span ({span:g} s): matmul, then copy"
+            + (" (both a busy loop)" if args.cpu else ""))
         fault = reveal("collect", "--duration", f"{span:g}", "--out", str(work / "fault"),
                        "--quiet")
+        children.append(fault)
         faults = []
-        time.sleep(10)
+        time.sleep(lead)
         for kind in ("matmul", "copy"):
             start = time.monotonic()
             code = BUSY if args.cpu else CONTEND
@@ -170,7 +271,7 @@ def main() -> int:
             faults.append((kind, start, end))
             time.sleep(gap)
         fault.wait()
-        time.sleep(5)
+        time.sleep(min(5.0, gap))
         result["live_faults"] = [
             {"kind": kind, "seconds": round(end - start, 1),
              "firing": tail.firing(start, end + gap)} for kind, start, end in faults]
@@ -181,16 +282,24 @@ def main() -> int:
         (out / "alerts.jsonl").write_bytes(alerts_file.read_bytes() if alerts_file.is_file()
                                            else b"")
         say("analyses")
-        result["batch_clean"] = analyse(work / "clean", work / "baseline", out, "clean")
-        result["batch_fault"] = analyse(work / "fault", work / "baseline", out, "fault")
+        with ThreadPoolExecutor(2) as pool:  # each a child process: both at once
+            done = {name: pool.submit(analyse, work / name, work / "baseline", out, name)
+                    for name in ("clean", "fault")}
+        result["batch_clean"] = done["clean"].result()
+        result["batch_fault"] = done["fault"].result()
+        status = judged(result, args)
     finally:
         for child in children:
             if child.poll() is None:
                 child.terminate()
+        for child in children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
         (out / "summary.json").write_text(json.dumps(result, indent=1))
-        say("done")
+        say(f"done: {'every check met' if status == 0 else 'a check failed (exit 1)'}")
     print(json.dumps(result, indent=1))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

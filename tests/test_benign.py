@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 
@@ -410,8 +411,20 @@ def test_reanalyse_scores_a_tiny_recorded_benign_suite(workdir: Path, tmp_path: 
     [row] = result["rows"]
     assert row["kind"] == "cron_burst" and row["windows"] > 10
     assert 0 < row["windows_since"] < row["windows"]
-    assert result["total"]["runs"] == 1 and 0.0 <= result["total"]["flag_share"] <= 1.0
-    assert (out / "reports" / "run1.report.json").is_file()
+    # the figures are the written report's, counted again here
+    report = json.loads((out / "reports" / "run1.report.json").read_text())
+    flagged = np.asarray(report["windows"]["flagged"], dtype=bool)
+    since = np.asarray(report["windows"]["end_ns"]) > recorded.episodes[0].start_ns
+    assert row["windows"] == flagged.size and row["flagged"] == int(flagged.sum())
+    assert (row["windows_since"], row["flagged_since"]) == (int(since.sum()),
+                                                            int((since & flagged).sum()))
+    assert row["windows_before"] + row["windows_since"] == row["windows"]
+    assert row["flagged_before"] + row["flagged_since"] == row["flagged"]
+    assert row["report_episodes"] == len(report["episodes"])
+    total = result["total"]
+    assert total["runs"] == 1 and total["windows"] == row["windows"]
+    assert total["flag_share"] == round(row["flagged"] / row["windows"], 4)
+    assert result["met"]["flag_share"] == (total["flag_share"] <= result["targets"]["flag_share"])
     assert "cron_burst" in (out / "benign.md").read_text()
     assert not (runs / "run1.report.json").exists()  # the recorded suite is left alone
     capsys.readouterr()

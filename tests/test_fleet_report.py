@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fleet_hosts import GIB, Fault, fleet
+from reveal.cli import main
 from reveal.fleet import report
 from reveal.fleet.engine import compare_fleet, host_features
 from reveal.store.run_writer import write_run
@@ -133,3 +136,58 @@ def test_command_channels_choose_what_is_compared(runs, tmp_path):
         found[channels] = json.loads(proc.stdout)["summary"]["flagged_hosts"]
     # host-1's memory drop: seen where memory is compared, not where only GPUs and links are
     assert found == {"all": ["host-1"], "gpu.,net.": [], "mem.MemAvailable": ["host-1"]}
+
+
+#: The fleet's figures on the two recordings above, stored from the code: hosts, grid,
+#: verdict, episodes with their reasons and own-baseline share, configuration and clock
+#: outliers, and every window's score and cut. ``REVEAL_WRITE_EXPECTED=1`` writes them
+#: again (then look at the diff: every changed figure is a changed fleet output).
+EXPECTED = Path(__file__).parent / "fixtures" / "fleet" / "expected.json"
+
+
+def _figures(payload: dict) -> dict:
+    """A fleet report's payload without what names this machine (run paths)."""
+    return {k: v for k, v in payload.items() if k != "sources"} | {
+        "sources": {h: {k: v for k, v in s.items() if k != "path"}
+                    for h, s in payload["sources"].items()}}
+
+
+def _same(actual, expected, where: str = "") -> list[str]:
+    """Where ``actual`` differs from ``expected``: numbers to 1e-4 relative (1e-6 absolute),
+    everything else exactly."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        if set(actual) != set(expected):
+            return [f"{where}: keys {sorted(set(actual) ^ set(expected))} differ"]
+        return [d for k in expected for d in _same(actual[k], expected[k], f"{where}.{k}")]
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(actual) != len(expected):
+            return [f"{where}: {len(actual)} items, expected {len(expected)}"]
+        return [d for i, (a, e) in enumerate(zip(actual, expected, strict=True))
+                for d in _same(a, e, f"{where}[{i}]")]
+    if (isinstance(expected, float) and isinstance(actual, int | float)
+            and not isinstance(actual, bool)):
+        return [] if actual == pytest.approx(expected, rel=1e-4, abs=1e-6) else [
+            f"{where}: {actual!r}, expected {expected!r}"]
+    return [] if actual == expected and type(actual) is type(expected) else [
+        f"{where}: {actual!r}, expected {expected!r}"]
+
+
+def test_fleet_output_is_unchanged_on_fixed_recordings(result, runs, tmp_path):
+    """Both recordings are generated from fixed seeds: the engine on six hosts (a memory
+    drop, huge pages, a clock ahead) and ``reveal fleet`` on five recorded runs with host-1's
+    own baseline (its own_share is the figure the episode's claim quotes)."""
+    root, paths = runs
+    assert main(["fleet", *paths, "--workers", "0", "--json", str(tmp_path / "f.json"),
+                 "--baseline-dir", str(root / "baselines"), "--quiet"]) == 0
+    figures = {"engine": _figures(json.loads(report.write_json(
+                   result, tmp_path / "engine.json").read_text())),
+               "command": _figures(json.loads((tmp_path / "f.json").read_text()))}
+    if os.environ.get("REVEAL_WRITE_EXPECTED"):
+        EXPECTED.parent.mkdir(exist_ok=True)
+        EXPECTED.write_text(json.dumps(figures, indent=1, ensure_ascii=False) + "\n")
+    expected = json.loads(EXPECTED.read_text())
+    differ = _same(figures, expected)
+    assert not differ, "\n".join(differ[:20])
+    own = figures["command"]["episodes"][0]
+    assert (own["host"], own["subsystem"]) == ("host-1", "memory")
+    assert own["own_share"] == pytest.approx(0.4286, abs=1e-4)  # 18 of its 42 windows

@@ -81,8 +81,8 @@ def test_a_sink_from_one_module_is_offered_and_opened_by_the_watch(memory_sink, 
     finally:
         watch.close()
     with pytest.raises(InputError, match="unknown alert sink 'pager'"):
-        Watch(WatchOptions(state=tmp_path / "s2", sinks={"pager": "x"}),
-              lambda level, message: None).start()
+        Watch(WatchOptions(state=tmp_path / "s2", sinks={"pager": "x"}, listen=None),
+              lambda level, message: None).start()  # no port: a watch may hold the default
 
 
 def test_a_sink_without_its_option_or_with_a_taken_name_is_refused(memory_sink):
@@ -177,6 +177,19 @@ def test_a_plugin_module_run_as_a_script_keeps_its_registered_class():
 def test_every_kind_keeps_one_registry():
     from reveal.analysis.detectors.registry import DETECTORS
 
-    for registry in (DETECTORS, REGISTRY, FAULTS, BENIGN, SINKS):
-        assert isinstance(registry, Registry) and len(registry) > 0
+    built_in = [
+        (DETECTORS, "detector", {"zscore", "pca_mahalanobis", "iforest", "gmm", "pca_error"}),
+        (REGISTRY, "probe", {"cpu", "memory", "storage", "network", "pressure", "cgroup",
+                             "gpu", "perf", "interrupts", "netns", "power", "qdisc"}),
+        (FAULTS, "fault", {"cpu_contention", "memory_pressure", "disk_burst", "packet_loss",
+                           "net_delay", "udp_flood", "cgroup_throttle", "rt_hog"}),
+        (BENIGN, "benign activity", {"cron_burst", "git_commit", "new_interface",
+                                     "watch_restart", "page_cache_drop"}),
+        (SINKS, "alert sink", {"jsonl", "webhook", "alertmanager"}),
+    ]
+    for registry, kind, names in built_in:
+        assert isinstance(registry, Registry) and registry.kind == kind
+        assert names <= set(registry), names - set(registry)
+        for name, cls in registry.items():  # each under its own name, of the registry's kind
+            assert getattr(cls, registry.key) == name and issubclass(cls, registry.base)
     assert not set(FAULTS) & set(BENIGN)

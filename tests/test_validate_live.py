@@ -13,7 +13,7 @@ import pytest
 
 from reveal.cli import build_parser, main
 from reveal.commands.validate import suite_options
-from reveal.inject.groundtruth import Episode
+from reveal.inject.groundtruth import Episode, load_episodes
 from reveal.inject.live_suite import (
     Alert,
     CleanSpan,
@@ -158,8 +158,26 @@ def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> Non
     assert 0 < cpu["alert_s"] < cpu["duration_s"] + result["settings"]["settle_s"]
     assert set(result["met"]) == {"recall", "median_alert_s", "p95_alert_s",
                                   "attribution_accuracy", "aftermath"}
-    assert {"aftermath_alerts", "open_at_next_s"} <= set(cpu)
-    assert result["summary"]["total"]["aftermath_alerts_max"] is not None
+    # each fault's aftermath, against the faults as injected (events.jsonl, in order): at
+    # most one alert episode opened after its settle, one claim each, and an alert still
+    # open when the next fault began was open within that span
+    injected = load_episodes(tmp_path / "live" / "single")
+    episodes = result["summary"]["episodes"]
+    assert [e.kind for e in injected] == [v["kind"] for v in episodes]
+    settle_ns = int(result["settings"]["settle_s"] * 1e9)
+    for ep, after, v in zip(injected, [*injected[1:], None], episodes, strict=True):
+        assert ep.start_ns < ep.end_ns and v["duration_s"] == pytest.approx(
+            (ep.end_ns - ep.start_ns) / 1e9)
+        assert v["aftermath_alerts"] <= 1, v
+        assert len(v["aftermath_claims"]) == v["aftermath_alerts"]
+        if after is not None:
+            assert ep.end_ns + settle_ns < after.start_ns  # an aftermath before the next
+            span_s = (after.start_ns - ep.end_ns - settle_ns) / 1e9
+            assert v["open_at_next_s"] is None or 0 <= v["open_at_next_s"] <= span_s, v
+    total = result["summary"]["total"]
+    assert total["aftermath_alerts_max"] == max(v["aftermath_alerts"] for v in episodes) <= 1
+    assert total["unsettled"] == sum(v["open_at_next_s"] is not None for v in episodes)
+    assert result["met"]["aftermath"] is (total["unsettled"] == 0)
     assert (tmp_path / "live" / "single" / "watch.log").is_file()
     assert (tmp_path / "live" / "single" / "events.jsonl").is_file()
     assert (tmp_path / "validate.md").read_text().startswith("# Reveal live validation")

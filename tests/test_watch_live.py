@@ -189,13 +189,34 @@ def test_threshold_factor_lowers_the_threshold_and_refuses_nonsense():
     plain = replay(model, run)
     lower = replay(model, run, threshold_factor=0.01)
     assert lower[0].threshold == pytest.approx(plain[0].threshold * 0.01)
-    # more windows score above the lowered threshold (a clean run has no change that
-    # matters, so none is flagged either way)
+    # more windows score above the lowered threshold, but a clean run has no change that
+    # matters, so none is flagged either way
     assert sum(x.combined > x.threshold for x in lower) > sum(x.combined > x.threshold
                                                               for x in plain)
-    assert sum(x.flagged for x in lower) >= sum(x.flagged for x in plain)
+    assert not any(x.flagged for x in plain) and not any(x.flagged for x in lower)
     with pytest.raises(InputError):
         LiveScorer(model, threshold_factor=0)
+
+
+def test_a_lowered_threshold_flags_more_of_a_fault_and_nothing_outside_it():
+    """Surprise alone decides (no least change), and CPU busy is 10 points higher from 20 s
+    to 40 s: as fitted, a few of the fault's windows pass; at half the threshold, every
+    window inside the fault does, and still none that lies wholly outside it."""
+    model = Reveal(overrides={"detect.significance": False}).fit(_synthetic(600, seed=1))
+    run = _synthetic(60, seed=2)
+    run.values[200:400, 0] += 10  # rows 200..399 at 0.1 s: [20 s, 40 s)
+
+    def flagged(live) -> set[int]:
+        return {x.window_id for x in live if x.flagged}
+
+    plain = replay(model, run)
+    lower = replay(model, run, threshold_factor=0.5)
+    start = {x.window_id: (x.start_ns - run.timestamps_ns[0]) / 1e9 for x in plain}
+    inside = {w for w, s in start.items() if s >= 20 and s + 3 <= 40.1}
+    outside = {w for w, s in start.items() if s + 3 <= 20 or s >= 40}
+    assert flagged(plain) and flagged(plain) < flagged(lower)  # strictly more, theirs kept
+    assert inside <= flagged(lower)
+    assert not flagged(lower) & outside
 
 
 def test_rehearsal_starts_a_third_into_a_span_long_enough_to_hold_one():
