@@ -10,6 +10,7 @@ import pytest
 from reveal.catalog import (
     KINDS,
     SUBSYSTEMS,
+    Healthy,
     catalog_sources,
     default_catalog,
     source_entries,
@@ -64,3 +65,20 @@ def test_a_bad_catalog_file_is_named(entries_package: Path) -> None:
         source_entries("typo", "test_catalog_pkg")
     with pytest.raises(ValueError, match=r"kind\.toml: x\.v: .*unknown kind"):
         source_entries("kind", "test_catalog_pkg")
+
+
+def test_a_bad_healthy_range_is_named(entries_package: Path) -> None:
+    for name, healthy in (("typo", "{ mx = 1.0 }"), ("empty", "{ }"),
+                          ("inverted", "{ min = 5.0, max = 1.0 }"),
+                          ("text", '{ max = "high" }'),
+                          ("ratio", '{ max = 1.0, per = "x.total" }'),
+                          ("scalar", "5.0")):
+        (entries_package / f"{name}.toml").write_text(
+            f'"x.h" = {{ subsystem = "cpu", kind = "gauge", unit = "%", healthy = {healthy} }}\n')
+        with pytest.raises(ValueError, match=rf"{name}\.toml: x\.h: "):
+            source_entries(name, "test_catalog_pkg")
+    (entries_package / "good.toml").write_text(
+        '"x.h" = { subsystem = "cpu", kind = "counter", unit = "pages", '
+        'healthy = { max = 2.0 } }\n')
+    (good,) = source_entries("good", "test_catalog_pkg")
+    assert good.healthy == Healthy(max=2.0) and good.healthy_unit == "pages/s"
