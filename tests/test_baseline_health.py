@@ -1,0 +1,125 @@
+"""The baseline's own health (``reveal.analysis.baseline_health``): a channel whose level lay
+outside its healthy range (the catalog's ``healthy``) through much of the baseline is
+named, on constructed frames (NaNs, constants, missing channels, levels per another
+metric)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reveal.analysis.baseline_health import UnhealthyChannel, baseline_health, window_levels
+from reveal.catalog import Catalog, Healthy, MetricInfo
+from reveal.frame import Telemetry
+
+THROTTLED = "derived.cgroup_throttled_pct"
+ROWS = 30  # samples per window (3 s of 0.1 s)
+
+
+def _derived(columns: dict[str, np.ndarray], interval_s: float = 0.1) -> Telemetry:
+    """A derived recording (rates and ratios as derive leaves them) of ``columns``."""
+    n = len(next(iter(columns.values())))
+    ts = np.arange(n, dtype=np.int64) * np.int64(round(interval_s * 1e9))
+    return Telemetry("h", ts, np.column_stack(list(columns.values())), list(columns), {})
+
+
+def _starts(tel: Telemetry, stride: int = 10) -> np.ndarray:
+    return tel.timestamps_ns[: tel.n_samples - ROWS + 1: stride]
+
+
+def _check(tel: Telemetry, **kw) -> dict[str, UnhealthyChannel]:
+    return {f.channel: f for f in baseline_health(tel, _starts(tel), ROWS, **kw)}
+
+
+# -- the check on constructed frames --------------------------------------------------------
+
+def test_a_level_outside_its_range_through_the_baseline_is_named_with_its_value() -> None:
+    job, ok = f"{THROTTLED}{{cgroup=/job}}", f"{THROTTLED}{{cgroup=/ok}}"
+    rng = np.random.default_rng(0)
+    found = _check(_derived({job: 78.0 + rng.normal(0, 2, 600), ok: np.full(600, 2.0),
+                             "derived.cpu_busy_pct": np.full(600, 95.0)}))
+    assert list(found) == [job]  # the healthy cgroup and a channel with no range: nothing
+    finding = found[job]
+    assert finding.typical == pytest.approx(78.0, abs=1.0) and finding.share == 1.0
+    assert (finding.max, finding.min, finding.unit) == (25.0, None, "%")
+    assert finding.windows == len(_starts(_derived({job: np.zeros(600)})))
+    assert finding.message.startswith(f"unhealthy baseline: {job} (share of container "
+                                      f"CPU-quota periods throttled) was 78")
+    assert "(≤ 25 %) in 100 % of the baseline's time" in finding.message
+    assert finding.message.endswith("a fault present during the learn is learned as normal")
+
+
+def test_nan_windows_are_healthy_time_and_the_typical_level_is_over_those_with_one() -> None:
+    half = np.where(np.arange(600) < 300, np.nan, 90.0)  # the cgroup exists half the time
+    fifth = np.where(np.arange(600) < 480, np.nan, 90.0)
+    empty = np.full(600, np.nan)
+    found = _check(_derived({f"{THROTTLED}{{cgroup=a}}": half,
+                             f"{THROTTLED}{{cgroup=b}}": fifth,
+                             f"{THROTTLED}{{cgroup=c}}": empty}))
+    assert list(found) == [f"{THROTTLED}{{cgroup=a}}"]
+    a = found[f"{THROTTLED}{{cgroup=a}}"]
+    assert a.typical == 90.0 and 0.45 < a.share < 0.55
+    assert a.windows < len(_starts(_derived({"x": half})))
+
+
+def test_a_constant_on_the_bound_is_healthy_one_past_it_is_not() -> None:
+    on, past = f"{THROTTLED}{{cgroup=on}}", f"{THROTTLED}{{cgroup=past}}"
+    found = _check(_derived({on: np.full(300, 25.0), past: np.full(300, 25.5)}))
+    assert list(found) == [past] and found[past].typical == 25.5
+
+
+def test_the_share_of_time_decides_and_the_setting_sets_it() -> None:
+    level = np.where(np.arange(600) < 120, 60.0, 0.0)  # throttled the first fifth
+    tel = _derived({f"{THROTTLED}{{cgroup=j}}": level})
+    assert _check(tel) == {}  # a fifth of the time: below the default quarter
+    (finding,) = _check(tel, share=0.1).values()
+    assert finding.typical == 0.0 and 0.15 < finding.share < 0.25
+    assert "was 0 % in a typical window" in finding.message
+    assert _check(tel, share=None) == {} and _check(_derived({"x": level}), share=0.0) == {}
+
+
+def test_missing_channels_and_a_missing_denominator_leave_nothing_to_check() -> None:
+    tel = _derived({"derived.cpu_busy_pct": np.full(300, 99.0),
+                    "snmp.Tcp.RetransSegs": np.full(300, 50.0)})  # no OutSegs to divide by
+    names, levels = window_levels(tel, _starts(tel), ROWS)
+    assert names == [] and levels.shape == (len(_starts(tel)), 0)
+    assert _check(tel) == {}
+    assert baseline_health(tel, np.zeros(0, dtype=np.int64), ROWS) == []
+
+
+def test_a_share_of_another_metric_is_judged_only_where_that_one_has_enough() -> None:
+    quiet = _derived({"snmp.Tcp.OutSegs": np.full(300, 50.0),  # below 100 segments/s
+                      "snmp.Tcp.RetransSegs": np.full(300, 5.0)})
+    assert _check(quiet) == {}
+    names, levels = window_levels(quiet, _starts(quiet), ROWS)
+    assert names == ["snmp.Tcp.RetransSegs"] and np.isnan(levels).all()
+    busy = _derived({"snmp.Tcp.OutSegs{netns=a}": np.full(300, 1000.0),
+                     "snmp.Tcp.RetransSegs{netns=a}": np.full(300, 20.0),
+                     "snmp.Tcp.OutSegs{netns=b}": np.full(300, 1000.0),
+                     "snmp.Tcp.RetransSegs{netns=b}": np.full(300, 5.0)})
+    (finding,) = _check(busy).values()  # 2 % of namespace a's segments; b's 0.5 % is fine
+    assert finding.channel == "snmp.Tcp.RetransSegs{netns=a}"
+    assert finding.typical == pytest.approx(2.0) and finding.unit == "% of segments sent"
+    assert "was 2 % of segments sent in a typical window" in finding.message
+
+
+def test_a_rare_event_is_named_from_its_first_window_and_pressure_in_percent() -> None:
+    oom = np.zeros(1200)
+    oom[700] = 10.0  # one kill in 120 s: 10 kills/s over one 0.1 s sample
+    stall = np.full(1200, 400_000.0)  # µs stalled per second: 40 % of the time
+    found = _check(_derived({"vmstat.oom_kill": oom, "psi.memory.some.total": stall}))
+    kill, memory = found["vmstat.oom_kill"], found["psi.memory.some.total"]
+    assert kill.typical == 0.0 and 0 < kill.share < 0.05 and kill.unit == "kills/s"
+    assert memory.typical == pytest.approx(40.0) and memory.unit == "% of time"
+    assert list(found) == ["psi.memory.some.total", "vmstat.oom_kill"]  # worst first
+
+
+def test_a_lower_bound_from_a_catalog_of_ones_own() -> None:
+    catalog = Catalog([MetricInfo("link.speed", "network", "gauge", "Gbit/s",
+                                  healthy=Healthy(min=10.0)),
+                       MetricInfo("link.both", "network", "gauge", "ms",
+                                  healthy=Healthy(min=1.0, max=5.0))])
+    tel = _derived({"link.speed": np.full(300, 1.0), "link.both": np.full(300, 3.0)})
+    (finding,) = _check(tel, catalog=catalog).values()
+    assert (finding.channel, finding.min, finding.max) == ("link.speed", 10.0, None)
+    assert "(≥ 10 Gbit/s)" in finding.message
