@@ -1,9 +1,14 @@
 """The baseline's own health (``reveal.analysis.baseline_health``): a channel whose level lay
 outside its healthy range (the catalog's ``healthy``) through much of the baseline is
-named, on constructed frames (NaNs, constants, missing channels, levels per another
-metric)."""
+named at fit time, kept in the model file and worded in the report.
+
+The check is unit-tested on constructed frames (NaNs, constants, missing channels, levels
+per another metric), then through a fitted model, its file and its report.
+"""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -11,6 +16,10 @@ import pytest
 from reveal.analysis.baseline_health import UnhealthyChannel, baseline_health, window_levels
 from reveal.catalog import Catalog, Healthy, MetricInfo
 from reveal.frame import Telemetry
+from reveal.model import Reveal
+from reveal.report.build import build_report
+from reveal.report.schema import Report
+from synthetic import ar1_host
 
 THROTTLED = "derived.cgroup_throttled_pct"
 ROWS = 30  # samples per window (3 s of 0.1 s)
@@ -123,3 +132,42 @@ def test_a_lower_bound_from_a_catalog_of_ones_own() -> None:
     (finding,) = _check(tel, catalog=catalog).values()
     assert (finding.channel, finding.min, finding.max) == ("link.speed", 10.0, None)
     assert "(≥ 10 Gbit/s)" in finding.message
+
+
+# -- the fitted model, its file and its report ----------------------------------------------
+
+def _throttled_baseline(seconds: float = 120.0) -> Telemetry:
+    """Synthetic host telemetry plus a cgroup's CFS counters (raw, as recorded): throttled
+    in about 80 % of its periods all along."""
+    host = ar1_host(seconds, seed=5)
+    rng = np.random.default_rng(5)
+    periods = np.cumsum(np.ones(host.n_samples))
+    throttled = np.cumsum(rng.random(host.n_samples) < 0.8).astype(np.float64)
+    channels = [*host.channels, "cgroup.cpu.nr_periods{cgroup=job}",
+                "cgroup.cpu.nr_throttled{cgroup=job}"]
+    return Telemetry(host.host, host.timestamps_ns,
+                     np.column_stack([host.values, periods, throttled]), channels,
+                     dict(host.meta))
+
+
+def test_the_model_keeps_its_findings_through_its_file_and_words_them(tmp_path) -> None:
+    model = Reveal().fit(_throttled_baseline())
+    (finding,) = model.fitted_.health
+    assert finding.channel == f"{THROTTLED}{{cgroup=job}}" and finding.typical > 70
+    assert finding.message in model.fitted_.warnings
+    loaded = Reveal.load(model.save(tmp_path / "m.reveal"))
+    assert loaded.fitted_.health == model.fitted_.health
+    report = loaded.report(ar1_host(30, seed=6))
+    assert finding.message in report.warnings
+    payload = json.loads(json.dumps(report.to_dict(with_windows=False)))
+    assert payload["baseline"]["unhealthy"] == [finding.to_dict()]
+    assert Report.from_dict(payload).baseline["unhealthy"][0]["channel"] == finding.channel
+
+
+def test_a_model_file_saved_before_the_check_loads_and_reports_none(tmp_path) -> None:
+    model = Reveal().fit(ar1_host(60, seed=7))
+    del model.fitted_.__dict__["health"]  # as pickled before the field existed
+    loaded = Reveal.load(model.save(tmp_path / "old.reveal"))
+    assert "health" not in loaded.fitted_.__dict__ and loaded.fitted_.health == ()
+    analysis = loaded.score_windows(ar1_host(30, seed=8))
+    assert build_report(loaded.fitted_, analysis).baseline["unhealthy"] == []
