@@ -1,24 +1,40 @@
 """The baseline's own health (``reveal.analysis.baseline_health``): a channel whose level lay
 outside its healthy range (the catalog's ``healthy``) through much of the baseline is
-named at fit time, kept in the model file and worded in the report.
+named at fit time, kept in the model file, worded in the report and said by the watch.
 
 The check is unit-tested on constructed frames (NaNs, constants, missing channels, levels
-per another metric), then through a fitted model, its file and its report.
+per another metric); then on real recordings of this host: a cgroup the test owns, its
+busy loop held to a tenth of a CPU by a CFS quota through the whole recording, is named
+throttled; a cgroup with a quota it never reaches is not; and a real ``reveal watch``
+learning over the throttled cgroup warns of it and exports the gauge.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from reveal.analysis.baseline_health import UnhealthyChannel, baseline_health, window_levels
 from reveal.catalog import Catalog, Healthy, MetricInfo
+from reveal.cli import main
+from reveal.collect.cgroup import cgroup_label, cgroup_mounts
 from reveal.frame import Telemetry
 from reveal.model import Reveal
 from reveal.report.build import build_report
 from reveal.report.schema import Report
+from runs import collecting, rmdir_patiently
 from synthetic import ar1_host
 
 THROTTLED = "derived.cgroup_throttled_pct"
@@ -171,3 +187,134 @@ def test_a_model_file_saved_before_the_check_loads_and_reports_none(tmp_path) ->
     assert "health" not in loaded.fitted_.__dict__ and loaded.fitted_.health == ()
     analysis = loaded.score_windows(ar1_host(30, seed=8))
     assert build_report(loaded.fitted_, analysis).baseline["unhealthy"] == []
+
+
+# -- real recordings of this host -----------------------------------------------------------
+
+def _cpu_root() -> tuple[Path, str]:
+    """A cgroup hierarchy with the CPU controller (v1 ``cpu``, else the v2 root) and its
+    kind, or skip."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create cgroups")
+    mounts = dict(cgroup_mounts(Path("/proc/self/mountinfo").read_bytes()))
+    if "cpu" in mounts:
+        return Path(mounts["cpu"]), "v1"
+    if "v2" in mounts and "cpu" in (Path(mounts["v2"]) / "cgroup.subtree_control").read_text():
+        return Path(mounts["v2"]), "v2"
+    pytest.skip("no cgroup hierarchy with the CPU controller here")
+
+
+def _set_quota(path: Path, kind: str, cpus: float) -> None:
+    quota = int(cpus * 100_000)
+    if kind == "v2":
+        (path / "cpu.max").write_text(f"{quota} 100000\n")
+    else:
+        (path / "cpu.cfs_period_us").write_text("100000\n")
+        (path / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+
+
+@pytest.fixture()
+def job_cgroup() -> Iterator:
+    """job(cpus, busy) makes a cgroup of its own with a CPU quota of ``cpus`` and starts a
+    process in it: a busy loop, or one that wakes for a moment every 20 ms; both go away
+    at the end."""
+    root, kind = _cpu_root()
+    made: list[tuple[Path, subprocess.Popen]] = []
+
+    def job(cpus: float, busy: bool) -> str:
+        name = f"reveal-health-{uuid.uuid4().hex[:8]}"
+        path = root / name
+        path.mkdir()
+        code = ("while True: pass" if busy else
+                "import time\nwhile True:\n    sum(range(20000))\n    time.sleep(0.02)")
+        child = subprocess.Popen([sys.executable, "-c", code])
+        made.append((path, child))
+        _set_quota(path, kind, cpus)
+        (path / "cgroup.procs").write_text(f"{child.pid}\n")
+        return name
+
+    yield job
+    for path, child in made:
+        child.kill()
+        child.wait()
+        rmdir_patiently(path)
+
+
+def _recorded(out: Path, name: str, *probes: str) -> Reveal:
+    """A 15 s recording of this host (``probes``, or the default ones) with the cgroup
+    ``name`` recorded, and a model fitted on it."""
+    args = ["--duration", "15", "--probe-option", f"cgroup.patterns={name}"]
+    with collecting(out, *args, *(["--probes", ",".join(probes)] if probes else [])):
+        pass
+    return Reveal().fit(out)
+
+
+@pytest.mark.root
+def test_a_cgroup_throttled_through_a_real_recording_is_named(job_cgroup, tmp_path,
+                                                              capsys) -> None:
+    name = job_cgroup(0.1, busy=True)  # a busy loop held to a tenth of a CPU
+    model = _recorded(tmp_path / "run", name, "cgroup", "pressure", "cpu")
+    channel = f"{THROTTLED}{{cgroup={cgroup_label(name)}}}"
+    found = {f.channel: f for f in model.fitted_.health}
+    assert channel in found, [f.message for f in model.fitted_.health]
+    finding = found[channel]
+    print(finding.message)
+    assert finding.typical > 25.0 and finding.share > 0.25 and finding.max == 25.0
+    # reveal analyze with it as the baseline warns and keeps the finding in its JSON
+    out = tmp_path / "report.json"
+    run = str(tmp_path / "run")
+    assert main(["analyze", run, "--baseline", run, "--json", str(out), "--quiet"]) == 0
+    assert f"Warning: Unhealthy baseline: {channel}" in capsys.readouterr().out
+    unhealthy = json.loads(out.read_text())["baseline"]["unhealthy"]
+    assert any(u["channel"] == channel and u["typical"] > 25.0 for u in unhealthy)
+
+
+@pytest.mark.root
+def test_a_clean_recording_names_no_throttling_of_a_cgroup_under_its_quota(
+        job_cgroup, tmp_path) -> None:
+    name = job_cgroup(2.0, busy=False)  # wakes briefly every 20 ms, quota of two CPUs
+    model = _recorded(tmp_path / "run", name)  # every default probe
+    channel = f"{THROTTLED}{{cgroup={cgroup_label(name)}}}"
+    assert channel in model.fitted_.baseline_channels  # its quota's periods were counted
+    print([f.message for f in model.fitted_.health])
+    assert channel not in {f.channel for f in model.fitted_.health}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_the_watch_warns_of_an_unhealthy_learn_and_exports_it(job_cgroup, tmp_path) -> None:
+    name = job_cgroup(0.1, busy=True)
+    port, log = _free_port(), tmp_path / "watch.log"
+    with open(log, "wb") as handle:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "reveal.cli", "watch", "--state", str(tmp_path / "state"),
+             "--learn", "15s", "--allow-short-learn", "--probes", "cgroup,pressure,cpu",
+             "--probe-option", f"cgroup.patterns={name}", "--listen", f"127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=handle)
+        try:
+            deadline = time.monotonic() + 90
+            while "; scoring" not in log.read_text() and time.monotonic() < deadline:
+                assert watch.poll() is None, log.read_text()
+                time.sleep(0.5)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                          timeout=5).read().decode()
+        finally:
+            watch.terminate()
+            watch.wait(30)
+    said = log.read_text()
+    channel = f"{THROTTLED}{{cgroup={cgroup_label(name)}}}"
+    assert f"unhealthy baseline: {channel}" in said, said[-3000:]
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = [s for s in families["reveal_baseline_unhealthy"].samples
+               if s.labels["channel"] == channel]
+    assert len(samples) == 1 and samples[0].value > 25.0
+    assert samples[0].labels["metric"] == THROTTLED and samples[0].labels["healthy"] == "<= 25"
+    (share,) = [s for s in families["reveal_baseline_unhealthy_share"].samples
+                if s.labels["channel"] == channel]
+    assert 0.25 < share.value <= 1.0
