@@ -10,6 +10,7 @@ import pytest
 from reveal.catalog import (
     KINDS,
     SUBSYSTEMS,
+    Healthy,
     catalog_sources,
     default_catalog,
     source_entries,
@@ -64,3 +65,41 @@ def test_a_bad_catalog_file_is_named(entries_package: Path) -> None:
         source_entries("typo", "test_catalog_pkg")
     with pytest.raises(ValueError, match=r"kind\.toml: x\.v: .*unknown kind"):
         source_entries("kind", "test_catalog_pkg")
+
+
+def test_every_healthy_range_parses_and_names_catalogued_metrics_with_units() -> None:
+    catalog = default_catalog()
+    ranged = [e for e in catalog.entries() if e.healthy is not None]
+    # the channels that mean host and job health have one
+    names = {e.name for e in ranged}
+    assert {"derived.cgroup_throttled_pct", "psi.cpu.some.total", "psi.memory.some.total",
+            "psi.io.some.total", "cgroup.psi.memory.full.total", "vmstat.pswpin",
+            "vmstat.oom_kill", "snmp.Tcp.RetransSegs", "net.rx_drop",
+            "disk.time_reading_ms"} <= names
+    for entry in ranged:
+        healthy = entry.healthy
+        assert isinstance(healthy, Healthy), entry.name
+        assert healthy.max is not None or healthy.min is not None, entry.name
+        assert entry.unit and entry.healthy_unit, entry.name  # a bound says its unit
+        assert entry.kind not in ("static", "smoothed"), entry.name  # a level that is judged
+        if healthy.per:
+            per = catalog.lookup(healthy.per)
+            assert healthy.per in catalog and per.unit, entry.name
+            assert per.kind in ("counter", "event", "gauge"), entry.name
+
+
+def test_a_bad_healthy_range_is_named(entries_package: Path) -> None:
+    for name, healthy in (("typo", "{ mx = 1.0 }"), ("empty", "{ }"),
+                          ("inverted", "{ min = 5.0, max = 1.0 }"),
+                          ("text", '{ max = "high" }'),
+                          ("ratio", '{ max = 1.0, per = "x.total" }'),
+                          ("scalar", "5.0")):
+        (entries_package / f"{name}.toml").write_text(
+            f'"x.h" = {{ subsystem = "cpu", kind = "gauge", unit = "%", healthy = {healthy} }}\n')
+        with pytest.raises(ValueError, match=rf"{name}\.toml: x\.h: "):
+            source_entries(name, "test_catalog_pkg")
+    (entries_package / "good.toml").write_text(
+        '"x.h" = { subsystem = "cpu", kind = "counter", unit = "pages", '
+        'healthy = { max = 2.0 } }\n')
+    (good,) = source_entries("good", "test_catalog_pkg")
+    assert good.healthy == Healthy(max=2.0) and good.healthy_unit == "pages/s"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from reveal.analysis.baseline_health import UnhealthyChannel
 from reveal.live.exporter import serve
 from reveal.live.scorer import LiveWindow
 from reveal.live.sinks import JsonLinesSink
@@ -82,3 +83,35 @@ def test_host_channels_are_named_the_prometheus_way(scraped):
     assert _value(scraped["reveal_host_disk_read_bytes"], device="vda") == 2048 * 512
     assert _value(scraped["reveal_host_network_receive_bytes"], device="eth0") == 12345
     assert "process_cpu_seconds" in scraped  # the process collector beside ours
+
+
+def _scrape(snapshot: WatchSnapshot) -> dict:
+    server = serve(("127.0.0.1", 0), lambda: snapshot)
+    try:
+        port = server.server_port
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        server.shutdown()
+    return {f.name: f for f in text_string_to_metric_families(text.decode())}
+
+
+def test_an_unhealthy_baseline_is_a_gauge_with_tenant_text_made_safe():
+    hostile = 'derived.cgroup_throttled_pct{cgroup=job"\n\u202eevil\\}'
+    findings = [
+        UnhealthyChannel("derived.cgroup_throttled_pct{cgroup=/job}", 78.0, 0.96, 60, 25.0,
+                         None, "%", "unhealthy baseline: ..."),
+        UnhealthyChannel(hostile, 40.0, 0.5, 30, 25.0, None, "%", "unhealthy baseline: ..."),
+        UnhealthyChannel("link.speed", 1.0, 1.0, 60, None, 10.0, "Gbit/s", "...")]
+    scraped = _scrape(WatchSnapshot(unhealthy=findings))
+    level, share = scraped["reveal_baseline_unhealthy"], scraped["reveal_baseline_unhealthy_share"]
+    assert level.type == "gauge" and share.type == "gauge"
+    job = {"channel": "derived.cgroup_throttled_pct{cgroup=/job}",
+           "metric": "derived.cgroup_throttled_pct", "unit": "%", "healthy": "<= 25"}
+    assert _value(level, **job) == 78.0 and _value(share, **job) == 0.96
+    assert _value(level, channel="link.speed", healthy=">= 10", unit="Gbit/s") == 1.0
+    (odd,) = [s for s in level.samples if s.labels["channel"].endswith("\\}")]
+    assert odd.value == 40.0 and odd.labels["channel"].isprintable()
+    assert odd.labels["channel"] == 'derived.cgroup_throttled_pct{cgroup=job"??evil\\}'
+    # a healthy learn: the families are there, with no sample
+    healthy = _scrape(WatchSnapshot())
+    assert healthy["reveal_baseline_unhealthy"].samples == []

@@ -22,6 +22,11 @@ Kinds:
   avg10/60/300). Kept for display, excluded from detection: its lag would stretch every
   anomaly by tens of seconds, and the underlying counter (``psi.*.total``,
   ``loadavg.runnable``) carries the same evidence at once.
+
+``healthy`` (optional): the range of the channel's level a healthy host or job stays in,
+as a table (:class:`Healthy`), e.g. ``healthy = { max = 25.0 }``: a channel of it whose
+level lies outside through much of a baseline warns that a fault present during the
+learn is learned as normal (:mod:`reveal.analysis.baseline_health`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,48 @@ TIME_RUNNING_METRIC = "perf.time_running_ns"
 
 
 @dataclass(frozen=True)
+class Healthy:
+    """The healthy range of a channel's level, from its catalog entry's ``healthy`` table.
+
+    The level is the channel's window mean in its derived unit (a counter or event rated
+    per second) times ``scale``, in ``unit`` (empty: the derived unit). With ``per``, it is
+    instead the window's sum of this channel over that of the ``per`` metric's channel with
+    the same labels, times ``scale`` (retransmitted over sent segments, × 100: percent),
+    judged only in windows where the ``per`` channel's mean is at least ``least`` (its unit
+    per second): a share of a handful is no share. ``min`` and ``max`` bound the range
+    (either may be absent). ``share``: the share of a baseline's windows outside the range
+    beyond which the baseline is unhealthy (None: the analysis setting
+    ``baseline_unhealthy_share``; 0: any window, for a rare event such as an OOM kill).
+    """
+
+    max: float | None = None
+    min: float | None = None
+    per: str = ""
+    scale: float = 1.0
+    unit: str = ""
+    least: float = 0.0
+    share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max is None and self.min is None:
+            raise ValueError("healthy: give max, min or both")
+        for name in ("max", "min", "scale", "least", "share"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)
+                                      or value != value):
+                raise ValueError(f"healthy: {name} must be a number, got {value!r}")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError(f"healthy: min {self.min} above max {self.max}")
+        if not self.scale > 0:
+            raise ValueError(f"healthy: scale must be positive, got {self.scale}")
+        if self.share is not None and not 0.0 <= self.share < 1.0:
+            raise ValueError(f"healthy: share must be in [0, 1), got {self.share}")
+        if self.per and not self.unit:
+            raise ValueError("healthy: a level per another metric needs its unit")
+
+
+@dataclass(frozen=True)
 class MetricInfo:
     """Metadata of one metric (or a glob family of metrics).
 
@@ -50,7 +97,8 @@ class MetricInfo:
     e.g. "CPU busy percentage". ``multiplex_group``: for a counter the kernel may
     time-multiplex (perf), the name of its event group; its raw count is scaled per interval
     by the channels ``TIME_ENABLED_METRIC`` / ``TIME_RUNNING_METRIC`` with the same labels
-    plus ``group=NAME`` (see ``reveal.analysis.derive``).
+    plus ``group=NAME`` (see ``reveal.analysis.derive``). ``healthy``: the range of its
+    level a healthy host stays in (:class:`Healthy`; None: no such range).
     """
 
     name: str
@@ -60,12 +108,32 @@ class MetricInfo:
     priority: int = 0
     description: str = ""
     multiplex_group: str = ""
+    healthy: Healthy | None = None
 
     def __post_init__(self) -> None:
         if self.subsystem not in SUBSYSTEMS:
             raise ValueError(f"{self.name}: unknown subsystem {self.subsystem!r}")
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: unknown kind {self.kind!r}")
+        if isinstance(self.healthy, dict):  # as read from TOML
+            object.__setattr__(self, "healthy", Healthy(**self.healthy))
+        elif self.healthy is not None and not isinstance(self.healthy, Healthy):
+            raise ValueError(f"{self.name}: healthy must be a table, got {self.healthy!r}")
+
+    @property
+    def level_unit(self) -> str:
+        """The unit of the channel's level after derive: per second for a counter or
+        event (``pages/s``), else its own."""
+        if self.kind in ("counter", "event"):
+            return f"{self.unit}/s" if self.unit else "per s"
+        return self.unit
+
+    @property
+    def healthy_unit(self) -> str:
+        """The unit of :attr:`healthy`'s bounds (empty without a range)."""
+        if self.healthy is None:
+            return ""
+        return self.healthy.unit or self.level_unit
 
 
 # Name fragments that reveal a subsystem, checked in order, for metrics no entry describes.

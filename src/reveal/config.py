@@ -144,6 +144,12 @@ class AnalyzeConfig:
     baseline_trim_mads: float | None = None
     # a baseline shorter than this many windows is named in the report as too short
     min_baseline_windows: int = 60
+    # a baseline whose level of a channel with a healthy range (the catalog's ``healthy``)
+    # lies outside that range in more than this share of its windows is named unhealthy
+    # in the model and the report (reveal.analysis.baseline_health): far more than the
+    # 1 % the thresholds leave above them, so the fault's level is part of what was
+    # learned as normal (an entry's own ``share`` wins; None: no check)
+    baseline_unhealthy_share: float | None = 0.25
     # periodic refits on recent unflagged windows and the consensus of model generations
     refit: RefitConfig = field(default_factory=RefitConfig)
     # more window sizes (rows; with windows by rows) scored beside window.size_rows, each

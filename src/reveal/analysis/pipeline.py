@@ -22,6 +22,7 @@ import numpy as np
 
 from reveal.analysis import frontend
 from reveal.analysis.attribute import attribute
+from reveal.analysis.baseline_health import UnhealthyChannel, baseline_health
 from reveal.analysis.constants import MAD_TO_SIGMA
 from reveal.analysis.derive import derive
 from reveal.analysis.direct import baseline_levels, direct_signs, lead_with
@@ -180,6 +181,9 @@ class FittedAnalysis:
     # the analyses of the extra window sizes (config.extra_window_rows), scored beside this
     # one and joined with it (reveal.analysis.scales)
     scales: list[FittedAnalysis] = dataclasses.field(default_factory=list)
+    # channels whose level lay outside their healthy range (catalog) through much of the
+    # baseline, worst first (reveal.analysis.baseline_health; empty in models saved before)
+    health: tuple[UnhealthyChannel, ...] = ()
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -351,6 +355,9 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
                         f"({n_windows * stride_s:g} s); at least {config.min_baseline_windows} "
                         f"({need:g} s) are needed to place a 99th-percentile threshold, so "
                         f"verdicts may flag ordinary variation")
+    health = tuple(baseline_health(d_base, fm.windows.start_ns, fm.windows.size, catalog,
+                                   config.baseline_unhealthy_share))
+    warnings += [finding.message for finding in health]
     fitted = FittedAnalysis(
         config=config, window=window, interval_s=float(interval), channels=list(usable),
         column_channels=list(fm.channels), column_features=list(fm.features),
@@ -364,7 +371,8 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         significance=significance, capacity=capacity.to_dict(),
         matters={c: (m.least, m.rule) for c, m in per_channel.items()},
         configuration=configuration(base),
-        level_tails=None if robust else level_tails(fit_values, tuple(fm.features)))
+        level_tails=None if robust else level_tails(fit_values, tuple(fm.features)),
+        health=health)
     return fitted, fm, d_base, ranks
 
 

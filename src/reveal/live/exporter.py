@@ -2,10 +2,15 @@
 
 Scores and thresholds of the last scored window (combined and per detector), active
 anomalies by subsystem, alert counters per event and sink, the model's generation and
-age, the collector's own health, and a curated set of host channels named the Prometheus
-way (base units, ``_total`` for counters, ``_seconds`` and ``_bytes`` suffixes). Values are
-read from the watch's state at scrape time; nothing is computed for a scrape that the
-watch does not already hold, but the tick-lag quantiles.
+age, the channels the model's baseline held outside their healthy range, the collector's
+own health, and a curated set of host channels named the Prometheus way (base units,
+``_total`` for counters, ``_seconds`` and ``_bytes`` suffixes). Values are read from the
+watch's state at scrape time; nothing is computed for a scrape that the watch does not
+already hold, but the tick-lag quantiles.
+
+Label values that come from channel names (cgroup, container, interface names) are chosen
+by tenants and untrusted: control and invisible formatting characters become ``?`` and
+long ones are cut (:func:`label_value`); prometheus-client escapes the rest.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ from prometheus_client.process_collector import ProcessCollector
 from reveal.errors import InputError
 from reveal.frame import parse_channel
 from reveal.live.snapshot import WatchSnapshot
+from reveal.report.escape import plain
+
+#: Characters a label value taken from a channel name keeps at most.
+LABEL_LIMIT = 200
+
+
+def label_value(text: str) -> str:
+    """Untrusted text (a channel name) as a label value: printable, at most
+    :data:`LABEL_LIMIT` characters."""
+    return plain(text, LABEL_LIMIT)
 
 _TICK_HZ = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
@@ -232,6 +247,7 @@ class WatchCollector:
             age.add_metric([], max(0.0, s.model_age_s))
         yield age
         yield from _singles(s, MODEL_METRICS)
+        yield from _unhealthy(s)
 
     @staticmethod
     def _collector(s: WatchSnapshot) -> Iterator[Metric]:
@@ -255,6 +271,36 @@ class WatchCollector:
                       "Size of the run being recorded", c.bytes_on_disk)
         yield _single(CounterMetricFamily, "reveal_collector_cpu_seconds",
                       "CPU time of the watch process (collection and scoring)", c.cpu_s)
+
+
+def _healthy_range(low: float | None, high: float | None) -> str:
+    """A healthy range as a label value: ``<= 25``, ``>= 1``, ``1..5``."""
+    if low is None:
+        return f"<= {high:g}"
+    if high is None:
+        return f">= {low:g}"
+    return f"{low:g}..{high:g}"
+
+
+def _unhealthy(s: WatchSnapshot) -> Iterator[Metric]:
+    """The channels the model's baseline held outside their healthy range: the typical
+    level (in the range's ``unit``) and the share of the baseline's windows outside."""
+    labels = ["channel", "metric", "unit", "healthy"]
+    level = GaugeMetricFamily(
+        "reveal_baseline_unhealthy", "Typical level (median over the baseline's windows, in "
+        "the unit labelled) of a channel that lay outside its healthy range through much of "
+        "the baseline the model in use was learned on: a fault learned as normal",
+        labels=labels)
+    share = GaugeMetricFamily(
+        "reveal_baseline_unhealthy_share", "Share of the baseline's windows (0-1) in which "
+        "that channel lay outside its healthy range", labels=labels)
+    for finding in s.unhealthy:
+        values = [label_value(finding.channel), label_value(parse_channel(finding.channel)[0]),
+                  finding.unit, _healthy_range(finding.min, finding.max)]
+        level.add_metric(values, finding.typical)
+        share.add_metric(values, finding.share)
+    yield level
+    yield share
 
 
 def parse_listen(text: str) -> tuple[str, int]:

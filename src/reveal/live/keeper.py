@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from reveal.analysis.baseline_health import UnhealthyChannel
 from reveal.analysis.pipeline import stride_seconds
 from reveal.analysis.presets import preset, preset_name_for, with_overrides
 from reveal.analysis.quietspan import QuietSpan
@@ -73,6 +74,13 @@ def left_out_text(model: Reveal) -> str:
     more = f", +{len(spans) - 8} more" if len(spans) > 8 else ""
     return (f"; {rows.size} of {fitted.baseline_windows} windows of the span left out of "
             f"the fit as bursts (at {', '.join(spans[:8])}{more})")
+
+
+def unhealthy_channels(model: Reveal | None) -> tuple[UnhealthyChannel, ...]:
+    """The channels whose level lay outside their healthy range through much of the span
+    ``model`` was learned on (:mod:`reveal.analysis.baseline_health`; none for a model
+    saved before the check, or no model)."""
+    return tuple(getattr(model.fitted_, "health", ())) if model is not None else ()
 
 
 def rehearsal_start_s(learn_s: float) -> float | None:
@@ -249,8 +257,11 @@ class ModelKeeper:
         self.rehearsal = None
         self._adopt(model, learn_end)
         fitted = model.fitted_
+        unhealthy = {f.message for f in unhealthy_channels(model)}
         for w in fitted.warnings:
-            self.notify("info", f"model: {w}")
+            if w not in unhealthy:
+                self.notify("info", f"model: {w}")
+        self._say_unhealthy(model)
         self.notify("info", f"model learned in {time.monotonic() - t0:.1f} s and saved to "
                             f"{path} (generation {self.generation}, {len(fitted.channels)} "
                             f"channels, {fitted.baseline_windows} windows, threshold "
@@ -293,11 +304,18 @@ class ModelKeeper:
             return
         self._adopt(model, now_ns)
         fitted = model.fitted_
+        self._say_unhealthy(model)
         self.notify("info", f"model refitted in {time.monotonic() - t0:.1f} s on the latest "
                             f"{opts.learn_s:g} s with no window flagged, saved to {path} "
                             f"(generation {self.generation}, {len(fitted.channels)} channels, "
                             f"{len(fitted.channels) - before:+d}){left_out_text(model)}; "
                             f"scoring")
+
+    def _say_unhealthy(self, model: Reveal) -> None:
+        """Warn of each channel whose level lay outside its healthy range through much of
+        the span just learned: the model takes that fault as normal."""
+        for finding in unhealthy_channels(model):
+            self.notify("warning", finding.message)
 
     # -- fitting and adopting ------------------------------------------------------------
     def _fit_span(self, start_ns: int, end_ns: int) -> tuple[Reveal, Path]:

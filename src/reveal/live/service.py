@@ -34,7 +34,12 @@ from reveal.errors import InputError
 from reveal.live.alerts import EpisodeTracker, Event
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
-from reveal.live.keeper import RECOMMENDED_LEARN_S, ModelKeeper, left_out_windows
+from reveal.live.keeper import (
+    RECOMMENDED_LEARN_S,
+    ModelKeeper,
+    left_out_windows,
+    unhealthy_channels,
+)
 from reveal.live.notices import appeared, notice_event
 from reveal.live.retention import Retention, prune
 from reveal.live.scorer import LiveScorer, LiveWindow
@@ -423,7 +428,8 @@ class Watch:
             model_channels=len(self.model.fitted_.channels) if self.model else 0,
             model_windows=int(self.model.fitted_.baseline_windows) if self.model else 0,
             model_windows_left_out=int(left_out_windows(self.model).size) if self.model else 0,
-            unmodelled=list(self.unmodelled), collector=health,
+            unmodelled=list(self.unmodelled), unhealthy=list(unhealthy_channels(self.model)),
+            collector=health,
             last_row=self.buffer.last_row() if self.buffer else None)
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from reveal.analysis.baseline_health import UnhealthyChannel
     from reveal.live.scorer import LiveWindow
     from reveal.live.sinks import Sink
 
@@ -55,6 +56,9 @@ class WatchSnapshot:
     model_windows: int = 0  # the learn's windows
     model_windows_left_out: int = 0  # of those, left out of the fit as bursts
     unmodelled: list[str] = field(default_factory=list)
+    # channels whose level lay outside their healthy range through much of the span the
+    # model in use was learned on (reveal.analysis.baseline_health)
+    unhealthy: list[UnhealthyChannel] = field(default_factory=list)
     collector: CollectorHealth = field(default_factory=CollectorHealth)
     # the newest sample: (monotonic ns, values, channels)
     last_row: tuple[int, np.ndarray, list[str]] | None = None

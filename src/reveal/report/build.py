@@ -172,7 +172,8 @@ def build_report(fitted: FittedAnalysis, analysis: Analysis) -> Report:
     return Report(
         run=analysis.run | {"reveal_version": __version__},
         baseline=({} if fitted.self_fitted else fitted.baseline)
-        | {"self_fitted": fitted.self_fitted},
+        | {"self_fitted": fitted.self_fitted,
+           "unhealthy": [f.to_dict() for f in getattr(fitted, "health", ())]},
         config=dataclasses.asdict(fitted.config)
         | {"window_used": dataclasses.asdict(fitted.window)},
         channels=dict(fitted.counts),
