@@ -296,7 +296,12 @@ def main() -> int:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=1))
+        # its provenance (revision, host, command, every option) travels with it into
+        # bench/results when the summary of a GPU run is kept there
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+        from provenance import arguments, write_result
+
+        write_result(out / "summary.json", result, arguments(args), indent=1)
         say(f"done: {'every check met' if status == 0 else 'a check failed (exit 1)'}")
     print(json.dumps(result, indent=1))
     return status
