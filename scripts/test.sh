@@ -2,15 +2,66 @@
 # Install everything (system packages included) into the virtual environment that
 # scripts/install.sh makes (REVEAL_VENV, default .venv in this clone), then run the whole
 # test suite with its Python. Arguments go to pytest.
+#
+# The suite runs in two parts:
+#   1. alone, one test at a time: the tests marked `alone` (and `quiet_host`, first), which
+#      need this host to themselves: they record it at rest, or count a live watch's alerts;
+#   2. the rest in parallel (pytest-xdist, REVEAL_TEST_WORKERS processes, default 4: most of
+#      their time is waiting on real collectors, servers and faults, not CPU), each test
+#      module on one worker so its module fixtures are made once.
+# REVEAL_TEST_WORKERS=0 runs everything in one serial pytest instead.
+#
+# REVEAL_REQUIRE=all (as .ci/run sets it) requires every component the skip guard knows:
+# the run stops before pytest when one is absent. The guard's summary is checked to exist
+# after each part, so a guard switched off cannot pass unnoticed.
 set -euo pipefail
 REVEAL_VENV="$(realpath -m "${REVEAL_VENV:-$(dirname "$0")/../.venv}")"
 export REVEAL_VENV
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --test --no-link
-set +e
-"$REVEAL_VENV/bin/python" -m pytest -q "$@"
-rc=$?
-set -e
-# pytest exit 5 means "no tests collected": that is a failure here.
-if [ "$rc" -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi
-exit "$rc"
+PY="$REVEAL_VENV/bin/python"
+WORKERS="${REVEAL_TEST_WORKERS:-4}"
+
+if [ -n "${REVEAL_REQUIRE:-}" ]; then
+  "$PY" tests/skip_guard.py --require "$REVEAL_REQUIRE" \
+    || { echo "test: a required component is absent (above): no test was run" >&2; exit 1; }
+fi
+
+reports="$(mktemp -d)"
+trap 'rm -rf "$reports"' EXIT
+started=$(date +%s)
+
+part() {  # part NAME PYTEST-ARGS...: run pytest, check the guard ran; sets $rc
+  local name="$1"; shift
+  set +e
+  REVEAL_GUARD_REPORT="$reports/$name.json" "$PY" -m pytest -q --durations=20 "$@"
+  rc=$?
+  set -e
+  if [ "$rc" -ne 5 ] && [ ! -s "$reports/$name.json" ]; then
+    echo "test: the skip guard did not run in the $name part (was it switched off?)" >&2
+    rc=1
+  fi
+}
+
+if [ "$WORKERS" = "0" ]; then
+  part all "$@"
+  [ "$rc" -ne 5 ] || { echo "no tests were collected" >&2; exit 1; }
+  exit "$rc"
+fi
+
+echo "== part 1: tests that need the host to themselves, one at a time"
+part alone -m "alone or quiet_host" "$@"
+rc_alone=$rc
+echo "== part 2: the rest, $WORKERS workers"
+part parallel -m "not (alone or quiet_host)" -n "$WORKERS" --dist loadgroup "$@"
+rc_parallel=$rc
+echo "== the suite took $(( $(date +%s) - started )) s"
+
+# exit 5 is "no tests collected": fine for one part, a failure when both collected none
+if [ "$rc_alone" -eq 5 ] && [ "$rc_parallel" -eq 5 ]; then
+  echo "no tests were collected" >&2; exit 1
+fi
+for rc in "$rc_alone" "$rc_parallel"; do
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
+done
+exit 0

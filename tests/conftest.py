@@ -19,8 +19,15 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``quiet_host`` run first: they record this host at rest, and a thousand
     tests before them leave it otherwise (a full page cache written back in bursts, servers
-    winding down), which is the suite's doing, not what those tests examine."""
+    winding down), which is the suite's doing, not what those tests examine.
+
+    Run in parallel (pytest-xdist, ``--dist loadgroup``), each module's tests go to one
+    worker: its module and session fixtures (recordings, servers, fitted models) are then
+    made once, not once per worker."""
     items.sort(key=lambda item: item.get_closest_marker("quiet_host") is None)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session")
