@@ -1,7 +1,8 @@
 """A pytest plugin that fails the run when a test skipped for a component this host has.
 
 A test that needs the headless browser, Prometheus, Alertmanager, root, the C reader,
-stress-ng, fio, bpftrace, a C compiler, iproute2, Dask or the feature oracles skips where
+stress-ng, fio, bpftrace, a C compiler, iproute2, Dask, the feature oracles or a mount
+(root mounting a tmpfs) skips where
 that is missing; where it is present, such a skip hides a failure (a wrong path, a stale
 build, a broken check). Each skip reason, of a test or of a whole module skipped at
 collection, is matched to the components it names; when every one of them, and every tool
@@ -46,7 +47,7 @@ _PROPERTY = "reveal_components"  # user property: the components a test may skip
 
 #: components, in the order the summary lists them
 COMPONENTS = ("chromium", "prometheus", "alertmanager", "root", "C extension", "stress-ng",
-              "fio", "bpftrace", "C compiler", "iproute2", "dask", "feature oracles")
+              "fio", "bpftrace", "C compiler", "iproute2", "dask", "feature oracles", "mount")
 
 _PATTERNS = {
     "chromium": re.compile(r"chromium", re.IGNORECASE),
@@ -60,12 +61,12 @@ _PATTERNS = {
     "iproute2": re.compile(r"(?<![\w-])iproute2(?![\w-])"),
     "dask": re.compile(r"\bdask\b|'distributed'", re.IGNORECASE),
     "feature oracles": re.compile(r"tsfresh|statsmodels"),
+    "mount": re.compile(r"\bmount(?:\(8\))?\b"),
 }
 _ROOT = re.compile(r"\bneeds? root\b")
 
 #: tools a reason may name beside a component, and the program that stands for each
-TOOLS = {"tc": "tc", "setpriv": "setpriv", "unshare": "unshare", "promtool": "promtool",
-         "mount(8)": "mount"}
+TOOLS = {"tc": "tc", "setpriv": "setpriv", "unshare": "unshare", "promtool": "promtool"}
 _TOOL_WORDS = {tool: re.compile(rf"(?<![\w-]){re.escape(tool)}(?![\w-])") for tool in TOOLS}
 
 
@@ -75,6 +76,22 @@ def _program(*names: str) -> bool:
 
 def _modules(*names: str) -> bool:
     return all(importlib.util.find_spec(n) is not None for n in names)
+
+
+def _can_mount() -> bool:
+    """Root may mount here: a 64 KiB tmpfs mounted on a fresh directory and unmounted."""
+    if os.geteuid() != 0 or not _program("mount", "umount"):
+        return False
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="reveal-guard-mount-") as where:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", where],
+                              capture_output=True, check=False)
+        if done.returncode != 0:
+            return False
+        subprocess.run(["umount", where], capture_output=True, check=False)
+    return True
 
 
 def _c_extension() -> bool:
@@ -98,6 +115,7 @@ _PRESENT: dict[str, Callable[[], bool]] = {
     "iproute2": lambda: _program("ip"),
     "dask": lambda: _modules("distributed"),
     "feature oracles": lambda: _modules("tsfresh", "statsmodels"),
+    "mount": _can_mount,
 }
 
 

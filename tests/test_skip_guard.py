@@ -51,6 +51,9 @@ def _plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ("could not import 'tsfresh.feature_extraction.feature_calculators'", {"feature oracles"}),
     ("chromium is not installed (neither chromium nor chromium-browser on PATH)",
      {"chromium"}),
+    ("needs a full mount (root and mount(8))", {"mount"}),
+    ("cannot mount a tmpfs here: permission denied", {"mount"}),
+    ("the amount of memory is too small", set()),
     ("labelled data (REVEAL_DATA) absent", set()),
 ])
 def test_reasons_name_their_components(reason: str, components: set[str]) -> None:
