@@ -15,6 +15,10 @@ a new run with a reference run (``reveal analyze RUN --baseline BASE``), and sco
     python bench/bench_alarms.py record --out DIR [--baseline-s 90 --run-s 90 --fault-s 20]
     python bench/bench_alarms.py analyse DIR [DIR ...] --result bench/results/alarms.json
 
+A DIR may be a kept recording, ``bench/recordings/NAME.tar.xz`` (``bench/recordings.py``):
+the result then names it under ``recordings``, and ``bench/rescore.py`` scores it again
+with the code of the day and says which figures moved.
+
 ``record`` needs root, stress-ng, fio, tc and PyTorch (what ``scripts/install.sh`` installs);
 it takes about (baseline + run + 20 s) per fault. ``analyse`` reads recorded suites only, so a
 change of the analysis can be measured again on the same recordings. ``--split`` scores
@@ -35,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from provenance import analysis_settings, arguments, script_argv, write_result
+from recordings import is_archive, name_of, opened
 
 RESULT = Path(__file__).resolve().parent / "results" / "alarms.json"
 #: Faults of the suite, all on the distributed job, at their higher intensity.
@@ -114,18 +119,21 @@ def analyse(dirs: list[Path], after_s: float,
     from reveal.store.run_reader import read_run
 
     rows = []
-    for directory in dirs:
-        for recorded in load_recorded(directory):
-            for rec in recorded.runs:
-                if len(rec.episodes) != 1:
-                    continue
-                print(f"analysing {rec.path}", file=sys.stderr, flush=True)
-                report = report_run(read_run(rec.path), read_run(rec.baseline),
-                                    model=Reveal(overrides=dict(overrides or {})))
-                row = score_run(report, rec.episodes[0], after_s)
-                row["run"] = str(rec.path)
-                row["warnings"] = report.warnings[:5]
-                rows.append(row)
+    for given in dirs:
+        with opened(given) as directory:  # a kept recording (.tar.xz) is unpacked first
+            for recorded in load_recorded(directory):
+                for rec in recorded.runs:
+                    if len(rec.episodes) != 1:
+                        continue
+                    print(f"analysing {rec.path}", file=sys.stderr, flush=True)
+                    report = report_run(read_run(rec.path), read_run(rec.baseline),
+                                        model=Reveal(overrides=dict(overrides or {})))
+                    row = score_run(report, rec.episodes[0], after_s)
+                    # where the run lies: inside the archive, not in a temporary directory
+                    row["run"] = (f"{name_of(given)}:{rec.path.relative_to(directory)}"
+                                  if is_archive(given) else str(rec.path))
+                    row["warnings"] = report.warnings[:5]
+                    rows.append(row)
     return rows
 
 
@@ -192,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "alarms", "label": args.label, "after_s": args.after_s,
         "settings": settings,
         "dirs": [str(d) for d in args.dirs], "cpus": os.cpu_count(),
+        "recordings": [name_of(d) for d in args.dirs if is_archive(d)],
         "analysis_wall_s": round(time.monotonic() - started, 1),
         "total": totals(rows),
         "halves": {str(h): totals([r for r in rows if half.get(r["kind"], 0) == h])

@@ -9,7 +9,9 @@
 #   2. the rest in parallel (pytest-xdist, REVEAL_TEST_WORKERS processes, default 4: most of
 #      their time is waiting on real collectors, servers and faults, not CPU), each test
 #      module on one worker so its module fixtures are made once.
-# REVEAL_TEST_WORKERS=0 runs everything in one serial pytest instead.
+# REVEAL_TEST_WORKERS=0 runs everything in one serial pytest instead. REVEAL_TEST_JUNIT=DIR
+# writes each part's JUnit XML there (DIR/alone.xml, DIR/parallel.xml; bench/bench_suite.py
+# reads them).
 #
 # REVEAL_REQUIRE=all (as .ci/run sets it) requires every component the skip guard knows:
 # the run stops before pytest when one is absent. The guard's summary is checked to exist
@@ -33,8 +35,10 @@ started=$(date +%s)
 
 part() {  # part NAME PYTEST-ARGS...: run pytest, check the guard ran; sets $rc
   local name="$1"; shift
+  local junit=()
+  [ -z "${REVEAL_TEST_JUNIT:-}" ] || junit=(--junitxml "$REVEAL_TEST_JUNIT/$name.xml")
   set +e
-  REVEAL_GUARD_REPORT="$reports/$name.json" "$PY" -m pytest -q --durations=20 "$@"
+  REVEAL_GUARD_REPORT="$reports/$name.json" "$PY" -m pytest -q --durations=20 "${junit[@]}" "$@"
   rc=$?
   set -e
   if [ "$rc" -ne 5 ] && [ ! -s "$reports/$name.json" ]; then

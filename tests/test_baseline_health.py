@@ -249,6 +249,7 @@ def _recorded(out: Path, name: str, *probes: str) -> Reveal:
     return Reveal().fit(out)
 
 
+@pytest.mark.alone  # its throttled cgroup is recorded beside no other test's load
 @pytest.mark.root
 def test_a_cgroup_throttled_through_a_real_recording_is_named(job_cgroup, tmp_path,
                                                               capsys) -> None:

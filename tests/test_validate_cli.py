@@ -69,6 +69,7 @@ def test_gap_seconds_space_the_episodes() -> None:
     assert scenario.run_s >= plans[-1].offset_s + plans[-1].duration_s + 60.0
 
 
+@pytest.mark.alone  # its CPU fault must be seen on a host no other test keeps busy
 @pytest.mark.slow
 @pytest.mark.root
 def test_quick_suite_end_to_end_detects_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

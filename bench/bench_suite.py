@@ -1,0 +1,104 @@
+"""The test suite's wall time, as a user runs it: ``bash scripts/test.sh``.
+
+Runs the README's test command (its install step included, as on a clean clone when
+``--fresh`` is given a clone to run in) and records the wall time of the whole command and
+of each part (alone, then parallel: see ``scripts/test.sh``), the tests passed, failed and
+skipped in each, and the 20 slowest tests, from the parts' JUnit XML. The target is 15
+minutes of wall time on the 2-core machine.
+
+    python bench/bench_suite.py [--result bench/results/suite_time.json] [--workers 4]
+    python bench/bench_suite.py --clone DIR   # in a clean clone of this commit made at DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from provenance import ROOT, arguments, script_argv, write_result
+
+RESULT = ROOT / "bench" / "results" / "suite_time.json"
+TARGET_S = 15 * 60.0
+
+
+def junit_figures(path: Path) -> dict[str, Any]:
+    """Counts, summed test time (s) and every test's time from one part's JUnit XML."""
+    if not path.is_file():
+        return {"present": False}
+    tree = ET.parse(path)
+    tests = []
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    for case in tree.iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        seconds = float(case.get("time") or 0.0)
+        tests.append((seconds, name))
+        if case.find("failure") is not None:
+            counts["failed"] += 1
+        elif case.find("error") is not None:
+            counts["errors"] += 1
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    tests.sort(reverse=True)
+    return {"present": True, **counts, "tests": len(tests),
+            "test_seconds": round(sum(t for t, _ in tests), 1),
+            "slowest": [{"test": n, "s": round(t, 1)} for t, n in tests[:20]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--result", type=Path, default=RESULT)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="REVEAL_TEST_WORKERS for the parallel part (default: the "
+                             "script's own)")
+    parser.add_argument("--clone", type=Path, default=None,
+                        help="make a clean clone of this commit here and run in it (with "
+                             "../shared beside it, as CI does)")
+    args = parser.parse_args(argv)
+    where = ROOT
+    if args.clone is not None:
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(args.clone)], check=True)
+        shared = ROOT.parent / "shared"
+        if shared.is_dir() and not (args.clone.parent / "shared").exists():
+            (args.clone.parent / "shared").symlink_to(shared)
+        where = args.clone
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "REVEAL_ALLOW_SKIPS")}
+    if args.workers is not None:
+        env["REVEAL_TEST_WORKERS"] = str(args.workers)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="reveal-suite-") as junit:
+        env["REVEAL_TEST_JUNIT"] = junit
+        log = Path(junit) / "test.log"
+        with open(log, "w") as handle:
+            done = subprocess.run(["bash", "scripts/test.sh"], cwd=where, env=env,
+                                  stdout=handle, stderr=subprocess.STDOUT, check=False)
+        wall = time.monotonic() - started
+        parts = {name: junit_figures(Path(junit) / f"{name}.xml")
+                 for name in ("alone", "parallel", "all")}
+        tail = log.read_text(errors="replace").splitlines()[-40:]
+    parts = {k: v for k, v in parts.items() if v["present"]}
+    passed = sum(p["passed"] for p in parts.values())
+    result = {"benchmark": "suite_time", "exit_code": done.returncode,
+              "wall_s": round(wall, 1), "target_s": TARGET_S, "met": wall <= TARGET_S,
+              "passed": passed, "failed": sum(p["failed"] + p["errors"] for p in parts.values()),
+              "skipped": sum(p["skipped"] for p in parts.values()),
+              "parts": parts, "log_tail": tail}
+    write_result(args.result, result, {**arguments(args), "where": str(where)},
+                 script_argv(__file__, argv), started)
+    print(f"suite: {wall:.0f} s wall (target {TARGET_S:.0f} s), {passed} passed, "
+          f"{result['failed']} failed, exit {done.returncode}")
+    return 0 if done.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
