@@ -53,6 +53,20 @@ def pack(directory: Path, archive: Path) -> Path:
     return archive
 
 
+def _extract(tar: tarfile.TarFile, where: Path) -> None:
+    """Unpack ``tar`` into ``where``: plain files and directories inside it only (the
+    ``data`` filter where this Python has it, the same checks by hand where it does not)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(where, filter="data")
+        return
+    for member in tar.getmembers():
+        target = (where / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(where.resolve()):
+            raise SystemExit(f"refusing {member.name!r} in the recording: not a plain file "
+                             "inside it")
+    tar.extractall(where)
+
+
 @contextlib.contextmanager
 def opened(path: Path) -> Iterator[Path]:
     """The recorded suite at ``path`` as a directory: itself, or an archive unpacked into a
@@ -62,7 +76,7 @@ def opened(path: Path) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="reveal-recording-") as where, \
             tarfile.open(path, "r:xz") as tar:
-        tar.extractall(where, filter="data")
+        _extract(tar, Path(where))
         yield Path(where)
 
 

@@ -65,6 +65,7 @@ def test_benign_live_option_errors_are_one_line(argv, says, tmp_path: Path, caps
     assert len(err) == 1 and says in err[0], err
 
 
+@pytest.mark.slow
 @pytest.mark.alone  # its live watch counts alert episodes: other tests' load would be one
 def test_quick_benign_suite_on_a_live_watch(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     if os.geteuid() != 0:

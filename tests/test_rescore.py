@@ -110,3 +110,28 @@ def test_every_kept_recording_is_named_by_a_result() -> None:
     assert kept <= named, f"kept but named by no result: {sorted(kept - named)}"
     if not kept:
         pytest.fail("no recording is kept under bench/recordings")
+
+
+def test_the_smallest_kept_recording_is_scored_again(tmp_path: Path) -> None:
+    """A real kept suite, analysed from its archive with today's code: every run it holds
+    is scored and compared (whether a figure moved is the comparison's answer, listed by
+    ``bench/rescore.py``, not this test's)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import rescore
+    finally:
+        sys.path.remove(str(BENCH))
+    results = rescore.kept_results()
+    assert results, "no result names a kept recording"
+    size = {p: sum((ROOT / n).stat().st_size for n in json.loads(p.read_text())["recordings"])
+            for p in results}
+    smallest = min(results, key=size.__getitem__)
+    out = tmp_path / "rescored.json"
+    done = _script("rescore.py", str(smallest), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [outcome] = json.loads(out.read_text())["results"]
+    stored = json.loads(smallest.read_text())
+    assert "missing" not in outcome and outcome["runs"] == len(stored["rows"]) > 0
+    assert {m["where"] for m in outcome["moved"]} <= {"total"} | {r["run"] for r in
+                                                                   stored["rows"]}
+    assert set(outcome["total_now"]) == set(stored["total"])

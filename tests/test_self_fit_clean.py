@@ -47,6 +47,7 @@ def _busiest_beside(before: dict[int, tuple[str, int]],
     return [f"{comm}[{pid}]: {t / hz:.1f} s" for t, pid, comm in used[:5] if t > 0]
 
 
+@pytest.mark.slow
 @pytest.mark.quiet_host
 def test_three_clean_runs_without_a_baseline_flag_almost_nothing(tmp_path: Path) -> None:
     """No fault is injected, but the host is shared (a test run beside other work): another

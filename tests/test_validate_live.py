@@ -143,6 +143,7 @@ def test_the_live_suite_learns_as_the_watch_does_unless_told(argv: list[str],
     assert options.baseline_s == learn_s
 
 
+@pytest.mark.slow
 @pytest.mark.alone  # its live watch counts alert episodes: other tests' load would be one
 def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     if os.geteuid() != 0:

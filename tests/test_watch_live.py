@@ -228,6 +228,7 @@ def test_rehearsal_starts_a_third_into_a_span_long_enough_to_hold_one():
     assert rehearsal_start_s(20.0) is None
 
 
+@pytest.mark.slow
 def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
     """With a 130 s learn, a provisional model scores from 63 s on with its verdicts
     dropped (no alert fires while learning), then the model is fitted on the whole span."""

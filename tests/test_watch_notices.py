@@ -145,6 +145,7 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.slow
 def test_a_new_interface_is_noted_once_and_never_alerted(tmp_path: Path):
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("needs root and iproute2")
