@@ -37,14 +37,10 @@ def scraped(tmp_path):
         collector=CollectorHealth(samples=600, missed_ticks=1, channels=920,
                                   lag_quantiles={"0.5": 0.001, "0.99": 0.004, "1": 0.02}),
         last_row=(0, row, channels))
-    server = serve(("127.0.0.1", 0), lambda: snapshot)
     try:
-        port = server.server_port
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        return _scrape(snapshot)
     finally:
-        server.shutdown()
         sink.close()
-    return {f.name: f for f in text_string_to_metric_families(text.decode())}
 
 
 def _value(family, **labels) -> float:
