@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from reveal.frame import Telemetry
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -24,21 +25,13 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _recorded_suite(where: Path) -> Path:
     """A recorded suite as ``bench_alarms.py record`` lays it out: a baseline and a run with
-    one CPU fault 40–50 s in, on two channels."""
-    from reveal.frame import Telemetry
+    one CPU fault 40–50 s in (:func:`synthetic.ar1_host`)."""
     from reveal.inject.groundtruth import Episode, EventLog
     from reveal.store.run_writer import write_run
+    from synthetic import ar1_host
 
     def telemetry(seed: int, fault: bool) -> Telemetry:
-        rng = np.random.default_rng(seed)
-        n = 900
-        busy = 40 + rng.normal(0, 2, n)
-        if fault:
-            busy[400:500] += 50
-        ts = (np.arange(n) * 0.1 * S).astype(np.int64) + 1000 * S
-        ticks = np.cumsum(busy / 10.0)  # USER_HZ ticks, 10 samples a second
-        return Telemetry("h", ts, np.column_stack([ticks, rng.normal(0, 1, n)]),
-                         ["cpu.user{cpu=0}", "mem.MemFree"], {"interval_s": 0.1})
+        return ar1_host(90.0, seed, fault=(40.0, 50.0) if fault else None, start_s=1000.0)
 
     scenario = where / "runs" / "distributed"
     write_run(telemetry(1, False), scenario / "baseline1")
