@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--result", type=Path, default=RESULT)
     parser.add_argument("--workers", type=int, default=None,
-                        help="REVEAL_TEST_WORKERS for the parallel part (default: the "
-                             "script's own)")
+                        help="REVEAL_TEST_WORKERS: 0 for one serial pytest, N for the "
+                             "two parts on N workers (default: the script's own)")
     parser.add_argument("--clone", type=Path, default=None,
                         help="make a clean clone of this commit here and run in it (with "
                              "../shared beside it, as CI does)")
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         tail = log.read_text(errors="replace").splitlines()[-40:]
     parts = {k: v for k, v in parts.items() if v["present"]}
     passed = sum(p["passed"] for p in parts.values())
-    result = {"benchmark": "suite_time", "exit_code": done.returncode,
+    workers = env.get("REVEAL_TEST_WORKERS", "the script's default")
+    result = {"benchmark": "suite_time", "exit_code": done.returncode, "workers": workers,
               "wall_s": round(wall, 1), "target_s": TARGET_S, "met": wall <= TARGET_S,
               "passed": passed, "failed": sum(p["failed"] + p["errors"] for p in parts.values()),
               "skipped": sum(p["skipped"] for p in parts.values()),
