@@ -117,10 +117,14 @@ def test_gpu_and_gpu_procs_keep_the_ticks_in_c(native_on: None, sleepers: Any,
         for probe in reversed(probes):
             probe.close()
     assert nvml.unrecorded == []  # no NVML call from the sampling thread
-    assert sampler.stats.missed_ticks == 0
+    # judged by counts, not every tick: the slow GPUs cost the tick thread nothing, so at
+    # most a tick or two of the 40 is lost, and only to the host's own load (a slow GPU
+    # read on the tick thread would lose one per read, dozens here)
+    rows = sum(len(ts) for _, ts, _ in sink.parts)
+    assert sampler.stats.missed_ticks <= 2 and 38 <= rows <= 40, (sampler.stats.missed_ticks,
+                                                                  rows)
     if ticker_available():
         assert sampler.mode == "native"  # the C thread kept the ticks, gpu_procs included
-    assert sum(len(ts) for _, ts, _ in sink.parts) == 40
     assert nvml.calls["nvmlDeviceGetProcessUtilization"] >= 7 * 30  # polled, not ticked
 
     # the process that started joined at a refresh; the one that exited retired
