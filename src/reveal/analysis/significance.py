@@ -888,9 +888,9 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline; with only such falls,
     the first surprising rise among the reasons leads), those that last through most of
     the window (a median that moved; or one that began within it and holds at its end,
-    :func:`onset_columns`) where there are any, the largest (:func:`change_size`) in the
-    window's leading subsystem, else in any subsystem, named by its level where a level of
-    it matters. Side effects follow it.
+    :func:`onset_columns`) where there are any, the largest (:func:`change_size`, in least
+    changes that matter, so comparable across subsystems), named by its level where a level
+    of it matters; the window's subsystems are led by the claim's. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
 
@@ -933,15 +933,18 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
         # among the changes the claim is chosen from: a change that lasts through most
         # of the window outweighs a burst elsewhere
         evidence = attribute_to_changes(evidence, {subsystems[k] for k in np.flatnonzero(pool)})
-    lead = evidence.subsystems[0] if evidence.subsystems else None
-    in_lead = np.array([s == lead for s in subsystems]) & pool
-    pick = int(np.argmax(np.where(in_lead, size, -1.0))) if in_lead.any() \
-        else int(np.argmax(np.where(pool, size, -1.0)))
+    # the largest change that matters leads, in whichever subsystem: sizes are counted in
+    # each channel's own least change that matters, so they compare across subsystems
+    pick = int(np.argmax(np.where(pool, size, -1.0)))
     # within the channel, a level that matters says more than a spread or a slope
     levels = (np.asarray(channels) == channels[pick]) & is_level & cause
     if levels.any():
         pick = int(np.argmax(np.where(levels, size, -1.0)))
     channel, feature = channels[pick], features[pick]
+    if not keep_first and evidence.subsystems and evidence.subsystems[0] != subsystems[pick]:
+        # the window is named by the subsystem its claim speaks of
+        evidence = replace(evidence, subsystems=[
+            subsystems[pick], *(s for s in evidence.subsystems if s != subsystems[pick])])
     if name is not None:
         channel = name(channel)
     reasons = list(evidence.reasons)
