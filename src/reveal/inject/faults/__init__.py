@@ -16,6 +16,9 @@ cgroup_throttle        cpu        CPU quota on the job's cgroup (cpu.max / cfs_q
 mtu_shrink             network    MTU of the suite's veth lowered (576 B at high)
 rt_hog                 cpu        SCHED_FIFO busy loop pinned to one CPU
 affinity_squeeze       cpu        the job's threads pinned to fewer CPUs (affinity)
+job_hang               cpu        the job's processes stopped (SIGSTOP), or half of each s
+memory_leak            memory     a process growing 5 or 15 MB/s, never freeing (bounded)
+oom_kill               memory     a job process killed by the OOM killer in its cgroup
 =====================  =========  ====================================================
 """
 
@@ -28,7 +31,7 @@ from reveal.inject.faults.base import FAULTS, Fault, FaultContext, register, run
 
 #: modules of this package that define the built-in faults (registered in this order)
 BUILTIN_MODULES = ("cpu", "memory", "writeback", "disk", "network", "udp_flood", "hugepages",
-                   "cgroup_throttle", "mtu", "rt_hog", "affinity")
+                   "cgroup_throttle", "mtu", "rt_hog", "affinity", "hang", "leak", "oom")
 for _module in BUILTIN_MODULES:
     importlib.import_module(f"{__package__}.{_module}")
 

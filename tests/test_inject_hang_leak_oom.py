@@ -1,0 +1,112 @@
+"""The faults that hold or hide: the job hung (stopped), a slow memory leak, OOM kills.
+Each runs for real on this host (root, cgroups) and is checked by what the kernel says."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from reveal.inject.cleanup import make_temp_dir
+from reveal.inject.faults import FaultContext, make_fault, run_episode
+from reveal.inject.groundtruth import EventLog, load_episodes
+from reveal.inject.jobcgroup import JobCgroup
+
+pytestmark = pytest.mark.root
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups, signals)")
+
+
+@pytest.fixture
+def workdir():  # type: ignore[no-untyped-def]
+    path = make_temp_dir("test")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _vmstat(name: str) -> int:
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == name:
+            return int(value)
+    raise KeyError(name)
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+@needs_root
+@pytest.mark.parametrize(("intensity", "least", "most"), [("high", 0.0, 0.15),
+                                                          ("low", 0.2, 0.8)])
+def test_a_hung_job_stops_using_cpu_and_runs_again_after(
+        workdir: Path, intensity: str, least: float, most: float) -> None:
+    """High: the job's busy process gets no CPU while it is stopped; low: about half of
+    each second; after the fault it runs again (continued, not left stopped)."""
+    cgroup = JobCgroup().create()
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        cgroup.add(proc.pid)
+        job = psutil.Process(proc.pid)
+        fault = make_fault("job_hang", intensity, FaultContext(workdir))
+        if fault.check():
+            pytest.skip(fault.check())
+        time.sleep(0.3)
+        before = _cpu_seconds(job)
+        run_episode(fault, 3.0, EventLog(workdir))
+        used = _cpu_seconds(job) - before
+        assert job.status() != psutil.STATUS_STOPPED
+        after = _cpu_seconds(job)
+        time.sleep(1.0)
+        assert _cpu_seconds(job) - after > 0.1  # running again (on a shared host)
+        # the busy process alone could use 3 s: the share it got while the fault held
+        assert least * 3.0 <= used <= max(most * 3.0, 0.2), used
+        [episode] = load_episodes(workdir)
+        assert episode.kind == "job_hang" and episode.subsystem == "cpu"
+        assert episode.detail["processes"] == 1
+        assert episode.detail["where"] == [cgroup.name]
+    finally:
+        proc.kill()
+        proc.wait()
+        cgroup.close()
+
+
+def test_a_memory_leak_grows_at_its_rate_and_is_freed_after(workdir: Path) -> None:
+    fault = make_fault("memory_leak", "high", FaultContext(workdir))
+    result: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: result.update(
+        episode=run_episode(fault, 4.0, EventLog(workdir))))
+    thread.start()
+    time.sleep(1.0)
+    [leaker] = [psutil.Process(p.pid) for p in fault.procs]
+    first = leaker.memory_info().rss
+    time.sleep(2.0)
+    grown = leaker.memory_info().rss - first
+    thread.join()
+    rate = fault.params["rate_bytes_per_s"]
+    # two seconds at 15 MB/s, judged loosely on a shared host (a late step, a slow start)
+    assert 0.8 * rate <= grown <= 3.0 * rate, grown
+    assert not leaker.is_running()
+    assert result["episode"].detail["max_bytes_used"] <= 4 << 30  # type: ignore[attr-defined]
+
+
+@needs_root
+def test_oom_kills_are_real_kernel_kills_and_leave_no_cgroup(workdir: Path) -> None:
+    fault = make_fault("oom_kill", "high", FaultContext(workdir))
+    if fault.check():
+        pytest.skip(fault.check())
+    before = _vmstat("oom_kill")
+    episode = run_episode(fault, 12.0, EventLog(workdir))
+    assert episode.detail["killed"] == 3
+    assert _vmstat("oom_kill") - before >= 3  # another process on the host may be killed too
+    where = episode.detail["where"][0]
+    assert where.startswith(f"rvinj-{os.getpid()}-")
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{where}"))
+    assert not list(Path("/sys/fs/cgroup").glob(where))
