@@ -40,9 +40,10 @@ def workdir() -> Iterator[Path]:
 
 
 def _state() -> dict[str, Any]:
-    """Everything benign present, and this process's tagged children."""
+    """Everything benign this process made (named with its pid: another pytest-xdist
+    worker's activities make their own beside it), and its tagged children."""
     mine = sorted(p for p, owner in tagged_processes().items() if owner == os.getpid())
-    return {**leftovers.snapshot(), "processes": mine}
+    return {**leftovers.snapshot(owners=(os.getpid(),)), "processes": mine}
 
 
 def _begin(kind: str, workdir: Path, wait_s: float = 60.0) -> Fault:

@@ -48,8 +48,18 @@ def _start_suite() -> subprocess.Popen[str]:
     return proc
 
 
+def _state(*children: int) -> dict:
+    """What this test process and the suite processes ``children`` made (names and tags
+    carrying their pids: another pytest-xdist worker's suite runs beside this one make
+    their own), with the host-wide root qdiscs, nftables tables and ``vm.nr_hugepages``.
+    Taken before a child starts, the state without it is the state with it: nothing can
+    carry the pid of a process that does not exist yet once ``remove_leftovers`` removed
+    what dead processes left."""
+    return snapshot(owners=(os.getpid(), *children))
+
+
 def _changed(before: dict, pid: int) -> bool:
-    now = snapshot()
+    now = _state(pid)
     return now["nr_hugepages"] != before["nr_hugepages"] and len(now["netns"]) > len(
         before["netns"]) and any(owner == pid for owner in tagged_processes().values())
 
@@ -57,34 +67,34 @@ def _changed(before: dict, pid: int) -> bool:
 @needs_root
 def test_sigterm_undoes_every_change() -> None:
     remove_leftovers()  # what earlier, killed runs left must not count as "before"
-    before = snapshot()
+    before = _state()
     proc = _start_suite()
     assert _changed(before, proc.pid)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while snapshot() != before and time.monotonic() < deadline:
+    while _state(proc.pid) != before and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert snapshot() == before
+    assert _state(proc.pid) == before
 
 
 @needs_root
 def test_sigkill_leftovers_are_removed_by_prefix() -> None:
     remove_leftovers()  # what earlier, killed runs left must not count as "before"
-    before = snapshot()
+    before = _state()
     proc = _start_suite()
     assert _changed(before, proc.pid)
     proc.kill()
     proc.wait(timeout=10)
-    left = snapshot()
+    left = _state(proc.pid)
     assert left != before  # namespaces, HugePages, temp dir are still there
     removed = remove_leftovers()
     assert any("network namespace" in line for line in removed)
     assert any("nr_hugepages" in line for line in removed)
     deadline = time.monotonic() + 10
-    while snapshot() != before and time.monotonic() < deadline:
+    while _state(proc.pid) != before and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert snapshot() == before
+    assert _state(proc.pid) == before
     assert remove_leftovers() == []
 
 

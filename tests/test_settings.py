@@ -14,8 +14,14 @@ from reveal.analysis.presets import MINUTE, TELEMETRY, with_overrides
 from reveal.cli import main
 from reveal.errors import InputError
 from reveal.fleet.config import FleetConfig
+from reveal.live.config import WatchConfig
 from reveal.live.fitproc import fit_in_child
-from reveal.live.keeper import learn_settings, left_out_text, left_out_windows
+from reveal.live.keeper import (
+    RECOMMENDED_LEARN_S,
+    learn_settings,
+    left_out_text,
+    left_out_windows,
+)
 from reveal.model import Reveal
 from reveal.settings import (
     flatten,
@@ -77,9 +83,16 @@ def test_config_show_prints_the_effective_tree(capsys):
     assert "detect.persistence_s = 2.0  # --set" in lines
     assert "fleet.min_score = 12.0  # --set" in lines
     assert f"detect.threshold_quantile = {TELEMETRY.detect.threshold_quantile}" in lines
-    # every setting of both branches, once
+    assert f"watch.learn_floor_s = {RECOMMENDED_LEARN_S}" in lines
+    # every setting of the three branches, once
     names = [x.split(" = ")[0] for x in lines if not x.startswith("#")]
-    assert len(names) == len(set(names)) == len(flatten(TELEMETRY)) + len(flatten(FleetConfig()))
+    assert len(names) == len(set(names)) == (len(flatten(TELEMETRY))
+                                             + len(flatten(FleetConfig()))
+                                             + len(flatten(WatchConfig())))
+    assert main(["config", "--set", "watch.learn_floor_s=15"]) == 0
+    assert "watch.learn_floor_s = 15.0  # --set" in capsys.readouterr().out.splitlines()
+    assert main(["config", "--set", "watch.learn_floor_s=0"]) == 2
+    assert "watch.learn_floor_s takes a number of seconds > 0" in capsys.readouterr().err
     # the preset chosen by the sampling interval, as the analysis chooses it
     assert main(["config", "--interval", "60", "--json"]) == 0
     tree = json.loads(capsys.readouterr().out)

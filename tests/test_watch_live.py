@@ -228,10 +228,59 @@ def test_rehearsal_starts_a_third_into_a_span_long_enough_to_hold_one():
     assert rehearsal_start_s(20.0) is None
 
 
+def test_the_learn_floor_setting_moves_the_rehearsal_and_the_short_learn_refusal(
+        tmp_path, capsys):
+    from reveal.cli import main
+    from reveal.live.config import WatchConfig, watch_config
+    from reveal.live.keeper import RECOMMENDED_LEARN_S, rehearsal_start_s
+    from reveal.live.service import ABSOLUTE_MIN_LEARN_S, check_learn
+
+    assert WatchConfig().learn_floor_s == watch_config().learn_floor_s == RECOMMENDED_LEARN_S
+    floor = watch_config({"learn_floor_s": 15}).learn_floor_s
+    assert floor == 15.0
+    # the rehearsal: a third of the span, at least the floor, with the floor left after
+    assert rehearsal_start_s(40.0, floor) == 15.0
+    assert rehearsal_start_s(60.0, floor) == 20.0
+    assert rehearsal_start_s(29.0, floor) is None  # 14 s left
+    assert rehearsal_start_s(40.0) is None  # with the default floor
+    # the short-learn refusal: the floor without --allow-short-learn
+    check_learn(40.0, False, 40.0)
+    with pytest.raises(InputError, match="at least 60 windows"):
+        check_learn(40.0, False)
+    with pytest.raises(InputError, match=r"watch\.learn_floor_s is 41 s.*allow-short-learn"):
+        check_learn(40.0, False, 41.0)
+    check_learn(40.0, True, 41.0)
+    # never below what the detectors need to fit on, whatever the floor
+    check_learn(ABSOLUTE_MIN_LEARN_S, False, 5.0)
+    with pytest.raises(InputError, match=f"at least {ABSOLUTE_MIN_LEARN_S:g} s"):
+        check_learn(ABSOLUTE_MIN_LEARN_S - 1, False, 5.0)
+    # a bad value is refused, naming the setting
+    for bad in (0, -1.0, None, float("nan"), float("inf")):
+        with pytest.raises(InputError, match=r"watch\.learn_floor_s takes a number of "
+                                             r"seconds > 0"):
+            watch_config({"learn_floor_s": bad})
+    with pytest.raises(InputError, match=r"watch\.learn_floor_s takes a number"):
+        watch_config({"learn_floor_s": "15s"})
+    with pytest.raises(InputError, match=r"unknown watch setting watch\.learn_flor_s"):
+        watch_config({"learn_flor_s": 15})
+    # on the command line, before the watch records or listens
+    state = tmp_path / "state"
+    assert main(["watch", "--state", str(state), "--listen", "none",
+                 "--set", "watch.learn_floor_s=0"]) == 2
+    assert "watch.learn_floor_s takes a number of seconds > 0" in capsys.readouterr().err
+    assert not state.exists()
+    assert main(["watch", "--state", str(state), "--listen", "none", "--learn", "40s",
+                 "--set", "watch.learn_floor_s=41"]) == 2
+    assert "--learn 40s is too short: the learn floor watch.learn_floor_s is 41 s" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
-    """With a 130 s learn, a provisional model scores from 63 s on with its verdicts
-    dropped (no alert fires while learning), then the model is fitted on the whole span."""
+    """With a 40 s learn and a learn floor of 15 s (``watch.learn_floor_s``, 63 s by
+    default), a provisional model scores from 15 s on (the floor: a third of the span is
+    less) with its verdicts dropped (no alert fires while learning), then the model is
+    fitted on the whole span."""
     import signal
     import subprocess
     import sys
@@ -241,10 +290,11 @@ def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
     with open(log, "wb") as handle:
         watch = subprocess.Popen(
             [sys.executable, "-m", "reveal.cli", "watch", "--state", str(tmp_path / "state"),
-             "--learn", "130s", "--listen", "none", "--alerts-file", str(alerts)],
+             "--learn", "40s", "--set", "watch.learn_floor_s=15", "--listen", "none",
+             "--alerts-file", str(alerts)],
             stdout=subprocess.DEVNULL, stderr=handle)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 150
         while "model learned in" not in log.read_text() and time.monotonic() < deadline:
             assert watch.poll() is None, log.read_text()[-2000:]
             time.sleep(0.2)
@@ -255,7 +305,7 @@ def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
             watch.kill()
             watch.wait()
     text = log.read_text()
-    assert "scoring with a provisional model from 63 s" in text, text[-2000:]
+    assert "scoring with a provisional model from 15 s" in text, text[-2000:]
     assert text.index("scoring with a provisional model") < text.index("model learned in")
     assert not alerts.exists() or '"firing"' not in alerts.read_text()
 

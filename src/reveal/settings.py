@@ -4,7 +4,8 @@ The tree's root is the analysis (:class:`reveal.config.AnalyzeConfig`: ``window.
 ``select.*``, ``detect.*``, ``refit.*`` and the top-level settings), whose values come
 from a preset chosen by the data's sampling interval (:mod:`reveal.analysis.presets`); a
 preset is a named set of overrides of it. Beside it, ``fleet.*`` holds the peer comparison
-(:class:`reveal.fleet.config.FleetConfig`). Every command that analyses takes ``--set``;
+(:class:`reveal.fleet.config.FleetConfig`) and ``watch.*`` the live watch's own settings
+(:class:`reveal.live.config.WatchConfig`). Every command that analyses takes ``--set``;
 ``reveal config --show`` prints the effective tree.
 
 Values are read as JSON (``2``, ``true``, ``null``, ``["zscore","gmm"]``), else as text,
@@ -23,6 +24,8 @@ from reveal.errors import InputError
 
 #: the prefix of the fleet's settings in the tree
 FLEET = "fleet"
+#: the prefix of the watch's own settings in the tree (``reveal watch``)
+WATCH = "watch"
 
 SET_HELP = ("change one setting by dotted name, e.g. detect.persistence_s=2 (repeatable; "
             "values read as JSON; `reveal config --show` lists every setting)")
@@ -57,16 +60,22 @@ def set_arguments(settings: Mapping[str, Any] | None) -> list[str]:
             for arg in ("--set", f"{name}={shown(value)}")]
 
 
-def split_fleet(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``settings`` as (analysis settings, fleet settings without their ``fleet.`` prefix)."""
-    analysis, fleet = {}, {}
+def split_branch(settings: Mapping[str, Any],
+                 branch: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``settings`` as (the others, those of ``branch`` without their ``branch.`` prefix)."""
+    others, mine = {}, {}
     for name, value in settings.items():
         head, _, rest = name.partition(".")
-        if head == FLEET and rest:
-            fleet[rest] = value
+        if head == branch and rest:
+            mine[rest] = value
         else:
-            analysis[name] = value
-    return analysis, fleet
+            others[name] = value
+    return others, mine
+
+
+def split_fleet(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``settings`` as (analysis settings, fleet settings without their ``fleet.`` prefix)."""
+    return split_branch(settings, FLEET)
 
 
 def _kind_error(current: Any, value: Any) -> str | None:

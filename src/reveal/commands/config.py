@@ -9,13 +9,16 @@ import sys
 from reveal.analysis.presets import preset, preset_for, with_overrides
 from reveal.errors import InputError
 from reveal.fleet.config import FleetConfig
+from reveal.live.config import watch_config
 from reveal.live.keeper import learn_settings
 from reveal.settings import (
     FLEET,
+    WATCH,
     flatten,
     parse_sets,
     replace_dotted,
     shown,
+    split_branch,
     split_fleet,
 )
 
@@ -24,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     if args.preset == "auto" and not (args.interval > 0):
         raise InputError(f"--interval must be a number of seconds > 0, got {args.interval}")
     analysis, fleet = split_fleet(parse_sets(args.settings))
+    analysis, own = split_branch(analysis, WATCH)
     given = set(analysis)
     if args.watch:
         analysis = learn_settings(analysis)
@@ -32,20 +36,22 @@ def run(args: argparse.Namespace) -> int:
     fleet_config = replace_dotted(FleetConfig(), fleet, "fleet", f"{FLEET}.")
     tree = flatten(config)
     tree.update({f"{FLEET}.{k}": v for k, v in flatten(fleet_config).items()})
+    tree.update({f"{WATCH}.{k}": v for k, v in flatten(watch_config(own)).items()})
     if args.json:
         json.dump({k: list(v) if isinstance(v, tuple) else v for k, v in tree.items()},
                   sys.stdout, indent=2)
         print()
         return 0
-    changed = given | {f"{FLEET}.{k}" for k in fleet}
+    changed = given | {f"{FLEET}.{k}" for k in fleet} | {f"{WATCH}.{k}" for k in own}
     watch = set(analysis) - given
     print(f"# analysis: preset {config.preset}"
           + (f" (data sampled every {args.interval:g} s)" if args.preset == "auto" else ""))
-    in_fleet = False
+    headers = {FLEET: "# fleet: the peer comparison (reveal fleet)",
+               WATCH: "# watch: the live watch's own settings (reveal watch)"}
     for name, value in tree.items():
-        if name.startswith(f"{FLEET}.") and not in_fleet:
-            in_fleet = True
-            print("# fleet: the peer comparison (reveal fleet)")
+        header = headers.pop(name.partition(".")[0], None)
+        if header is not None:
+            print(header)
         mark = "  # --set" if name in changed else "  # watch" if name in watch else ""
         print(f"{name} = {shown(value)}{mark}")
     return 0

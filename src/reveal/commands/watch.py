@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from reveal.commands.parsers.watch import NAME
-from reveal.settings import parse_sets
+from reveal.settings import WATCH, parse_sets, split_branch
 
 
 def sinks_from_args(args: argparse.Namespace) -> dict[str, str]:
@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     leave_out_unused()
     from reveal.analysis.presets import TELEMETRY, with_overrides
     from reveal.collect.options import options_from_args as probe_options
+    from reveal.live.config import watch_config
     from reveal.live.exporter import parse_listen
     from reveal.live.service import Watch, WatchOptions, default_state_dir
     from reveal.live.unit import dashboard_json, systemd_unit
@@ -44,12 +45,15 @@ def run(args: argparse.Namespace) -> int:
         print(systemd_unit(sys.argv[sys.argv.index(NAME) + 1:] if NAME in sys.argv else [],
                            state))
         return 0
-    settings = parse_sets(args.settings)
+    # watch.NAME: the watch's own settings; the others: the analysis it learns with
+    settings, own = split_branch(parse_sets(args.settings), WATCH)
     with_overrides(TELEMETRY, settings)  # an unknown name or kind fails now, not at the fit
+    config = watch_config(own)
     listen = None if args.listen.lower() == "none" else parse_listen(args.listen)
     options = WatchOptions(
         state=state, learn_s=args.learn, relearn=args.relearn, refit_every_s=args.refit_every,
-        allow_short_learn=args.allow_short_learn, resolve_after_s=args.resolve_after,
+        allow_short_learn=args.allow_short_learn, learn_floor_s=config.learn_floor_s,
+        resolve_after_s=args.resolve_after,
         listen=listen, sinks=sinks_from_args(args), threshold_factor=args.threshold_factor,
         score_every=args.score_every,
         early=args.early, settings=settings,

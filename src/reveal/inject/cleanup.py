@@ -9,12 +9,14 @@ Three layers keep a run from leaving anything behind:
    (namespaces, temp dirs, tagged processes, HugePages state files) by the ``rvinj-<pid>-``
    prefix and removes those whose owner is dead.
 
-:func:`snapshot` lists the suite-relevant machine state for before/after comparisons.
+:func:`snapshot` lists the suite-relevant machine state for before/after comparisons (every
+suite run's, or only what given owner processes made).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -27,7 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from reveal.inject.jobcgroup import leftover_cgroups, remove_cgroup
-from reveal.inject.naming import PREFIX, TAG_ENV, owned_name, owner_of, pid_alive, temp_root
+from reveal.inject.naming import (
+    IFNAME_PREFIX,
+    PREFIX,
+    TAG_ENV,
+    ifname_owner,
+    owned_name,
+    owner_of,
+    pid_alive,
+    temp_root,
+)
 from reveal.inject.undo import UNDO
 
 HUGEPAGES_FILE = Path("/proc/sys/vm/nr_hugepages")
@@ -108,25 +119,47 @@ def read_hugepages() -> int | None:
         return None
 
 
-def snapshot() -> dict[str, Any]:
+def _qdisc_device(line: str) -> str:
+    """The device a ``tc qdisc show`` line is about (``""`` when it names none)."""
+    words = line.split()
+    return next((b for a, b in itertools.pairwise(words) if a == "dev"), "")
+
+
+def snapshot(owners: Iterable[int] | None = None) -> dict[str, Any]:
     """The machine state the suite could change: its own namespaces, veth ends, nftables
     tables, temp files, cgroups and processes (found by name or tag, so other users'
     namespaces or interfaces do not disturb a comparison), plus the root namespace's qdiscs
     and ``vm.nr_hugepages``, which it must restore. Equal before and after a suite run.
+
+    ``owners`` (pids): only what those processes made, by the owner in its name
+    (``rvinj-<pid>-…``, ``rvi<pid>a``) or its tag, so that suite runs beside them (other
+    test workers) do not disturb a comparison either; the root namespace's qdiscs (less
+    those of other owners' veth ends), its ``rvinj`` nftables tables and
+    ``vm.nr_hugepages`` are host-wide and listed whole. None: every suite run's.
     """
+    mine = None if owners is None else set(owners)
+
+    def ours(owner: int | None) -> bool:
+        return mine is None or owner in mine
+
     links = sorted(name for line in _cmd(["ip", "-o", "link", "show"]).splitlines()
                    if line.count(":") >= 2
-                   and (name := line.split(":")[1].strip().split("@")[0]).startswith("rvi"))
+                   and (name := line.split(":")[1].strip().split("@")[0])
+                   .startswith(IFNAME_PREFIX) and ours(ifname_owner(name)))
+    qdiscs = sorted(line.strip() for line in _cmd(["tc", "qdisc", "show"]).splitlines()
+                    if IFNAME_PREFIX in line or " root " in line)
+    if mine is not None:
+        qdiscs = [q for q in qdiscs if not (device := _qdisc_device(q))
+                  .startswith(IFNAME_PREFIX) or ours(ifname_owner(device))]
     return {
-        "netns": [n for n in netns_names() if n.startswith(PREFIX)],
+        "netns": [n for n in netns_names() if n.startswith(PREFIX) and ours(owner_of(n))],
         "links": links,
-        "qdiscs": sorted(line.strip() for line in _cmd(["tc", "qdisc", "show"]).splitlines()
-                         if "rvi" in line or " root " in line),
+        "qdiscs": qdiscs,
         "nft": [t for t in _cmd(["nft", "list", "tables"]).split() if t.startswith(PREFIX)],
         "nr_hugepages": read_hugepages(),
-        "temp": [p.name for p in temp_leftovers()],
-        "cgroups": [str(p) for p in leftover_cgroups()],
-        "processes": sorted(tagged_processes()),
+        "temp": [p.name for p in temp_leftovers() if ours(owner_of(p.name))],
+        "cgroups": [str(p) for p in leftover_cgroups() if ours(owner_of(p.name))],
+        "processes": sorted(pid for pid, owner in tagged_processes().items() if ours(owner)),
     }
 
 

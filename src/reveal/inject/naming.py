@@ -16,6 +16,10 @@ PREFIX = "rvinj"
 #: Environment variable set on every process the suite starts (value: owner pid).
 TAG_ENV = "REVEAL_INJECT_OWNER"
 _OWNED = re.compile(rf"^{PREFIX}-(?P<pid>\d+)-")
+#: the prefix of the suite's interfaces in the host's namespace (``rvi<pid>a``,
+#: ``rvi<pid>b``: :class:`reveal.inject.veth_pair.NetnsPair`)
+IFNAME_PREFIX = "rvi"
+_OWNED_IFNAME = re.compile(rf"^{IFNAME_PREFIX}(?P<pid>\d+)[ab]$")
 
 
 def owner_pid() -> int:
@@ -30,6 +34,12 @@ def owned_name(kind: str, pid: int | None = None) -> str:
 def owner_of(name: str) -> int | None:
     """The owner pid encoded in a suite name, else None (not ours)."""
     match = _OWNED.match(name)
+    return int(match.group("pid")) if match else None
+
+
+def ifname_owner(name: str) -> int | None:
+    """The owner pid encoded in a suite interface's name (``rvi<pid>a``), else None."""
+    match = _OWNED_IFNAME.match(name)
     return int(match.group("pid")) if match else None
 
 

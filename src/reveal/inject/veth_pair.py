@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from reveal.errors import RevealError
 from reveal.inject import processes
-from reveal.inject.naming import owned_name
+from reveal.inject.naming import IFNAME_PREFIX, owned_name
 from reveal.inject.undo import UNDO
 
 SUBNET_ADDRS = ("10.213.0.1", "10.213.0.2")
@@ -45,7 +45,7 @@ class NetnsPair:
     def __post_init__(self) -> None:
         pid = os.getpid()
         self.names = (owned_name(f"{self.tag}-a"), owned_name(f"{self.tag}-b"))
-        self.ifnames = (f"rvi{pid}a"[:15], f"rvi{pid}b"[:15])
+        self.ifnames = (f"{IFNAME_PREFIX}{pid}a"[:15], f"{IFNAME_PREFIX}{pid}b"[:15])
 
     def create(self) -> NetnsPair:
         reason = netns_supported()

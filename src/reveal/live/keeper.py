@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from reveal.live.service import WatchOptions
 
 #: windows the baseline needs for the 99th-percentile threshold (AnalyzeConfig's
-#: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s
+#: min_baseline_windows): 60 windows of 3 s sliding by 1 s take 63 s. The default of the
+#: setting ``watch.learn_floor_s`` (:class:`reveal.live.config.WatchConfig`), which the
+#: watch reads instead (``WatchOptions.learn_floor_s``)
 RECOMMENDED_LEARN_S = 63.0
 
 #: Analysis settings every learn and refit of the watch starts from (``--set`` goes over
@@ -83,12 +85,14 @@ def unhealthy_channels(model: Reveal | None) -> tuple[UnhealthyChannel, ...]:
     return tuple(getattr(model.fitted_, "health", ())) if model is not None else ()
 
 
-def rehearsal_start_s(learn_s: float) -> float | None:
+def rehearsal_start_s(learn_s: float,
+                      floor_s: float = RECOMMENDED_LEARN_S) -> float | None:
     """Seconds into the learning span at which a provisional model starts scoring (its
     verdicts discarded), or None for a span too short to hold a rehearsal: a third of
-    the span, at least :data:`RECOMMENDED_LEARN_S`, with at least that much left after."""
-    start = max(RECOMMENDED_LEARN_S, learn_s / 3.0)
-    return start if learn_s - start >= RECOMMENDED_LEARN_S else None
+    the span, at least the learn floor ``floor_s`` (``watch.learn_floor_s``,
+    :data:`RECOMMENDED_LEARN_S` by default), with at least that much left after."""
+    start = max(floor_s, learn_s / 3.0)
+    return start if learn_s - start >= floor_s else None
 
 
 class ModelKeeper:
@@ -210,7 +214,7 @@ class ModelKeeper:
             if self.rehearsal.pending(buffer.total) >= self.options.score_every:
                 self.rehearsal.score(buffer.read, buffer.total, buffer.oldest)
             return
-        start_s = rehearsal_start_s(self.options.learn_s)
+        start_s = rehearsal_start_s(self.options.learn_s, self.options.learn_floor_s)
         last = buffer.last_row()
         if not self.rehearse or start_s is None or last is None or self.learn_start_ns is None:
             return

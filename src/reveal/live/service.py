@@ -34,6 +34,7 @@ from reveal.errors import InputError
 from reveal.live.alerts import EpisodeTracker, Event
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
+from reveal.live.config import check_learn_floor
 from reveal.live.keeper import (
     RECOMMENDED_LEARN_S,
     ModelKeeper,
@@ -80,6 +81,9 @@ class WatchOptions:
     relearn: bool = False
     refit_every_s: float = 0.0  # learn again on the latest quiet learn_s (0: never)
     allow_short_learn: bool = False
+    # the shortest learn without allow_short_learn, and the earliest rehearsal start
+    # (``watch.learn_floor_s``, reveal.live.config.WatchConfig)
+    learn_floor_s: float = RECOMMENDED_LEARN_S
     rehearse: bool = True  # score with a provisional model while learning (ModelKeeper)
     resolve_after_s: float = EPISODE_GAP_S
     listen: tuple[str, int] | None = ("127.0.0.1", 9464)
@@ -103,15 +107,27 @@ class WatchOptions:
     webhook_queue: int = 1000
 
 
-def check_learn(learn_s: float, allow_short: bool) -> None:
-    """The learning span is long enough (see :data:`RECOMMENDED_LEARN_S`)."""
-    floor = ABSOLUTE_MIN_LEARN_S if allow_short else RECOMMENDED_LEARN_S
-    if not learn_s >= floor:
-        raise InputError(
-            f"--learn {learn_s:g}s is too short: the model needs at least 60 windows "
-            f"({RECOMMENDED_LEARN_S:g} s) to place its 99th-percentile threshold"
-            + ("" if allow_short else f" (--allow-short-learn goes down to "
-               f"{ABSOLUTE_MIN_LEARN_S:g} s, for tests)"))
+def check_learn(learn_s: float, allow_short: bool,
+                floor_s: float = RECOMMENDED_LEARN_S) -> None:
+    """The learning span is long enough: at least the learn floor ``floor_s``
+    (``watch.learn_floor_s``, :data:`RECOMMENDED_LEARN_S` by default), or with
+    ``allow_short`` at least :data:`ABSOLUTE_MIN_LEARN_S`, below which no span goes."""
+    least = ABSOLUTE_MIN_LEARN_S if allow_short else max(floor_s, ABSOLUTE_MIN_LEARN_S)
+    if learn_s >= least:
+        return
+    if least == ABSOLUTE_MIN_LEARN_S:
+        why = (f"a model needs at least {ABSOLUTE_MIN_LEARN_S:g} s (the detectors fit on "
+               f"10 windows at the least, with some margin)")
+    elif floor_s == RECOMMENDED_LEARN_S:
+        why = (f"the model needs at least 60 windows ({RECOMMENDED_LEARN_S:g} s) to place "
+               f"its 99th-percentile threshold")
+    else:
+        why = (f"the learn floor watch.learn_floor_s is {floor_s:g} s (by default "
+               f"{RECOMMENDED_LEARN_S:g} s: 60 windows place the model's 99th-percentile "
+               f"threshold)")
+    hint = ("" if least == ABSOLUTE_MIN_LEARN_S else
+            f" (--allow-short-learn goes down to {ABSOLUTE_MIN_LEARN_S:g} s, for tests)")
+    raise InputError(f"--learn {learn_s:g}s is too short: {why}{hint}")
 
 
 class Watch:
@@ -164,13 +180,14 @@ class Watch:
             raise InputError(f"--resolve-after must be positive, got {opts.resolve_after_s}")
         if not opts.refit_every_s >= 0:
             raise InputError(f"--refit-every must be 0 or more, got {opts.refit_every_s:g}")
+        check_learn_floor(opts.learn_floor_s)
         if 0 < opts.refit_every_s < opts.learn_s:
             raise InputError(f"--refit-every {opts.refit_every_s:g}s is shorter than --learn "
                              f"{opts.learn_s:g}s: a refit learns from the latest --learn")
         self._open_state()
         self.keeper.load()
         if self.model is None:
-            check_learn(opts.learn_s, opts.allow_short_learn)
+            check_learn(opts.learn_s, opts.allow_short_learn, opts.learn_floor_s)
         if opts.listen is not None:
             from reveal.live.exporter import serve
 

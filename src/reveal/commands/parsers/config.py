@@ -7,8 +7,8 @@ import argparse
 from reveal.settings import add_set_argument
 
 NAME = "config"
-HELP = ("Print every setting of the analysis and the fleet comparison, by the dotted name "
-        "--set takes, with the values a preset and --set give.")
+HELP = ("Print every setting of the analysis, the fleet comparison and the watch, by the "
+        "dotted name --set takes, with the values a preset and --set give.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch", action="store_true",
                         help="the settings reveal watch learns with: its own defaults "
                              "(marked '# watch') under --set")
-    add_set_argument(parser, "fleet.NAME for the fleet comparison")
+    add_set_argument(parser, "fleet.NAME for the fleet comparison, watch.NAME for the "
+                     "watch")
     parser.add_argument("--json", action="store_true",
                         help="print the tree as one JSON object instead of NAME = VALUE lines")

@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="state directory: model, alert state, recordings (default: "
                              "/var/lib/reveal as root, else ~/.local/state/reveal)")
     _add_duration(parser, "--learn", 600.0,
-                  "learn the model from this much data at the first start (at least 63s: 60 "
-                  "windows place the 99th-percentile threshold; default 10m)")
+                  "learn the model from this much data at the first start (at least the "
+                  "learn floor, --set watch.learn_floor_s, 63s by default: 60 windows place "
+                  "the 99th-percentile threshold; default 10m)")
     parser.add_argument("--relearn", action="store_true",
                         help="learn a new model even when the state directory holds one")
     _add_duration(parser, "--refit-every", 0.0,
@@ -99,8 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold-factor", type=float, default=1.0, metavar="X",
                         help="multiply the model's threshold (tests and tuning: below 1 "
                              "flags more than `reveal analyze` would)")
-    add_set_argument(parser, "applied when the watch learns or refits its model (a model "
-                     "already learned keeps its own)")
+    add_set_argument(parser, "analysis settings apply when the watch learns or refits its "
+                     "model (a model already learned keeps its own); watch.NAME are the "
+                     "watch's own (watch.learn_floor_s)")
     parser.add_argument("--quiet", action="store_true",
                         help="only warnings and alerts on stderr")
     parser.add_argument("--systemd-unit", action="store_true",

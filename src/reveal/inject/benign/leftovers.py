@@ -11,6 +11,7 @@ import contextlib
 import json
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from reveal.inject import processes
@@ -38,13 +39,20 @@ def links() -> list[str]:
     return sorted(n for n in names if n.startswith(PREFIX))
 
 
-def snapshot() -> dict[str, list[str]]:
-    """Every benign thing present now (for before/after comparisons)."""
+def snapshot(owners: Iterable[int] | None = None) -> dict[str, list[str]]:
+    """Every benign thing present now (for before/after comparisons); with ``owners``
+    (pids), only what those processes made (by the owner in its name), so that benign
+    activities of other processes (other test workers) do not disturb a comparison."""
+    mine = None if owners is None else set(owners)
+
+    def ours(name: str) -> bool:
+        return mine is None or owner_of(name) in mine
+
     return {
-        "links": links() if shutil.which("ip") else [],
-        "netns": [n for n in netns_names() if n.startswith(PREFIX)],
-        "cgroups": [str(p) for p in leftover_cgroups(prefix=f"{PREFIX}-")],
-        "temp": sorted(p.name for p in temp_root().glob(f"{PREFIX}-*")),
+        "links": [n for n in links() if ours(n)] if shutil.which("ip") else [],
+        "netns": [n for n in netns_names() if n.startswith(PREFIX) and ours(n)],
+        "cgroups": [str(p) for p in leftover_cgroups(prefix=f"{PREFIX}-") if ours(p.name)],
+        "temp": sorted(p.name for p in temp_root().glob(f"{PREFIX}-*") if ours(p.name)),
     }
 
 
