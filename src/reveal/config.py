@@ -57,6 +57,14 @@ class DetectConfig:
     # seconds a changed level of a state-like gauge must hold still to be a new steady
     # state, named once instead of flagged (reveal.analysis.steady; 0: never adopted)
     settle_s: float = 20.0
+    # error and fault counts (catalog kind event, counted in whole events) judged by how
+    # rare they were in the baseline (reveal.analysis.rare_events): a window holding at
+    # least rare_event_least events, more than any baseline window held and no more likely
+    # than rare_event_p under the baseline's count model shows a direct sign (one OOM kill
+    # on a host that never had one)
+    rare_events: bool = True
+    rare_event_least: float = 1.0
+    rare_event_p: float = 1e-6
     relative_floor: float = 0.05
     # the isolation forest sees floored columns rounded to whole floors (it is blind to
     # scale, so floors would otherwise not reach it)

@@ -97,8 +97,11 @@ def is_sign(metric: str) -> bool:
 
 
 def _is_cause(metric: str) -> bool:
+    from reveal.analysis.rare_events import is_rare_event  # it builds on DirectSigns
+
     sign = _BY_METRIC.get(metric)
-    return sign.cause if sign is not None else is_configuration(metric)
+    return sign.cause if sign is not None else (is_configuration(metric)
+                                                or is_rare_event(metric))
 
 
 @functools.lru_cache(maxsize=16)
@@ -151,6 +154,16 @@ class DirectSigns:
 
     shown: np.ndarray
     reasons: dict[int, list[Reason]]
+
+
+def merge_signs(first: DirectSigns, then: DirectSigns) -> DirectSigns:
+    """The signs of both: a window shows one where either does, its reasons ``first``'s
+    followed by ``then``'s."""
+    reasons = {w: list(r) for w, r in first.reasons.items()}
+    for w, more in then.reasons.items():
+        reasons[w] = reasons.get(w, []) + more
+    return DirectSigns(np.asarray(first.shown, dtype=bool) | np.asarray(then.shown, dtype=bool),
+                       reasons)
 
 
 def setting_changes(d_run: Telemetry, start_ns: np.ndarray, size: int,

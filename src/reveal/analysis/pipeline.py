@@ -25,7 +25,7 @@ from reveal.analysis.attribute import attribute
 from reveal.analysis.baseline_health import UnhealthyChannel, baseline_health
 from reveal.analysis.constants import MAD_TO_SIGMA
 from reveal.analysis.derive import derive
-from reveal.analysis.direct import baseline_levels, direct_signs, lead_with
+from reveal.analysis.direct import baseline_levels, direct_signs, lead_with, merge_signs
 from reveal.analysis.ensemble import (
     MIN_BASELINE_WINDOWS,
     Ensemble,
@@ -48,6 +48,7 @@ from reveal.analysis.percpu import (
     rank_cpu_rows,
 )
 from reveal.analysis.presets import MIN_ROWS_PER_WINDOW
+from reveal.analysis.rare_events import event_envelopes, rare_event_signs
 from reveal.analysis.scales import combine, scale_configs
 from reveal.analysis.select import prune
 from reveal.analysis.significance import (
@@ -166,6 +167,9 @@ class FittedAnalysis:
     # baseline window means (median, MAD, 99th percentile) of the channels that carry
     # direct evidence
     direct_levels: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    # the mean, variance and largest of the baseline's window counts per event channel
+    # (reveal.analysis.rare_events); None: a model fitted before rare events were judged
+    event_envelopes: dict[str, tuple[float, float, float]] | None = None
     # (K,) least change that matters per column, its units (see
     # reveal.analysis.significance; None: surprise alone decides), the host's capacity and
     # per channel its least change and the rule that gave it
@@ -368,6 +372,8 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
                 "pruned": pruned, "empty_or_static": empty,
                 "derived": derive_report.derived},
         direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size),
+        event_envelopes=(event_envelopes(d_base, fm.windows.start_ns, fm.windows.size)
+                         if config.detect.rare_events else None),
         significance=significance, capacity=capacity.to_dict(),
         matters={c: (m.least, m.rule) for c, m in per_channel.items()},
         configuration=configuration(base),
@@ -597,6 +603,12 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                          getattr(fitted, "direct_levels", {}),
                          settings=getattr(fitted, "configuration", {}),
                          subsystem_of=lambda metric: catalog.lookup(metric).subsystem)
+    envelopes = getattr(fitted, "event_envelopes", None)
+    if envelopes is not None and config.detect.rare_events:
+        signs = merge_signs(signs, rare_event_signs(
+            d_run, fm.windows.start_ns, fm.windows.size, envelopes,
+            config.detect.rare_event_least, config.detect.rare_event_p,
+            subsystem_of=lambda metric: catalog.lookup(metric).subsystem))
     flagged = _persistent_after(above_before, above, persistence)
     if signs.shown.any():
         flagged = flagged | _persistent_after(signs_before, signs.shown, persistence)
