@@ -56,7 +56,17 @@ class DetectConfig:
     past_baseline: bool = True
     # seconds a changed level of a state-like gauge must hold still to be a new steady
     # state, named once instead of flagged (reveal.analysis.steady; 0: never adopted)
-    settle_s: float = 20.0
+    settle_s: float = 300.0
+    # with significance: a window whose change matters (past the baseline's own reach by the
+    # least change that matters, in the direction that hurts, lasting through most of the
+    # window) is an anomaly on its own; the detectors rank and attribute it. Off: it must
+    # also be surprising to the detectors (above their threshold) or stand LEVEL_ALONE_Z
+    # robust sigmas from the baseline
+    matters_alone: bool = True
+    # with significance: a level is judged averaged over the last lasting_s seconds of
+    # windows too, against the baseline's own averages over as long: a fault that holds a
+    # level the baseline reached only for a moment matters (reveal.analysis.lasting; 0: off)
+    lasting_s: float = 30.0
     # error and fault counts (catalog kind event, counted in whole events) judged by how
     # rare they were in the baseline (reveal.analysis.rare_events): a window holding at
     # least rare_event_least events, more than any baseline window held and no more likely

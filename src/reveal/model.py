@@ -327,13 +327,16 @@ class Reveal(BaseEstimator):
         return self.fitted_
 
     def score_windows(self, run: Source, *, lead_in: Source | None = None,
-                      progress: Progress | None = None) -> Analysis:
+                      progress: Progress | None = None,
+                      history: np.ndarray | None = None) -> Analysis:
         """Score ``run``: every window's verdict and evidence, as numbers (an
         :class:`Analysis`). ``lead_in``: a recording directly before the run (its last
-        samples complete the first windows)."""
+        samples complete the first windows). ``history``: the feature rows of the windows
+        scored just before (a live scorer's), so that a level lasting across calls is
+        judged as lasting."""
         lead = load_source(lead_in) if lead_in is not None else None
         return score_windows(self._scoring(), load_source(run), lead_in=lead,
-                             progress=progress)
+                             progress=progress, history=history)
 
     def report(self, run: Source | Analysis, *, lead_in: Source | None = None,
                progress: Progress | None = None) -> Report:

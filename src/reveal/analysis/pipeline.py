@@ -43,6 +43,7 @@ from reveal.analysis.floors import (
 )
 from reveal.analysis.frontend import CpuRanks
 from reveal.analysis.hostconfig import configuration, configuration_warnings
+from reveal.analysis.lasting import lasting_cells, lasting_reach, lasting_windows
 from reveal.analysis.percpu import (
     cpu_siblings,
     rank_cpu_rows,
@@ -170,6 +171,13 @@ class FittedAnalysis:
     # the mean, variance and largest of the baseline's window counts per event channel
     # (reveal.analysis.rare_events); None: a model fitted before rare events were judged
     event_envelopes: dict[str, tuple[float, float, float]] | None = None
+    # a change that matters is an anomaly on its own (detect.matters_alone when fitted;
+    # False for a model fitted before: it must be surprising too)
+    matters_alone: bool = False
+    # windows a lasting level is averaged over and how far the baseline's own averages over
+    # as long reached (reveal.analysis.lasting); 0 and None: not judged
+    lasting_windows: int = 0
+    lasting_reach: np.ndarray | None = None
     # (K,) least change that matters per column, its units (see
     # reveal.analysis.significance; None: surprise alone decides), the host's capacity and
     # per channel its least change and the rule that gave it
@@ -372,6 +380,11 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
                 "pruned": pruned, "empty_or_static": empty,
                 "derived": derive_report.derived},
         direct_levels=baseline_levels(d_base, fm.windows.start_ns, fm.windows.size),
+        matters_alone=bool(config.detect.matters_alone),
+        lasting_windows=0 if robust else lasting_windows(config.detect.lasting_s, stride_s),
+        lasting_reach=None if robust else lasting_reach(
+            fit_values, lasting_windows(config.detect.lasting_s, stride_s),
+            tuple(fm.features)),
         event_envelopes=(event_envelopes(d_base, fm.windows.start_ns, fm.windows.size)
                          if config.detect.rare_events else None),
         significance=significance, capacity=capacity.to_dict(),
@@ -467,14 +480,24 @@ def significance_scales(fitted: FittedAnalysis) -> np.ndarray:
     return scale if least is None else np.maximum(scale, least)
 
 
-def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray) -> np.ndarray | None:
+def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray,
+                         history: np.ndarray | None = None) -> np.ndarray | None:
     """(W, K) changes that matter in each window (see :mod:`reveal.analysis.significance`),
-    or None where the model judges surprise alone."""
+    or None where the model judges surprise alone: a window's own level, or the level
+    averaged over the windows it lasted (:mod:`reveal.analysis.lasting`; ``history``: the
+    feature rows of the windows just before, a live scorer's)."""
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(least):
         return None
-    return significant_cells(values, fitted.median, significance_scales(fitted), least,
-                             direction=directions_of(fitted), reach=reach_of(fitted))
+    scale, direction = significance_scales(fitted), directions_of(fitted)
+    cells = significant_cells(values, fitted.median, scale, least, direction=direction,
+                              reach=reach_of(fitted))
+    windows = getattr(fitted, "lasting_windows", 0)
+    reach = getattr(fitted, "lasting_reach", None)
+    if windows and reach is not None:
+        cells |= lasting_cells(values, history, windows, fitted.median, scale, least,
+                               direction, reach)
+    return cells
 
 
 def reach_of(fitted: FittedAnalysis) -> np.ndarray | None:
@@ -540,7 +563,8 @@ def led_by_sign(evidence: list[WindowEvidence],
 
 def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                       values: np.ndarray, columns: tuple[str, ...], subsystems: Sequence[str],
-                      signed: set[int], ranks: CpuRanks) -> list[WindowEvidence]:
+                      signed: set[int], ranks: CpuRanks,
+                      cells_of_all: np.ndarray | None = None) -> list[WindowEvidence]:
     """Each window's evidence with the change that names the cause first (see
     :func:`reveal.analysis.significance.lead_with_cause`); unchanged where the model judges
     surprise alone."""
@@ -549,8 +573,9 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
         return evidence
     scale = significance_scales(fitted)
     rows = np.array([e.window_id for e in evidence], dtype=np.intp)
-    cells = significant_cells(values[rows], fitted.median, scale, least,
-                              direction=directions_of(fitted), reach=reach_of(fitted))
+    cells = (cells_of_all[rows] if cells_of_all is not None else
+             significant_cells(values[rows], fitted.median, scale, least,
+                               direction=directions_of(fitted), reach=reach_of(fitted)))
     return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,
@@ -559,7 +584,8 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
 
 
 def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: FeatureMatrix,
-           ranks: CpuRanks, warnings: list[str], say: Progress) -> Analysis:
+           ranks: CpuRanks, warnings: list[str], say: Progress,
+           history: np.ndarray | None = None) -> Analysis:
     config = fitted.config
     catalog = default_catalog()
     values, missing_columns = _aligned(fm, fitted)
@@ -576,7 +602,8 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     persistence = persistence_windows(config.detect.persistence_s,
                                       stride_seconds(fitted.window, interval))
     ensemble = fitted.ensemble
-    cells = significant_cells_of(fitted, values)
+    cells = significant_cells_of(fitted, values,
+                                 history if history is not None and len(history) else None)
     # persistence is applied here, to every window's state before it, counting the states
     # of the windows a stream scored before this call (a consensus carries them)
     carried = getattr(ensemble, "carried", None)
@@ -598,7 +625,9 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         alone = level_changes_alone(cells, values, fitted.median,
                                     significance_scales(fitted), tuple(fitted.column_features),
                                     reach_of(fitted))
-        above = (verdicts.flagged | alone) & matters & ~held
+        decided = matters if getattr(fitted, "matters_alone", False) \
+            else (verdicts.flagged | alone) & matters
+        above = decided & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}),
                          settings=getattr(fitted, "configuration", {}),
@@ -640,7 +669,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         evidence = _lead_with_causes(fitted, evidence, values, tuple(columns),
                                      _column_subsystems(tuple(columns), catalog,
                                                         tuple(sorted(irqs.items()))),
-                                     led_by_sign(evidence, signs.reasons), ranks)
+                                     led_by_sign(evidence, signs.reasons), ranks, cells)
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
@@ -690,12 +719,15 @@ def _windows_from(fm: FeatureMatrix, first_row: int) -> FeatureMatrix:
 
 def score_windows(fitted: FittedAnalysis, run: Telemetry, *,
                   lead_in: Telemetry | None = None,
-                  progress: Progress | None = None) -> Analysis:
+                  progress: Progress | None = None,
+                  history: np.ndarray | None = None) -> Analysis:
     """Score ``run`` with a fitted analysis.
 
     ``lead_in``: a recording that directly precedes the run (the baseline, when the run
     continues it): its last samples complete the run's first windows, so every window
-    ends inside the run and the first samples get a verdict too.
+    ends inside the run and the first samples get a verdict too. ``history``: the scored
+    feature rows of the windows just before the run's first (a live scorer's), so that a
+    level that has lasted across calls is judged as lasting.
     """
     say = progress or (lambda _m: None)
     warnings = list(fitted.warnings)
@@ -732,7 +764,7 @@ def score_windows(fitted: FittedAnalysis, run: Telemetry, *,
     if len(fm.windows) == 0:
         raise InputError("the run is shorter than one window",
                          str(run.meta.get("path", run.host)))
-    analysis = _score(fitted, run, d_run, fm, ranks, warnings, say)
+    analysis = _score(fitted, run, d_run, fm, ranks, warnings, say, history)
     scales = getattr(fitted, "scales", None)  # absent from models saved before them
     if not scales:
         return analysis

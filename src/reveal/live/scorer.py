@@ -153,7 +153,8 @@ class LiveScorer:
         # the feature rows of the last windows scored, to see a changed level hold still
         # across calls (a new steady state, see reveal.analysis.steady)
         self._rows: deque[np.ndarray] = deque(
-            maxlen=max(settle_windows(self.fitted, self.fitted.interval_s) - 1, 1))
+            maxlen=max(settle_windows(self.fitted, self.fitted.interval_s) - 1,
+                       getattr(self.fitted, "lasting_windows", 0) - 1, 1))
         self._watched = _watched_columns(self.fitted)
         self._checked = -1  # the last window change_seen looked at
         # channels changed in each of the last windows looked at
@@ -254,7 +255,8 @@ class LiveScorer:
         start, _ = self.rows_of(first)
         _, stop = self.rows_of(last)
         tel = read(start, stop)
-        analysis = self.model.score_windows(tel)
+        analysis = self.model.score_windows(
+            tel, history=np.array(self._rows) if self._rows else None)
         n = last - first + 1
         if len(analysis.windows) != n:
             raise RuntimeError(f"scored {len(analysis.windows)} windows from rows {start}.."
@@ -266,8 +268,8 @@ class LiveScorer:
         """(W,) windows of ``analysis`` that are a new steady state once the windows
         scored before are seen too (None: the model judges surprise alone)."""
         values = analysis.features.values
-        cells = significant_cells_of(self.fitted, values)
         history = np.array(self._rows) if self._rows else None
+        cells = significant_cells_of(self.fitted, values, history)
         for row in values:
             self._rows.append(row)
         if cells is None or history is None:

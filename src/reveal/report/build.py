@@ -100,7 +100,9 @@ def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
             "self_fitted": bool(fitted.self_fitted),
             "preset": fitted.config.preset,
             "significance": judged,
-            "level_alone_z": LEVEL_ALONE_Z if judged else None,
+            "level_alone_z": (LEVEL_ALONE_Z if judged
+                              and not getattr(fitted, "matters_alone", False) else None),
+            "matters_alone": bool(judged and getattr(fitted, "matters_alone", False)),
             "episode_gap_s": EPISODE_GAP_S}
 
 

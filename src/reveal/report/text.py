@@ -117,12 +117,27 @@ def decision_text(report: Report) -> str:
                   + (f"; such a change in a window's mean or median at least {number(float(z))} "
                      f"robust σ from the baseline flags the window even below the threshold"
                      if z is not None else ""))
+    if d.get("significance") and d.get("matters_alone"):
+        return (f"Decision: a window is flagged when some change in it matters {persist}: a "
+                f"channel's level over most of the window moved past the levels the baseline "
+                f"itself reached by at least the least change of its unit and kind, in the "
+                f"direction that hurts (reveal analyze --explain-floors lists them), or a "
+                f"direct sign shows (a quota throttling, drops, a rare event, a setting "
+                f"changed); the detectors ({names}; combined threshold {level} at {source}) "
+                f"rank the windows and say where the change lies; preset "
+                f"{d.get('preset', '?')}; {fitted}.{_episodes(d)}")
     gap = d.get("episode_gap_s")
     episodes = (f" Flagged windows of the same subsystem within {span_text(float(gap))} "
                 f"of each other are one episode." if gap else "")
     return (f"Decision: a window is flagged when the combined score (surprise, the mean over "
             f"{names}) is above {level} {persist}{matter}; thresholds at {source}; "
             f"preset {d.get('preset', '?')}; {fitted}.{episodes}")
+
+
+def _episodes(d: dict) -> str:
+    gap = d.get("episode_gap_s")
+    return (f" Flagged windows of the same subsystem within {span_text(float(gap))} of each "
+            f"other are one episode." if gap else "")
 
 
 def warnings(report: Report) -> list[str]:
