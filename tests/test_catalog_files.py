@@ -26,6 +26,10 @@ def test_every_source_file_loads_into_the_catalog() -> None:
         entries = source_entries(source)
         assert entries, source
         for entry in entries:
+            if entry.meanings_only:  # meanings for the family's uncatalogued metrics
+                assert entry.name not in catalog and entry.name in {
+                    e.name for e in catalog.meanings_only()}
+                continue
             assert entry.subsystem in SUBSYSTEMS and entry.kind in KINDS
             if "*" not in entry.name:
                 assert catalog.lookup(entry.name).name == entry.name

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 
 import numpy as np
 
@@ -177,24 +176,25 @@ def to_rates(
     return rated, report
 
 
-#: Pressure stall totals (µs), whose rate cannot exceed the time that passed: tasks stall
-#: for at most a second per second. A total read less often than every sample (a cgroup's
-#: I/O and memory pressure, every ``detail_period_s``, its last value repeated between)
-#: puts a whole period's stall into one sample — 200 ms of it in a 100 ms sample — and
-#: the kernel folds per-CPU stall time into a total only when it is read. The stall above
-#: one second per second is moved back to the samples before it, where it happened (at
-#: most :data:`STALL_SPREAD_SAMPLES`), so a window's sum is kept and no sample exceeds it.
-STALL_TOTALS = ("psi.*.total", "cgroup.psi.*.total")
+#: Pressure stall totals (µs, catalog ``stall_total``), whose rate cannot exceed the time
+#: that passed: tasks stall for at most a second per second. A total read less often than
+#: every sample (a cgroup's I/O and memory pressure, every ``detail_period_s``, its last
+#: value repeated between) puts a whole period's stall into one sample — 200 ms of it in a
+#: 100 ms sample — and the kernel folds per-CPU stall time into a total only when it is
+#: read. The stall above one second per second is moved back to the samples before it,
+#: where it happened (at most :data:`STALL_SPREAD_SAMPLES`), so a window's sum is kept and
+#: no sample exceeds it.
 STALL_RATE_MAX = 1e6  # µs per second
 STALL_SPREAD_SAMPLES = 64
 
 
 @functools.lru_cache(maxsize=16)
 def _stall_columns(channels: tuple[str, ...]) -> np.ndarray:
-    """Columns of pressure stall totals (see :data:`STALL_TOTALS`)."""
+    """Columns of pressure stall totals (catalog ``stall_total``, see
+    :data:`STALL_RATE_MAX`)."""
+    catalog = default_catalog()
     return np.array([i for i, c in enumerate(channels)
-                     if any(fnmatchcase(channel_metric(c), p) for p in STALL_TOTALS)],
-                    dtype=np.intp)
+                     if catalog.lookup(channel_metric(c)).stall_total], dtype=np.intp)
 
 
 def _spread_stall_rates(values: np.ndarray, channels: list[str], dt_s: np.ndarray) -> None:

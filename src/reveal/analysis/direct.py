@@ -9,14 +9,18 @@ so the claim) and its subsystem leads the evidence, naming the cgroup, interface
 network namespace from the channel's labels — unless it is only a symptom (CPU pressure,
 retransmissions) and the detectors clearly name another subsystem (:func:`lead_with`).
 
-Each sign is judged on the window mean of its channel (rates per second after
-:func:`reveal.analysis.derive.derive`, or percent) against the baseline's window means of the
-same channel: at or above the sign's least value and :data:`DIRECT_Z` robust z above their
-median. For a channel that moves in bursts as a job runs (a distributed job's
-retransmissions: a quiet median, a loud tail) the scale is at least the baseline's upper
-tail's (the 99th percentile's distance from the median, in sigmas of a normal law), so a
-burst like the baseline's own is not a sign. Not for CPU pressure: the learn of
-``reveal watch`` holds its own model fit, a burst of pressure that would hide contention.
+The signs are the metrics whose catalog entry has a ``sign`` table
+(:class:`reveal.catalog.DirectSign`: the least value, whether it is a cause, whether the
+channel moves in bursts), each named in its entry's subsystem; the reason for each least
+value is the comment above its entry. Each sign is judged on the window mean of its channel
+(rates per second after :func:`reveal.analysis.derive.derive`, or percent) against the
+baseline's window means of the same channel: at or above the sign's least value and
+:data:`DIRECT_Z` robust z above their median. For a channel that moves in bursts as a
+job runs (a distributed job's retransmissions: a quiet median, a loud tail) the scale is at
+least the baseline's upper tail's (the 99th percentile's distance from the median, in sigmas
+of a normal law), so a burst like the baseline's own is not a sign. Not for CPU pressure:
+the learn of ``reveal watch`` holds its own model fit, a burst of pressure that would hide
+contention.
 A channel absent from the baseline (a cgroup, namespace or qdisc that appeared mid-run) is
 judged against zero, what a counter of trouble implies where it did not exist.
 
@@ -42,6 +46,7 @@ from reveal.analysis.constants import MAD_TO_SIGMA, TAIL_QUANTILE
 from reveal.analysis.evidence import SETTING, Reason, WindowEvidence
 from reveal.analysis.hostconfig import configuration_columns, is_configuration
 from reveal.analysis.windows import span_sums
+from reveal.catalog import default_catalog
 from reveal.frame import Telemetry, channel_metric
 
 #: Baseline robust z (window means) a sign must exceed besides its least value.
@@ -71,35 +76,25 @@ class Sign:
     tail: bool = False
 
 
-SIGNS: tuple[Sign, ...] = (
-    # throttled in most CFS periods (percent of periods, see derive)
-    Sign("derived.cgroup_throttled_pct", "cpu", 50.0),
-    # runnable tasks kept waiting for a CPU a quarter of the time or more (host-wide CPU
-    # pressure, µs stalled per second): the kernel's own measure of CPU contention. The
-    # z rule (scale at least least / DIRECT_Z) also asks a rise of 25 points over the
-    # baseline's level: a job whose ranks oversubscribe their CPUs (pressure at 30 % all
-    # along) has that as its baseline, not as a sign. A symptom: whatever takes the CPUs
-    # raises it, a packet flood's softirq work as much as a competing process
-    Sign("psi.cpu.some.total", "cpu", 250_000.0, cause=False),
-    # packets per second dropped or held back by a queueing discipline
-    Sign("qdisc.drops", "network", 1.0),
-    Sign("qdisc.overlimits", "network", 1.0),
-    # TCP segments retransmitted per second (host and each network namespace)
-    Sign("snmp.Tcp.RetransSegs", "network", 1.0, cause=False, tail=True),
-)
-_BY_METRIC = {s.metric: s for s in SIGNS}
+@functools.lru_cache(maxsize=4096)
+def sign_of(metric: str) -> Sign | None:
+    """The direct sign ``metric`` carries (its catalog entry's ``sign``), else None."""
+    info = default_catalog().lookup(metric)
+    if info.sign is None:
+        return None
+    return Sign(metric, info.subsystem, info.sign.least, info.sign.cause, info.sign.tail)
 
 
 def is_sign(metric: str) -> bool:
-    """Whether ``metric`` carries direct evidence (a sign, see :data:`SIGNS`, or a setting,
-    see :func:`setting_changes`)."""
-    return metric in _BY_METRIC or is_configuration(metric)
+    """Whether ``metric`` carries direct evidence (a sign, see :func:`sign_of`, or a
+    setting, see :func:`setting_changes`)."""
+    return sign_of(metric) is not None or is_configuration(metric)
 
 
 def _is_cause(metric: str) -> bool:
     from reveal.analysis.rare_events import is_rare_event  # it builds on DirectSigns
 
-    sign = _BY_METRIC.get(metric)
+    sign = sign_of(metric)
     return sign.cause if sign is not None else (is_configuration(metric)
                                                 or is_rare_event(metric))
 
@@ -109,7 +104,7 @@ def _sign_columns(channels: tuple[str, ...]) -> tuple[np.ndarray, tuple[Sign, ..
     """Columns of ``channels`` that carry a sign, and each one's sign."""
     cols, signs = [], []
     for i, channel in enumerate(channels):
-        sign = _BY_METRIC.get(channel_metric(channel))
+        sign = sign_of(channel_metric(channel))
         if sign is not None:
             cols.append(i)
             signs.append(sign)
@@ -230,7 +225,7 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
 
 def _threshold_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
                      levels: dict[str, tuple[float, ...]]) -> DirectSigns:
-    """The signs of :data:`SIGNS` (see :func:`direct_signs`)."""
+    """The signs of the catalog (:func:`sign_of`; see :func:`direct_signs`)."""
     cols, signs = _sign_columns(tuple(d_run.channels))
     out = DirectSigns(np.zeros(len(start_ns), dtype=bool), {})
     if not len(cols) or not len(start_ns):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 
 import numpy as np
 
@@ -38,31 +37,24 @@ COUNT_KINDS = ("counter", "event")
 SPIKE_GRANULES = 3.0
 GRANULE_BY_UNIT = {"bytes": 4096.0, "512-byte sectors": 8.0, "KiB": 4.0, "µs": 1000.0,
                    "ns": 1e6}
-#: Percentages computed from /proc/stat jiffies: one USER_HZ tick in one sample is their
-#: granule (10 percentage points per CPU at 100 ms), and a burst of a few is not evidence.
-JIFFY_PERCENT_METRICS = ("derived.cpu_busy_pct",)
+#: Percentages computed from /proc/stat jiffies (catalog ``jiffy_percent``): one USER_HZ
+#: tick in one sample is their granule (10 percentage points per CPU at 100 ms), and a
+#: burst of a few is not evidence.
 USER_HZ = 100.0
-#: Least level change of gauges the kernel keeps in batches, in the metric's units. A
-#: protocol's socket memory (``sockstat.*.mem``, pages) is charged through a per-CPU
-#: reserve that reaches the global count only when it passes ``net.core.mem_pcpu_rsv``
-#: (256 pages, 1 MiB, by default): after a burst of traffic the count can stay that far
-#: from its earlier level on an idle host, for as long as no CPU's reserve fills again.
-#: Task counts move in whole tasks: from a level of zero, one task blocked for a moment is
-#: not thousands of sigmas.
-LEVEL_GRANULES = {"sockstat.*.mem": 256.0, "cpu.procs_running": 1.0,
-                  "cpu.procs_blocked": 1.0}
-#: Page counters that a process's start or exit moves in bulk: copy-on-write pages reused
-#: after a fork, pages that start-up code mlocks and the exit releases. Their spike
-#: granule is one small process's worth, 1 MiB (256 pages) within one sample, not 3 pages:
-#: a process that starts or exits is not a performance anomaly (what it does while it
-#: runs shows in the CPU, memory, disk and network channels). Before this, a load
-#: generator's fork out-shouted the half core it then took.
-LIFECYCLE_PAGES = {"vmstat.pgreuse": 256.0, "vmstat.unevictable_pgs_*": 256.0}
-
-
-def _granule(metric: str, table: dict[str, float]) -> float:
-    """The granule of the first pattern of ``table`` that ``metric`` matches (else 0)."""
-    return next((g for pattern, g in table.items() if fnmatchcase(metric, pattern)), 0.0)
+#: Catalog ``level_granule``: the least level change of gauges the kernel keeps in
+#: batches, in the metric's units. A protocol's socket memory (``sockstat.*.mem``, pages)
+#: is charged through a per-CPU reserve that reaches the global count only when it passes
+#: ``net.core.mem_pcpu_rsv`` (256 pages, 1 MiB, by default): after a burst of traffic the
+#: count can stay that far from its earlier level on an idle host, for as long as no CPU's
+#: reserve fills again. Task counts move in whole tasks: from a level of zero, one task
+#: blocked for a moment is not thousands of sigmas.
+#:
+#: Catalog ``spike_granule``: page counters that a process's start or exit moves in bulk
+#: (copy-on-write pages reused after a fork, pages that start-up code mlocks and the exit
+#: releases). Their spike granule is one small process's worth, 1 MiB (256 pages) within
+#: one sample, not 3 pages: a process that starts or exits is not a performance anomaly
+#: (what it does while it runs shows in the CPU, memory, disk and network channels).
+#: Before this, a load generator's fork out-shouted the half core it then took.
 
 
 @dataclass(frozen=True)
@@ -70,9 +62,9 @@ class ChannelFloor:
     """Least change that counts for one channel, in its derived units.
 
     level : ``relative × |baseline median|`` (0 for event counts), and at least the
-        metric's :data:`LEVEL_GRANULES`.
+        metric's catalog ``level_granule``.
     spike : rate of ``SPIKE_GRANULES`` granules within one sample (counters and events;
-    a process's start or exit for :data:`LIFECYCLE_PAGES`),
+    at least the catalog ``spike_granule``: a process's start or exit for page counters),
     or that many jiffies of one sample as a percentage (per-CPU busy %, the total's
     granule divided by the number of CPUs).
     quantum : the step of a counter's per-sample rate (one granule per sample; one jiffy
@@ -92,7 +84,7 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
                            posinf=0.0, neginf=0.0)
     interval = interval_s if np.isfinite(interval_s) and interval_s > 0 else 1.0
     jiffy_pct = 100.0 / (USER_HZ * interval)
-    per_cpu = [channel_metric(c) in JIFFY_PERCENT_METRICS and "cpu" in parse_channel(c)[1]
+    per_cpu = [catalog.lookup(channel_metric(c)).jiffy_percent and "cpu" in parse_channel(c)[1]
                for c in channels]
     n_cpus = max(1, sum(per_cpu))
     out = []
@@ -103,12 +95,12 @@ def channel_floors(channels: Sequence[str], levels: np.ndarray, relative: float,
             out.append(ChannelFloor())
             continue
         level = relative * levels[i] if info.kind in RELATIVE_KINDS and relative > 0 else 0.0
-        level = max(level, _granule(metric, LEVEL_GRANULES))
+        level = max(level, info.level_granule)
         spike = (SPIKE_GRANULES * GRANULE_BY_UNIT.get(info.unit, 1.0) / interval
                  if info.kind in COUNT_KINDS else 0.0)
-        spike = max(spike, _granule(metric, LIFECYCLE_PAGES) / interval)
+        spike = max(spike, info.spike_granule / interval)
         quantum = spike / SPIKE_GRANULES if info.kind == "counter" else 0.0
-        if metric in JIFFY_PERCENT_METRICS:
+        if info.jiffy_percent:
             spike = SPIKE_GRANULES * jiffy_pct / (1 if per_cpu[i] else n_cpus)
             quantum = spike / SPIKE_GRANULES
         out.append(ChannelFloor(float(level), float(spike), float(quantum)))

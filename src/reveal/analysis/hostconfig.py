@@ -12,28 +12,21 @@ hold such a change are flagged as a direct sign (:func:`reveal.analysis.direct.s
 from __future__ import annotations
 
 import functools
-from fnmatch import fnmatchcase
 
 import numpy as np
 
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import Telemetry, channel_metric
 
-#: Metrics that are settings or sizes (``static`` in the catalog and not recomputed by the
-#: kernel as memory moves, as the dirty thresholds, DirectMap and CommitLimit are).
-CONFIGURATION = ("hugepages.nr", "mem.HugePages_Total", "mem.Hugetlb", "mem.Hugepagesize",
-                 "mem.MemTotal", "mem.SwapTotal", "numa.MemTotal", "net.speed_mbps", "net.mtu",
-                 "snmp.Ip.Forwarding", "snmp.Ip.DefaultTTL", "snmp.Tcp.Rto*",
-                 "snmp.Tcp.MaxConn", "gpu.power_limit_mw", "gpu.mem_total_bytes",
-                 "gpu.mig.mem_total_bytes", "gpu.pcie_*_max")
 #: Configuration channels named in one warning, at most (the rest are counted).
 NAMED = 4
 
 
 def is_configuration(channel: str) -> bool:
-    """Whether ``channel`` records a setting or size (see :data:`CONFIGURATION`)."""
-    metric = channel_metric(channel)
-    return any(fnmatchcase(metric, p) for p in CONFIGURATION)
+    """Whether ``channel`` records a setting or size: catalog ``configuration`` (most are
+    ``static``, but not every ``static`` channel: the kernel recomputes the dirty
+    thresholds, DirectMap and CommitLimit as memory moves)."""
+    return default_catalog().lookup(channel_metric(channel)).configuration
 
 
 @functools.lru_cache(maxsize=16)

@@ -17,7 +17,6 @@ import numpy as np
 
 from reveal.analysis.significance import level_tails, significant_cells
 
-
 #: The fewest averages over a lasting span a baseline must hold to judge lasting levels.
 MIN_SPANS = 10
 

@@ -31,7 +31,7 @@ import numpy as np
 from scipy import stats
 
 from reveal.analysis.attribute import ROBUST_Z_CAP
-from reveal.analysis.direct import SIGNS, DirectSigns
+from reveal.analysis.direct import DirectSigns, sign_of
 from reveal.analysis.evidence import Reason
 from reveal.analysis.windows import span_sums
 from reveal.catalog import default_catalog
@@ -44,18 +44,17 @@ FEATURE = "sum"
 #: segments (judged as levels), bytes, and page faults (a major fault is a page read
 #: from disk, work done as a job maps its files: judged by its cost).
 NOT_RARE_UNITS = ("%", "byte", "faults")
-SIGN_METRICS = frozenset(sign.metric for sign in SIGNS)
 
 
 @functools.lru_cache(maxsize=8192)
 def is_rare_event(metric: str) -> bool:
     """Whether ``metric`` counts whole error or fault events (catalog kind ``event``, in a
     unit not among :data:`NOT_RARE_UNITS`), and is not judged as a sign of its own
-    (:data:`reveal.analysis.direct.SIGNS`: retransmitted segments)."""
+    (a catalog ``sign``: retransmitted segments)."""
     info = default_catalog().lookup(metric)
     unit = info.unit
     return (info.kind == "event" and not any(w in unit for w in NOT_RARE_UNITS)
-            and metric not in SIGN_METRICS)
+            and sign_of(metric) is None)
 
 
 @functools.lru_cache(maxsize=16)

@@ -52,28 +52,33 @@ metrics not in the catalog
 Channels of the job's own cgroup or network namespace are also judged against the job's use:
 the least change is at most :data:`JOB_SHARE` of the baseline level (a job that sends
 2 MB/s loses something when it sends 1 MB/s, whatever the link can carry; not its time
-spent waiting, :data:`WAITING_METRICS`, judged against wall time alone); GPU channels
+spent waiting, catalog ``waiting``, judged against wall time alone); GPU channels
 are judged against the GPU alone (a job's processes usually have it to themselves, and a
 per-process share of a few percent is within NVML's sampling noise). A part of a
 cgroup's memory (``cgroup.memory.stat.*`` bytes: anon, file, shmem, ...) is judged against
-the cgroup's whole memory (``cgroup.memory.current``), not against the part itself.
+the cgroup's whole memory (``cgroup.memory.current``, catalog ``capacity =
+"cgroup_memory"``), not against the part itself.
+
+What a channel means here (the direction of a change that can hurt, a side effect, time
+spent waiting, a fall that is no cause, ...) is said by its catalog entry
+(:mod:`reveal.catalog`, the meanings), read through ``lookup``.
 
 Threads that exist (a cgroup's ``pids.current``, the host's scheduling entities), running
-or not, never matter on their own (:data:`EXISTENCE_METRICS`): a worker pool
-started or a process that exits changes them by tens at no cost; what threads cost shows
-in runnable tasks, CPU time, memory and the fork rate.
+or not, never matter on their own (catalog ``exists``): a worker pool started or a process
+that exits changes them by tens at no cost; what threads cost shows in runnable tasks, CPU
+time, memory and the fork rate.
 
 Memory that moves between free and reclaimable (page cache, buffers, reclaimable slab,
-free pages and free lists, :data:`COMPOSITION_METRICS`) never matters on its own: the host
+free pages and free lists, catalog ``alone = false``) never matters on its own: the host
 loses nothing when the page cache is dropped and refilled; what matters shows in available
 and anonymous memory, dirty pages and the disk traffic of the refill. A cgroup's whole
 memory (``memory.current``) holds its page cache, so it is judged by its parts the same
 way: its anonymous memory against the whole, its stalls and its limit events.
 
-Memory held (used, anonymous, dirty, ..., :data:`HELD_MEMORY_METRICS`) matters only when
+Memory held (used, anonymous, dirty, ..., catalog ``hurts = "rise"``) matters only when
 it rises, available memory and free swap only when they fall: memory freed costs the host
 nothing. Traffic that yields when it competes (bytes, packets and TCP segments moved,
-:data:`TRAFFIC_METRICS`) matters only when it falls: more of it alone hurts no one, and
+catalog ``hurts = "fall"``) matters only when it falls: more of it alone hurts no one, and
 where it takes a link others need, their losses show on their own channels. UDP datagrams
 matter either way. The direction applies to a window's level and trend
 (:func:`matter_directions`), not to its spread.
@@ -97,15 +102,14 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from fnmatch import fnmatchcase
 from typing import Any
 
 import numpy as np
 
 from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE, TYPICAL_LEVEL_FEATURES
-from reveal.analysis.direct import SIGNS, TAIL_SIGMAS
+from reveal.analysis.direct import TAIL_SIGMAS
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
@@ -154,176 +158,73 @@ EVENT_COST_S = {"interrupts": 2e-6, "softirqs": 2e-6, "IPIs": 2e-6, "switches": 
                 "datagrams": 2e-6, "connections": 20e-6, "stalls": 20e-6,
                 "failures": 20e-6, "kills": 1e-3, "hits": 1e-6, "nodes": 1e-6}
 DISK_OP_UNITS = ("reads", "writes", "flushes", "discards", "I/Os")
-#: Counters that move in bursts as a job runs, a quiet median under a loud tail (a
-#: distributed job's retransmissions on a busy host): the direct signs that keep the
-#: baseline's tail (``Sign.tail``). A change matters only beyond the baseline's own
-#: :data:`TAIL_QUANTILE` (:func:`tail_matters`).
-BURSTY_METRICS = tuple(sign.metric for sign in SIGNS if sign.tail)
 #: Event units that are packets on a link as well: a UDP datagram is one IP packet (TCP
 #: segments are not: they are counted after segmentation offload and receive coalescing).
 #: Judged as the CPU time they cost or as packets against the host's fastest link, in
 #: 1,500-byte packets, whichever is less.
 PACKET_EVENT_UNITS = ("datagrams",)
-#: Page counters that are disk traffic (dirtied pages are written back, swapped pages go
-#: to disk): judged against the disk's throughput, not as CPU work.
-DISK_PAGE_METRICS = ("vmstat.nr_dirtied", "vmstat.nr_written", "vmstat.pswp*",
-                     "cgroup.memory.stat.pgpg*")
-#: A cgroup's disk traffic in bytes: judged against the device, as the host's is.
-CGROUP_DISK_BYTES = ("cgroup.io.rbytes", "cgroup.io.wbytes", "cgroup.io.dbytes",
-                     "cgroup.blkio.bytes")
 MEMORY_BYTE_UNITS = ("bytes (kernel kB × 1024)",)
-HUGE_PAGE_METRICS = ("hugepages.*", "mem.HugePages_*")
-#: Metrics whose movement follows from a cause elsewhere: CPUs entering idle states more
-#: often, idle CPU time (it falls as much as another state's time rises: that state names
-#: the use), interrupts and softirqs handled and the CPU time spent on them (the device or
-#: traffic that raised them names the cause), pages refaulted or shuffled between LRU
-#: lists, load averages. A claim names them after the cause ("also").
-SIDE_EFFECT_METRICS = ("cpuidle.*", "cpu.idle", "cpu.irq", "cpu.softirq", "irq.count",
-                       "cpu.intr", "softirq.*", "softnet.*", "vmstat.workingset_*",
-                       "vmstat.pgactivate", "vmstat.pgdeactivate", "vmstat.pgrefill",
-                       "vmstat.pglazyfree*", "loadavg.*", "cpu.ctxt", "perf.context_switches",
-                       "perf.cpu_migrations", "cpufreq.*")
-#: Work done (CPU time used, instructions, bytes and packets moved, GPU activity) and
-#: waiting (stall pressure, retransmits, throttling). Less work done is where a job waits,
-#: not why; less waiting is no slowdown. A claim leads with such a fall only when the window
-#: holds no other change that matters (a rise in retransmits, throttling, pressure...).
-FALL_NOT_CAUSE_METRICS = (
-    # waiting
-    "psi.*", "cgroup.psi.*", "cpu.steal", "snmp.Tcp.RetransSegs",
-    "derived.cgroup_throttled_pct",
-    "cgroup.cpu.nr_throttled", "cgroup.cpu.throttled_usec", "cpu.procs_running",
-    "cpu.procs_blocked",
-    # work done
-    "derived.cpu_busy_pct", "cpu.user", "cpu.system", "cpu.nice", "cgroup.cpu.usage_usec",
-    "cgroup.cpu.user_usec", "cgroup.cpu.system_usec", "perf.task_clock", "perf.cpu_clock",
-    "perf.instructions", "perf.cycles", "derived.ipc", "derived.net_*", "net.rx_bytes",
-    "net.tx_bytes", "net.rx_packets", "net.tx_packets", "derived.disk_*_bytes_per_s",
-    "derived.disk_util_pct", "disk.sectors_read", "disk.sectors_written",
-    "disk.reads_completed", "disk.writes_completed", "gpu.kernel_active_pct",
-    "gpu.sm_active_pct", "gpu.sm_util", "gpu.sm_occupancy_pct", "gpu.tensor_active_pct",
-    "gpu.dram_bw_util_pct", "gpu.mem_util", "gpu.proc.sm_util", "gpu.proc.mem_util",
-    "gpu.power_mw", "gpu.energy_mj")
 JOB_LABELS = ("cgroup", "netns", "container", "pod")
-#: A cgroup's whole memory, against which its parts (``cgroup.memory.stat.*``) are judged.
-CGROUP_MEMORY_WHOLE = ("cgroup.memory.current", "cgroup.memory.usage_bytes")
 #: Features whose change lasts through most of a window: the median (and an event
 #: count's sum over the window). A burst shorter than half a window (a checkpoint's
 #: fsync, a compile, a cron minute) moves a window's mean, peak and spread but not its
 #: median, and is no performance anomaly; a fault that holds moves the median.
 SUSTAINED_FEATURES = ("median", "sum")
-#: Memory that moves between free and reclaimable (page cache, buffers, reclaimable
-#: slab, free pages and their free lists) and virtual commitments: the host loses nothing
-#: when they move, so they never matter on their own. What matters is judged on available
-#: memory, anonymous memory, dirty and writeback pages, and the disk traffic a refill
-#: causes. A cgroup's whole memory holds its page cache too (dropping the caches halves
-#: a service's): its anonymous part (judged against the whole), its stalls and its limit
-#: events say what the cgroup lost.
-COMPOSITION_METRICS = ("mem.MemFree", "mem.Cached", "mem.Buffers", "mem.Active",
-                       "mem.Inactive", "mem.Active_file", "mem.Inactive_file",
-                       "mem.SReclaimable", "mem.KReclaimable", "mem.Mapped",
-                       "mem.FileHugePages", "mem.FilePmdMapped", "mem.Committed_AS",
-                       "mem.VmallocUsed", "vmstat.nr_free_pages", "vmstat.nr_file_pages",
-                       "vmstat.nr_active_file", "vmstat.nr_inactive_file",
-                       "vmstat.nr_slab_reclaimable", "vmstat.nr_mapped",
-                       "vmstat.nr_file_hugepages", "vmstat.nr_file_pmdmapped",
-                       "vmstat.workingset_nodes", "buddy.*", "cgroup.memory.stat.cache",
-                       "cgroup.memory.stat.mapped_file", "cgroup.memory.stat.file",
-                       "cgroup.memory.stat.file_mapped", "cgroup.memory.stat.active_file",
-                       "cgroup.memory.stat.inactive_file",
-                       "cgroup.memory.stat.slab_reclaimable", *CGROUP_MEMORY_WHOLE)
-#: Memory held: used, anonymous, shared, locked, unreclaimable kernel memory, dirty and
-#: writeback pages (the host's, a NUMA node's, a cgroup's). A fall frees memory and the
-#: host loses nothing (a job that releases memory shows what it lost in its work done), so
-#: only a rise can matter; their mirrors, available memory and free swap
-#: (:data:`FREE_MEMORY_METRICS`), matter only when they fall (:func:`matter_directions`).
-HELD_MEMORY_METRICS = ("derived.mem_used_pct", "mem.AnonPages", "mem.Active_anon",
-                       "mem.Inactive_anon", "mem.AnonHugePages", "mem.Shmem",
-                       "mem.ShmemHugePages", "mem.Unevictable", "mem.Mlocked", "mem.Slab",
-                       "mem.SUnreclaim", "mem.KernelStack", "mem.PageTables", "mem.Percpu",
-                       "mem.Dirty", "mem.Writeback", "mem.SwapCached", "mem.Zswap",
-                       "mem.Zswapped", "numa.MemUsed", "vmstat.nr_anon_pages",
-                       "vmstat.nr_active_anon", "vmstat.nr_inactive_anon",
-                       "vmstat.nr_zone_active_anon", "vmstat.nr_zone_inactive_anon",
-                       "vmstat.nr_anon_transparent_hugepages", "vmstat.nr_shmem",
-                       "vmstat.nr_slab_unreclaimable", "vmstat.nr_kernel_stack",
-                       "vmstat.nr_page_table_pages", "vmstat.nr_dirty", "vmstat.nr_writeback",
-                       "vmstat.nr_zone_write_pending", "vmstat.nr_unevictable",
-                       "vmstat.nr_zone_unevictable", "vmstat.nr_mlock",
-                       "cgroup.memory.stat.anon", "cgroup.memory.stat.rss",
-                       "cgroup.memory.stat.shmem", "cgroup.memory.stat.file_dirty",
-                       "cgroup.memory.stat.dirty", "cgroup.memory.stat.file_writeback",
-                       "cgroup.memory.stat.writeback", "cgroup.memory.swap_current")
-FREE_MEMORY_METRICS = ("mem.MemAvailable", "mem.SwapFree")
-#: Traffic that yields when it competes (bytes, packets and TCP segments moved per
-#: interface, namespace, queueing discipline or collective): more of it alone hurts no one.
-#: Where it takes a link others need, their throughput falls, their queues drop and their
-#: segments are retransmitted, each judged on its own channel; so only a fall matters
-#: (less work done). UDP datagrams are not among them: with no congestion control, a
-#: datagram flood takes the link without yielding and matters either way.
-TRAFFIC_METRICS = ("derived.net_bytes_per_s", "net.rx_bytes", "net.tx_bytes",
-                   "net.rx_packets", "net.tx_packets", "netstat.IpExt.InOctets",
-                   "netstat.IpExt.OutOctets", "snmp.Tcp.InSegs", "snmp.Tcp.OutSegs",
-                   "qdisc.bytes", "qdisc.packets", "softnet.processed", "ib.port_xmit_data",
-                   "ib.port_rcv_data", "ib.port_xmit_packets", "ib.port_rcv_packets",
-                   "ebpf.nccl.bytes")
 #: Features whose sign is the direction of a change (a window's level and its trend); a
 #: spread grows whichever way a level moves.
 DIRECTED_FEATURES = (*LEVEL_FEATURES, "slope", "sum")
-#: Time spent waiting for a resource (pressure stall information, CPU time idle while
-#: I/O is outstanding, a virtual CPU's runnable time the hypervisor gave to another
-#: guest): it rises because something uses the resource, and a claim names that use
-#: first where it matters too.
-WAITING_METRICS = ("psi.*", "cgroup.psi.*", "cpu.iowait", "cpu.steal")
-#: Counts of threads that exist, running or sleeping: never a cost on their own.
-EXISTENCE_METRICS = ("cgroup.pids.current", "loadavg.tasks")
-#: Counters the collector reads less often than every sample and repeats between reads:
-#: a cgroup's files (every 0.5 s or 1 s) and a network namespace's protocol counters
-#: (every 1 s). Their rate is 0 on the samples between two reads and the whole period's
-#: on the read, so a window's median is 0 whatever they count; their window mean is their
-#: rate over the window, and takes the median's place as the level that lasts
-#: (:func:`is_held_counter`).
-HELD_COUNTERS = ("cgroup.*",)
-HELD_NETNS_COUNTERS = ("snmp.*", "netstat.*")
+#: The direction of a change that can matter, by the catalog's ``hurts``.
+HURTS_DIRECTION = {"rise": 1, "fall": -1, "either": 0}
+
+
+def _meaning(metric: str) -> MetricInfo:
+    """The catalog entry of ``metric``, whose fields say what its changes mean."""
+    return default_catalog().lookup(metric)
 
 
 @functools.lru_cache(maxsize=8192)
 def is_held_counter(channel: str) -> bool:
-    """Whether ``channel`` is a counter read less often than every sample and repeated
-    between reads (:data:`HELD_COUNTERS`, :data:`HELD_NETNS_COUNTERS` with a ``netns``
-    label)."""
-    metric = channel_metric(channel)
-    held = any(fnmatchcase(metric, p) for p in HELD_COUNTERS) or (
-        bool(_label(channel, "netns"))
-        and any(fnmatchcase(metric, p) for p in HELD_NETNS_COUNTERS))
-    return held and default_catalog().lookup(metric).kind in ("counter", "event")
+    """Whether ``channel`` is a counter the collector reads less often than every sample
+    and repeats between reads (catalog ``repeated``: ``always``, or ``in_netns`` with a
+    ``netns`` label). Their rate is 0 on the samples between two reads and the whole
+    period's on the read, so a window's median is 0 whatever they count; their window mean
+    is their rate over the window, and takes the median's place as the level that lasts."""
+    info = _meaning(channel_metric(channel))
+    held = info.repeated == "always" or (info.repeated == "in_netns"
+                                         and bool(_label(channel, "netns")))
+    return held and info.kind in ("counter", "event")
 
 
 def is_waiting(metric: str) -> bool:
-    """Whether ``metric`` is time spent waiting for a resource (:data:`WAITING_METRICS`)."""
-    return any(fnmatchcase(metric, p) for p in WAITING_METRICS)
+    """Whether ``metric`` is time spent waiting for a resource (catalog ``waiting``)."""
+    return _meaning(metric).waiting
 
 
 def is_side_effect(metric: str) -> bool:
-    """Whether ``metric`` usually moves as a consequence of a cause elsewhere."""
-    return any(fnmatchcase(metric, p) for p in SIDE_EFFECT_METRICS)
+    """Whether ``metric`` usually moves as a consequence of a cause elsewhere (catalog
+    ``follows``)."""
+    return _meaning(metric).follows
 
 
 @functools.lru_cache(maxsize=4096)
 def fall_is_not_cause(metric: str) -> bool:
     """Whether a fall of ``metric`` is a symptom or a relief, never the cause of a slowdown
-    (:data:`FALL_NOT_CAUSE_METRICS`)."""
-    return any(fnmatchcase(metric, p) for p in FALL_NOT_CAUSE_METRICS)
+    (catalog ``fall``)."""
+    return bool(_meaning(metric).fall)
+
+
+def is_bursty(metric: str) -> bool:
+    """Whether ``metric`` moves in bursts as a job runs, a quiet median under a loud tail (a
+    distributed job's retransmissions on a busy host): a direct sign that keeps the
+    baseline's tail (catalog ``sign``'s ``tail``)."""
+    sign = _meaning(metric).sign
+    return sign is not None and sign.tail
 
 
 def matter_direction(metric: str) -> int:
-    """The direction of a change of ``metric`` that can matter: +1 a rise only (memory
-    held, :data:`HELD_MEMORY_METRICS`), −1 a fall only (memory free,
-    :data:`FREE_MEMORY_METRICS`; traffic that yields, :data:`TRAFFIC_METRICS`), 0 either."""
-    if any(fnmatchcase(metric, p) for p in HELD_MEMORY_METRICS):
-        return 1
-    if any(fnmatchcase(metric, p) for p in (*FREE_MEMORY_METRICS, *TRAFFIC_METRICS)):
-        return -1
-    return 0
+    """The direction of a change of ``metric`` that can matter (catalog ``hurts``): +1 a
+    rise only (memory held), −1 a fall only (memory free; traffic that yields), 0 either."""
+    return HURTS_DIRECTION[_meaning(metric).hurts]
 
 
 @functools.lru_cache(maxsize=32)
@@ -384,13 +285,13 @@ def host_capacity(d_base: Telemetry) -> Capacity:
         disks: dict[str, float] = {}
         gpu_memory: dict[str, float] = {}
         gpu_power: dict[str, float] = {}
-        pcie: dict[str, dict[str, float]] = {}  # gpu -> metric -> its largest value
+        pcie: dict[str, dict[str, float]] = {}  # gpu -> link capacity -> its largest value
         for channel, i in index.items():
             metric = channel_metric(channel)
-            if metric in PCIE_LINK_METRICS:
+            if (link := _meaning(metric).capacity) in PCIE_LINK:
                 top = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
                 if math.isfinite(top) and top > 0:
-                    pcie.setdefault(_label(channel, "gpu"), {})[metric] = top
+                    pcie.setdefault(_label(channel, "gpu"), {})[link] = top
             elif metric in ("gpu.mem_total_bytes", "gpu.power_limit_mw"):
                 top = float(np.nanmax(d_base.values[:, i])) if d_base.n_samples else 0.0
                 if math.isfinite(top) and top > 0:
@@ -411,15 +312,16 @@ def host_capacity(d_base: Telemetry) -> Capacity:
                     {gpu: bps for gpu, link in pcie.items() if (bps := pcie_bps(link)) > 0})
 
 
-PCIE_LINK_METRICS = ("gpu.pcie_gen_max", "gpu.pcie_width_max", "gpu.pcie_gen",
-                     "gpu.pcie_width")
+#: The catalog ``capacity`` of the channels that describe a GPU's PCIe link.
+PCIE_LINK = ("pcie_gen_max", "pcie_width_max", "pcie_gen", "pcie_width")
 
 
 def pcie_bps(link: Mapping[str, float]) -> float:
-    """Bytes/s of one direction of a PCIe link from its generation and width (the
-    maximum the link can train to where known, else its current state; 0 if unknown)."""
-    gen = int(link.get("gpu.pcie_gen_max") or link.get("gpu.pcie_gen") or 0)
-    width = link.get("gpu.pcie_width_max") or link.get("gpu.pcie_width") or 0.0
+    """Bytes/s of one direction of a PCIe link from its generation and width, ``link``
+    keyed by the channels' catalog ``capacity`` (:data:`PCIE_LINK`): the maximum the link
+    can train to where known, else its current state; 0 if unknown."""
+    gen = int(link.get("pcie_gen_max") or link.get("pcie_gen") or 0)
+    width = link.get("pcie_width_max") or link.get("pcie_width") or 0.0
     lane = PCIE_LANE_BPS.get(gen, PCIE_LANE_BPS[max(PCIE_LANE_BPS)] if gen > 6 else 0.0)
     return lane * float(width)
 
@@ -483,14 +385,14 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         return Matter(0.0, "none (no unit or capacity: surprise alone)")
     cpus, cpu_words = _cpu_share(channel, capacity.n_cpus)
     out: Matter | None = None
-    if any(fnmatchcase(metric, p) for p in COMPOSITION_METRICS):
+    if not info.alone:
         return Matter(np.inf, "never alone: memory moving between free and reclaimable")
-    if metric in EXISTENCE_METRICS:
+    if info.exists:
         return Matter(np.inf, "never alone: threads that exist, running or not")
     if metric.startswith("gpu.") and (
             gpu := _gpu_matter(channel, metric, unit, kind, level, capacity)) is not None:
         out = gpu
-    elif any(fnmatchcase(metric, p) for p in HUGE_PAGE_METRICS) and unit == "pages":
+    elif info.judged_as == "huge_pages" and unit == "pages":
         out = Matter(max(1.0, MEMORY_SHARE * memory / HUGE_PAGE_BYTES),
                      f"{MEMORY_SHARE:.0%} of memory in huge pages")
     elif unit in MEMORY_BYTE_UNITS or (unit == "bytes" and kind == "gauge"
@@ -526,7 +428,7 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     elif metric.startswith("derived.net_") and metric.endswith("_util_pct"):
         out = Matter(100.0 * LINK_SHARE, f"{LINK_SHARE:.0%} of the link (points)")
     elif metric.startswith(("derived.disk_", "disk.sectors", "vmstat.pgpg")) or \
-            metric in CGROUP_DISK_BYTES or any(fnmatchcase(metric, p) for p in DISK_PAGE_METRICS):
+            info.judged_as == "disk":
         dev = _label(channel, "dev")
         device = max(DEFAULT_DISK_BPS, (capacity.disk_bps or {}).get(dev, 0.0)
                      if dev else max((capacity.disk_bps or {}).values(), default=0.0))
@@ -568,11 +470,11 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     # a GPU is judged against itself; time spent waiting is no use of the job's (its
     # stall is judged against wall time, whatever share of it the job stalled before)
     if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(whole) and whole > 0 \
-            and not metric.startswith("gpu.") and not is_waiting(metric):
+            and not metric.startswith("gpu.") and not info.waiting:
         job = JOB_SHARE * abs(whole)
         if job < out.least:
             out = Matter(job, f"{JOB_SHARE:.0%} of the job's own use")
-    if direction := matter_direction(metric):
+    if direction := HURTS_DIRECTION[info.hurts]:
         why = ("a rise only (a fall frees memory)" if direction > 0
                else "a fall only (a rise frees memory)" if metric.startswith("mem.")
                else "a fall only (more traffic alone hurts no one)")
@@ -585,7 +487,8 @@ def channel_matters(d_base: Telemetry, channels: Sequence[str],
     """The host's capacity and the least change that matters of each of ``channels``."""
     catalog = catalog or default_catalog()
     capacity = host_capacity(d_base)
-    wholes = [c for c in d_base.channels if channel_metric(c) in CGROUP_MEMORY_WHOLE]
+    wholes = [c for c in d_base.channels
+              if catalog.lookup(channel_metric(c)).capacity == "cgroup_memory"]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         levels = np.nanmedian(d_base.select(list(channels)).values, axis=0) if channels else []
@@ -638,13 +541,13 @@ def feature_matters(column_channels: Sequence[str], column_features: Sequence[st
 def tail_matters(least: np.ndarray, column_channels: Sequence[str],
                  values: np.ndarray, reached: np.ndarray | None = None) -> np.ndarray:
     """``least`` (K,) raised, for the columns of channels that move in bursts as a job
-    runs (:data:`BURSTY_METRICS`), to the baseline's own upper tail: the distance of the
+    runs (:func:`is_bursty`), to the baseline's own upper tail: the distance of the
     :data:`TAIL_QUANTILE` quantile of its window values ``values`` (n, K) from their
     median. A burst like the baseline's own is no change that matters, whether or not the
     detectors were fitted on it. ``reached`` (K,) bool: columns whose change is measured
     past the baseline's own reach instead (``past_baseline``, :func:`level_tails`), left
     as they are so that the bursts do not count twice."""
-    bursty = _columns_matching(tuple(column_channels), BURSTY_METRICS)
+    bursty = _columns_where(tuple(column_channels), is_bursty)
     if reached is not None:
         bursty = bursty & ~reached
     cols = np.flatnonzero(bursty)
@@ -843,11 +746,10 @@ def change_size(row: np.ndarray, median: np.ndarray, least: np.ndarray,
 
 
 @functools.lru_cache(maxsize=32)
-def _columns_matching(channels: tuple[str, ...], patterns: tuple[str, ...]) -> np.ndarray:
-    """Mask over feature columns, made once per column set: the channel's metric matches
-    one of ``patterns``."""
-    return np.array([any(fnmatchcase(channel_metric(c), p) for p in patterns)
-                     for c in channels], dtype=bool)
+def _columns_where(channels: tuple[str, ...], meaning: Callable[[str], bool]) -> np.ndarray:
+    """Mask over feature columns, made once per column set: the channel's metric has the
+    ``meaning`` (a predicate on the metric's catalog entry, such as :func:`is_waiting`)."""
+    return np.array([meaning(channel_metric(c)) for c in channels], dtype=bool)
 
 
 def _surprising_rise(reasons: Sequence[Any]) -> Any:
@@ -908,7 +810,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
         return evidence
     # less work done is where the job waits, less waiting no slowdown: others go first
     with np.errstate(invalid="ignore"):
-        relief = _columns_matching(tuple(channels), FALL_NOT_CAUSE_METRICS) & (row < median)
+        relief = _columns_where(tuple(channels), fall_is_not_cause) & (row < median)
     if (cause & ~relief).any():
         cause &= ~relief
     else:  # only falls that are no cause matter: a surprising rise elsewhere goes first
@@ -919,7 +821,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
             rest = [r for r in reasons[len(first):] if r is not rise]
             return replace(evidence, reasons=[*first, rise, *rest])
     # time spent waiting follows from what uses the resource: that use goes first
-    waiting = _columns_matching(tuple(channels), WAITING_METRICS)
+    waiting = _columns_where(tuple(channels), is_waiting)
     if (cause & ~waiting).any():
         cause &= ~waiting
     size = change_size(row, median, least, features)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -32,11 +31,6 @@ from reveal.frame import channel_metric
 #: Seconds a changed level must hold still before it is a new steady state.
 SETTLE_S = 20.0
 STATE_KINDS = ("gauge", "state")
-#: Gauges that are rates or shares of time in disguise: never adopted as a state.
-RATE_GAUGES = ("derived.cpu_busy_pct", "derived.disk_*", "derived.net_*", "derived.ipc",
-               "derived.*_ratio", "derived.cgroup_throttled_pct", "psi.*", "cgroup.psi.*",
-               "cpu.procs_*", "loadavg.*", "cpufreq.*", "gpu.*", "disk.ios_in_progress",
-               "softnet.*", "qdisc.backlog_*")
 #: Channels of a new state named in its claim, at most.
 NAMED_CHANNELS = 3
 
@@ -63,7 +57,7 @@ def state_columns(channels: Sequence[str], features: Sequence[str],
         if feature not in LEVEL_FEATURES:
             continue
         metric = channel_metric(channel)
-        if any(fnmatchcase(metric, p) for p in RATE_GAUGES):
+        if catalog.lookup(metric).rate:  # a rate or share of time in disguise (catalog)
             continue
         out[k] = catalog.lookup(metric).kind in STATE_KINDS
     return out
