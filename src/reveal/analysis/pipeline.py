@@ -57,6 +57,7 @@ from reveal.analysis.significance import (
     channel_matters,
     feature_matters,
     gate_active,
+    is_side_effect,
     lead_with_cause,
     level_changes_alone,
     level_tails,
@@ -70,7 +71,7 @@ from reveal.analysis.windows import Windows
 from reveal.catalog import default_catalog
 from reveal.config import AnalyzeConfig, WindowConfig
 from reveal.errors import InputError
-from reveal.frame import Telemetry
+from reveal.frame import Telemetry, channel_metric
 
 Progress = Callable[[str], None]
 
@@ -552,6 +553,12 @@ def _state_columns(fitted: FittedAnalysis) -> np.ndarray:
     return _state_columns_of(tuple(fitted.column_channels), tuple(fitted.column_features))
 
 
+@functools.lru_cache(maxsize=8)
+def _cause_columns(channels: tuple[str, ...]) -> np.ndarray:
+    """(K,) the columns whose channel can be a cause (not a catalog side effect)."""
+    return np.array([not is_side_effect(channel_metric(c)) for c in channels], dtype=bool)
+
+
 def led_by_sign(evidence: list[WindowEvidence],
                 signs: dict[int, list]) -> set[int]:
     """Windows whose first reason is a direct sign (it keeps its place)."""
@@ -625,7 +632,10 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         alone = level_changes_alone(cells, values, fitted.median,
                                     significance_scales(fitted), tuple(fitted.column_features),
                                     reach_of(fitted))
-        decided = matters if getattr(fitted, "matters_alone", False) \
+        # on its own, a change decides only where it can be a cause: a side effect
+        # (catalog ``follows``: idle time, interrupts, switches) joins the evidence
+        decided = (cells & _cause_columns(tuple(fitted.column_channels))).any(axis=1) \
+            if getattr(fitted, "matters_alone", False) \
             else (verdicts.flagged | alone) & matters
         above = decided & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,

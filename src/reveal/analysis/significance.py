@@ -227,12 +227,27 @@ def matter_direction(metric: str) -> int:
     return HURTS_DIRECTION[_meaning(metric).hurts]
 
 
+@functools.lru_cache(maxsize=8192)
+def channel_direction(channel: str) -> int:
+    """The direction of a change of ``channel`` that can matter: its metric's
+    (:func:`matter_direction`); for work done (catalog ``fall = "symptom"``: CPU time, busy
+    %) on the host as a whole, a rise only: the host doing less is a neighbour that stopped
+    as often as a job that waits, while the job's own work (a channel of its cgroup,
+    namespace, container or pod) and a GPU's (a job has its GPUs to itself) matter either
+    way — a job that hangs does nothing."""
+    metric = channel_metric(channel)
+    direction = matter_direction(metric)
+    if direction or _meaning(metric).fall != "symptom" or metric.startswith("gpu."):
+        return direction
+    return 0 if any(_label(channel, k) for k in JOB_LABELS) else 1
+
+
 @functools.lru_cache(maxsize=32)
 def matter_directions(channels: tuple[str, ...], features: tuple[str, ...]) -> np.ndarray:
     """(K,) per feature column, made once per column set: the direction of a change that
-    can matter (:func:`matter_direction`) for a level or trend column
+    can matter (:func:`channel_direction`) for a level or trend column
     (:data:`DIRECTED_FEATURES`), 0 (either) for the others."""
-    return np.array([matter_direction(channel_metric(c)) if f in DIRECTED_FEATURES else 0
+    return np.array([channel_direction(c) if f in DIRECTED_FEATURES else 0
                      for c, f in zip(channels, features, strict=True)], dtype=np.int8)
 
 
