@@ -77,3 +77,22 @@ def test_a_hog_holding_memory_is_flagged_while_it_holds_it() -> None:
     assert not flagged[after].any()
     assert not flagged[start + 3.0 <= 55.0].any()
     assert not report.steady_states  # a held fault is not adopted as the new normal
+
+
+def test_held_still_is_the_spread_of_each_trailing_span_missing_values_left_out() -> None:
+    from reveal.analysis.steady import held_still
+
+    rng = np.random.default_rng(0)
+    values = np.cumsum(rng.normal(0, 0.3, (60, 5)), axis=0)
+    values[rng.random(values.shape) < 0.1] = np.nan
+    values[:, 4] = np.nan  # never a value: never still
+    least = np.array([1.0, 2.0, 3.0, 0.5, 1.0])
+    for windows in (1, 2, 7, 20, 21):
+        got = held_still(values, least, windows)
+        for i in range(len(values)):
+            for k in range(values.shape[1]):
+                span = values[max(i - windows + 1, 0):i + 1, k]
+                span = span[np.isfinite(span)]
+                want = (i >= windows - 1 and span.size > 0
+                        and span.max() - span.min() < least[k])
+                assert got[i, k] == want, (windows, i, k)

@@ -17,12 +17,11 @@ never adopted here. A level holds still when its window values over the last
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
 from reveal.analysis.constants import LEVEL_FEATURES
 from reveal.catalog import Catalog, default_catalog
@@ -65,16 +64,23 @@ def state_columns(channels: Sequence[str], features: Sequence[str],
 
 def held_still(values: np.ndarray, least: np.ndarray, windows: int) -> np.ndarray:
     """``(W, K)``: whether each column's values over the last ``windows`` windows (this one
-    included) stay within ``least`` of each other (False before that many windows)."""
+    included) stay within ``least`` of each other (False before that many windows).
+    Missing values are left out; a span with none is not still. Running maxima and minima
+    (``scipy.ndimage``), so the cost does not grow with ``windows``."""
     n, k = values.shape
     out = np.zeros((n, k), dtype=bool)
     if windows < 1 or n < windows:
         return out
-    view = sliding_window_view(values, windows, axis=0)  # (W - windows + 1, K, windows)
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # columns NaN all along
-        spread = np.nanmax(view, axis=2) - np.nanmin(view, axis=2)
-        out[windows - 1:] = np.isfinite(spread) & (spread < least)
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    # a trailing window: the filter's window [i - size // 2 + origin ...] ends at i with
+    # origin = (size - 1) // 2 for an odd size, size // 2 - 1 for an even one
+    origin = (windows - 1) // 2 if windows % 2 else windows // 2 - 1
+    top = maximum_filter1d(np.where(finite, x, -np.inf), windows, axis=0, origin=origin)
+    low = minimum_filter1d(np.where(finite, x, np.inf), windows, axis=0, origin=origin)
+    with np.errstate(invalid="ignore"):
+        spread = top - low
+        out[windows - 1:] = (np.isfinite(spread) & (spread < least))[windows - 1:]
     return out
 
 
