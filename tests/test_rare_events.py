@@ -54,6 +54,11 @@ def test_which_channels_count_rare_events() -> None:
     assert not is_rare_event("snmp.Tcp.RetransSegs")  # a sign of its own, with its tail
     assert is_rare_event("net.rx_drop")
     assert not is_rare_event("cpu.user")
+    # the ordinary life of a networked host (catalog rare = false): judged by cost
+    for metric in ("snmp.Tcp.OutRsts", "snmp.Tcp.AttemptFails", "snmp.Udp.NoPorts",
+                   "netstat.TcpExt.TCPAbortOnClose", "cgroup.memory.stat.pgmajfault"):
+        assert not is_rare_event(metric), metric
+    assert is_rare_event("netstat.TcpExt.ListenDrops")
 
 
 def test_the_least_count_is_past_the_envelope_and_the_count_model() -> None:

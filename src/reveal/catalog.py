@@ -43,6 +43,13 @@ an entry without it takes the default, which says nothing special:
   alone hurts no one, and where it takes a link others need, their losses show on their own
   channels. UDP datagrams do not yield (no congestion control) and stay ``"either"``. The
   spread of a window may matter either way.
+- ``rare`` (true): for an ``event`` channel counted in whole events, each one is rare on a
+  healthy host and is judged by how rare it was in the baseline, one event where the
+  baseline had none being a change that matters (:mod:`reveal.analysis.rare_events`).
+  False for event counts that are the ordinary life of a busy host: major page faults (a
+  file page read from disk as a job maps its files), huge-page fault fallbacks, and the
+  resets, refused and aborted connections and datagrams to closed ports that clients,
+  health checks and scanners cause on any networked host; they are judged by their cost.
 - ``follows`` (false): the channel moves as a side effect of a cause elsewhere: CPUs
   entering idle states, idle CPU time (it falls as much as another state's time rises:
   that state names the use), interrupts and softirqs and the CPU time spent on them (the
@@ -192,12 +199,12 @@ REPEATED = ("", "always", "in_netns")
 _WORDS = {"hurts": HURTS, "fall": FALLS, "judged_as": JUDGED_AS, "capacity": CAPACITIES,
           "repeated": REPEATED}
 _FLAGS = ("follows", "waiting", "alone", "exists", "rate", "configuration", "jiffy_percent",
-          "stall_total")
+          "stall_total", "rare")
 _GRANULES = ("level_granule", "spike_granule")
 #: The fields of :class:`MetricInfo` that are meanings.
 MEANINGS = ("hurts", "follows", "waiting", "fall", "alone", "exists", "judged_as", "capacity",
             "repeated", "rate", "configuration", "jiffy_percent", "level_granule",
-            "spike_granule", "stall_total", "sign")
+            "spike_granule", "stall_total", "sign", "rare")
 
 
 def _number(value: object) -> bool:
@@ -269,6 +276,7 @@ class MetricInfo:
     spike_granule: float = 0.0
     stall_total: bool = False
     sign: DirectSign | None = None
+    rare: bool = True
 
     def __post_init__(self) -> None:
         if self.meanings_only:

@@ -40,20 +40,20 @@ from reveal.frame import Telemetry, channel_metric
 #: The feature a rare-event reason names: the window's event count (as a sum of the
 #: window's per-second rates, as :func:`reveal.report.claims.predicate` words it).
 FEATURE = "sum"
-#: Units of event channels that are no count of rare events: shares of packets or
-#: segments (judged as levels), bytes, and page faults (a major fault is a page read
-#: from disk, work done as a job maps its files: judged by its cost).
-NOT_RARE_UNITS = ("%", "byte", "faults")
+#: Units of event channels that count no whole events: shares of packets or segments
+#: (judged as levels) and bytes.
+COUNTLESS_UNITS = ("%", "byte")
 
 
 @functools.lru_cache(maxsize=8192)
 def is_rare_event(metric: str) -> bool:
-    """Whether ``metric`` counts whole error or fault events (catalog kind ``event``, in a
-    unit not among :data:`NOT_RARE_UNITS`), and is not judged as a sign of its own
+    """Whether ``metric`` counts rare error or fault events: catalog kind ``event`` and
+    ``rare`` (the default), in whole events (a unit not among :data:`COUNTLESS_UNITS`), not
+    judged as a sign of its own
     (a catalog ``sign``: retransmitted segments)."""
     info = default_catalog().lookup(metric)
     unit = info.unit
-    return (info.kind == "event" and not any(w in unit for w in NOT_RARE_UNITS)
+    return (info.kind == "event" and info.rare and not any(w in unit for w in COUNTLESS_UNITS)
             and sign_of(metric) is None)
 
 
