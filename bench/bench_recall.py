@@ -5,8 +5,9 @@ under ``bench/recordings/``) is analysed against its own baseline under each *va
 the settings (``--variant NAME:key=value,key=value``; ``default`` is today's settings), and
 every injected episode is scored on what an operator watching it meets:
 
-- ``detected`` and ``ttd_s``: a flagged window that starts within the fault, and how long
-  after the fault's start the first one ends (seconds);
+- ``detected`` and ``ttd_s``: a flagged window that overlaps the fault, and how long after
+  the fault's start the first one ends (seconds; an OOM kill 0.2 s into the fault is seen
+  first by windows that began before it);
 - ``coverage``: the share of windows lying wholly within the fault that are flagged (an
   alert that lasts as long as the fault: ≥ 0.9);
 - ``after_10_30`` and ``after_30``: the flagged share of the windows that start 10–30 s, and
@@ -88,8 +89,8 @@ def score_run(run: Path, base: Path, settings: dict[str, Any]) -> list[dict[str,
     for i, e in enumerate(episodes):
         upto = episodes[i + 1]["start_ns"] if i + 1 < len(episodes) else np.inf
         within = (start >= e["start_ns"]) & (end <= e["end_ns"])
-        starts_in = (start >= e["start_ns"]) & (start < e["end_ns"])
-        hits = np.flatnonzero(starts_in & flagged)
+        overlaps = (end > e["start_ns"]) & (start < e["end_ns"])
+        hits = np.flatnonzero(overlaps & flagged)
         since_end = (start - e["end_ns"]) / S
         late = (since_end >= 10) & (since_end < 30) & (end <= upto)
         later = (since_end >= 30) & (end <= upto)

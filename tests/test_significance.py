@@ -211,8 +211,10 @@ def _with(tel: Telemetry, channels: dict[str, np.ndarray]) -> Telemetry:
                      list(tel.channels) + list(channels), meta)
 
 
-def _flagged(base: Telemetry, run: Telemetry, significance: bool) -> tuple[int, object]:
-    model = Reveal(overrides={"detect.significance": significance}).fit(base)
+def _flagged(base: Telemetry, run: Telemetry, significance: bool,
+             **settings: object) -> tuple[int, object]:
+    model = Reveal(overrides={"detect.significance": significance,
+                              **{f"detect.{k}": v for k, v in settings.items()}}).fit(base)
     report = model.report(run)
     return int(np.asarray(report.windows.flagged).sum()), report
 
@@ -276,8 +278,9 @@ def test_a_gpu_taken_by_another_process_is_named_by_the_gpus_time_not_a_process_
 
 def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
     """A process takes 3 GiB of anonymous memory at 20 s and keeps it: the change is
-    flagged until it has held still for ``settle_s``, then named once as a new
-    steady state."""
+    flagged until it has held still for ``settle_s`` (here 20 s; by default five minutes,
+    so that a fault holding memory keeps its episode), then named once as a new steady
+    state."""
     base = ar1_host(120.0, seed=7)
     run = ar1_host(90.0, seed=8, start_s=200.0)
     rng = np.random.default_rng(9)
@@ -286,9 +289,11 @@ def test_a_level_that_settles_after_a_change_is_a_new_steady_state_named_once():
     anon_run[200:] += 3 * GIB
     base = _with(base, {"mem.AnonPages": anon_base})
     run = _with(run, {"mem.AnonPages": anon_run})
-    _, report = _flagged(base, run, significance=True)
+    _, held = _flagged(base, run, significance=True)  # the default: held, not adopted
+    start = (np.asarray(held.windows.start_ns) - 200e9) / 1e9
+    assert np.asarray(held.windows.flagged)[start >= 23].all() and not held.steady_states
+    _, report = _flagged(base, run, significance=True, settle_s=20.0)
     flagged = np.asarray(report.windows.flagged)
-    start = (np.asarray(report.windows.start_ns) - 200e9) / 1e9
     assert flagged[(start >= 18) & (start < 30)].any()  # the change itself is flagged
     assert not flagged[start >= 45].any()  # once settled, nothing more
     assert len(report.steady_states) == 1

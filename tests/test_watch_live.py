@@ -324,7 +324,8 @@ def test_a_new_steady_state_is_adopted_live_as_in_the_batch():
         return Telemetry(tel.host, tel.timestamps_ns, np.column_stack([tel.values, anon]),
                          [*tel.channels, "mem.AnonPages"], meta)
 
-    model = Reveal().fit(with_anon(_synthetic(600, seed=1), None))
+    model = Reveal(overrides={"detect.settle_s": 20.0}).fit(
+        with_anon(_synthetic(600, seed=1), None))
     run = with_anon(_synthetic(120, seed=3), 40.0)
     report = model.report(run)
     live = replay(model, run, chunk_rows=[7, 13, 1, 30, 45, 2])

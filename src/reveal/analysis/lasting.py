@@ -8,7 +8,7 @@ it is not: the baseline's levels averaged over that long never reached it. So ev
 is judged twice: window by window against the baseline's window reach, and averaged over
 the last ``lasting_s`` seconds of windows against the reach of the baseline's own averages
 over as long (``DetectConfig.lasting_s``; 0: off), while the window's own level is still
-that far from the baseline's median. Either is a change that matters.
+past that reach by as much. Either is a change that matters.
 """
 
 from __future__ import annotations
@@ -67,12 +67,19 @@ def lasting_cells(values: np.ndarray, history: np.ndarray | None, windows: int,
                   direction: np.ndarray | None, reach: np.ndarray) -> np.ndarray:
     """(W, K) where the level averaged over a window's last ``windows`` windows is a change
     that matters past the baseline's lasting ``reach`` (see :func:`lasting_reach`), and the
-    window's own level is still that far from the baseline's median, the same way: a
-    change that has ended is not kept by the average of the windows that held it."""
+    window's own level is still past that reach by as much, the same way: a change that
+    has ended is not kept by the average of the windows that held it. The
+    lasting reach stands for the baseline's spread (``scale``, a window's robust sigma, is
+    not used: a counter read once a second is noisy window by window, not over 30 s)."""
     means = trailing_means(values, windows, history)
-    lasting = significant_cells(means, median, scale, least, direction=direction,
-                                reach=reach)
-    still = significant_cells(values, median, scale, least, direction=direction)
+    # no window's robust sigmas: an average over a lasting span is judged against the
+    # spread the baseline's own averages over as long showed (its reach), and the window
+    # only by its distance from the median
+    del scale
+    lasting = significant_cells(means, median, np.zeros_like(median), least, z_min=0.0,
+                                direction=direction, reach=reach)
+    still = significant_cells(values, median, np.zeros_like(median), least, z_min=0.0,
+                              direction=direction, reach=reach)
     with np.errstate(invalid="ignore"):
         same_way = np.sign(values - median) == np.sign(means - median)
     return lasting & still & same_way
