@@ -29,6 +29,8 @@ def test_lasting_windows_and_a_baseline_too_short_for_them() -> None:
     assert lasting_windows(0.0, 1.0) == 0
     assert lasting_windows(1.0, 1.0) == 2
     assert lasting_reach(np.zeros((20, 3)), 30, ("median",) * 3) is None
+    assert lasting_reach(np.zeros((119, 3)), 30, ("median",) * 3) is None  # 4 spans: 120
+    assert lasting_reach(np.zeros((120, 3)), 30, ("median",) * 3) is not None
 
 
 def test_a_level_held_where_the_baseline_only_touched_matters_a_short_touch_does_not() -> None:

@@ -17,8 +17,9 @@ import numpy as np
 
 from reveal.analysis.significance import level_tails, significant_cells
 
-#: The fewest averages over a lasting span a baseline must hold to judge lasting levels.
-MIN_SPANS = 10
+#: The fewest lasting spans, end to end, a baseline must hold to judge lasting levels (a
+#: 30 s span: a baseline of 2 minutes; the watch's default learn holds 20).
+MIN_SPANS = 4
 
 
 def lasting_windows(lasting_s: float, stride_s: float) -> int:
@@ -54,9 +55,10 @@ def trailing_means(values: np.ndarray, windows: int,
 def lasting_reach(base_values: np.ndarray, windows: int,
                   features: tuple[str, ...]) -> np.ndarray | None:
     """(2, K) how far the baseline's own levels averaged over ``windows`` windows reached
-    above and below their median (None: the baseline holds fewer than
-    :data:`MIN_SPANS` such averages)."""
-    if windows < 2 or len(base_values) < windows + MIN_SPANS - 1:
+    above and below their median (None: the baseline holds fewer than :data:`MIN_SPANS`
+    spans of that many windows end to end: the reach of a few overlapping averages would
+    be too tight, and a fault's recovery would look like a lasting change)."""
+    if windows < 2 or len(base_values) < MIN_SPANS * windows:
         return None
     means = trailing_means(base_values, windows)[windows - 1:]
     return level_tails(means, features)
