@@ -67,6 +67,9 @@ class DetectConfig:
     # windows too, against the baseline's own averages over as long: a fault that holds a
     # level the baseline reached only for a moment matters (reveal.analysis.lasting; 0: off)
     lasting_s: float = 30.0
+    # the fewest lasting spans, end to end, a baseline must hold for lasting levels to be
+    # judged (4 spans of 30 s: a baseline of 2 minutes; the watch's default learn holds 20)
+    lasting_min_spans: int = 4
     # error and fault counts (catalog kind event, counted in whole events) judged by how
     # rare they were in the baseline (reveal.analysis.rare_events): a window holding at
     # least rare_event_least events, more than any baseline window held and no more likely

@@ -17,10 +17,6 @@ import numpy as np
 
 from reveal.analysis.significance import level_tails, significant_cells
 
-#: The fewest lasting spans, end to end, a baseline must hold to judge lasting levels (a
-#: 30 s span: a baseline of 2 minutes; the watch's default learn holds 20).
-MIN_SPANS = 4
-
 
 def lasting_windows(lasting_s: float, stride_s: float) -> int:
     """Windows a lasting level is averaged over (0: not judged; at least 2 otherwise)."""
@@ -52,13 +48,14 @@ def trailing_means(values: np.ndarray, windows: int,
     return out[before:]
 
 
-def lasting_reach(base_values: np.ndarray, windows: int,
-                  features: tuple[str, ...]) -> np.ndarray | None:
+def lasting_reach(base_values: np.ndarray, windows: int, features: tuple[str, ...],
+                  min_spans: int = 4) -> np.ndarray | None:
     """(2, K) how far the baseline's own levels averaged over ``windows`` windows reached
-    above and below their median (None: the baseline holds fewer than :data:`MIN_SPANS`
-    spans of that many windows end to end: the reach of a few overlapping averages would
-    be too tight, and a fault's recovery would look like a lasting change)."""
-    if windows < 2 or len(base_values) < MIN_SPANS * windows:
+    above and below their median (None: the baseline holds fewer than ``min_spans`` spans
+    of that many windows end to end, ``DetectConfig.lasting_min_spans``: the reach of a
+    few overlapping averages would be too tight, and a fault's recovery would look like a
+    lasting change)."""
+    if windows < 2 or len(base_values) < max(int(min_spans), 1) * windows:
         return None
     means = trailing_means(base_values, windows)[windows - 1:]
     return level_tails(means, features)

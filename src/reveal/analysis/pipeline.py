@@ -385,7 +385,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         lasting_windows=0 if robust else lasting_windows(config.detect.lasting_s, stride_s),
         lasting_reach=None if robust else lasting_reach(
             fit_values, lasting_windows(config.detect.lasting_s, stride_s),
-            tuple(fm.features)),
+            tuple(fm.features), config.detect.lasting_min_spans),
         event_envelopes=(event_envelopes(d_base, fm.windows.start_ns, fm.windows.size)
                          if config.detect.rare_events else None),
         significance=significance, capacity=capacity.to_dict(),
