@@ -190,4 +190,6 @@ def test_fleet_output_is_unchanged_on_fixed_recordings(result, runs, tmp_path):
     assert not differ, "\n".join(differ[:20])
     own = figures["command"]["episodes"][0]
     assert (own["host"], own["subsystem"]) == ("host-1", "memory")
-    assert own["own_share"] == pytest.approx(0.4286, abs=1e-4)  # 18 of its 42 windows
+    # 39 of its 42 windows: the memory drop holds, and its own baseline keeps flagging it
+    # (it flagged 18 when a held level was adopted as the new normal after 20 s)
+    assert own["own_share"] == pytest.approx(0.9286, abs=1e-4)

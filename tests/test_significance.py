@@ -628,7 +628,12 @@ def test_the_direction_that_matters_applies_to_levels_and_trends_not_spreads():
                 "derived.cpu_busy_pct")
     features = ("median", "slope", "variance", "median", "median")
     direction = matter_directions(channels, features)
-    assert direction.tolist() == [1, 1, 0, -1, 0]
+    # the host's own work done matters when it rises (a neighbour that stopped is no
+    # fault); the job's own and a GPU's either way
+    assert direction.tolist() == [1, 1, 0, -1, 1]
+    assert matter_directions(("derived.cpu_busy_pct{cgroup=job}", "gpu.sm_active_pct{gpu=0}",
+                              "cgroup.cpu.usage_usec{cgroup=job}"),
+                             ("median",) * 3).tolist() == [0, 0, 0]
     # traffic that yields when it competes: only less of it matters; datagrams either way
     traffic = matter_directions(("derived.net_bytes_per_s{iface=eth0,netns=job}",
                                  "net.tx_bytes{iface=eth0}", "snmp.Tcp.OutSegs{netns=job}",
@@ -642,7 +647,7 @@ def test_the_direction_that_matters_applies_to_levels_and_trends_not_spreads():
     fell = np.array([[5.0, -5.0, 9.0, 5.0, 5.0]])
     rose = np.array([[15.0, 5.0, 9.0, 15.0, 15.0]])
     assert significant_cells(fell, median, np.zeros(5), least,
-                             direction=direction)[0].tolist() == [False, False, True, True, True]
+                             direction=direction)[0].tolist() == [False, False, True, True, False]
     assert significant_cells(rose, median, np.zeros(5), least,
                              direction=direction)[0].tolist() == [True, True, True, False, True]
 
@@ -694,8 +699,10 @@ def test_a_level_that_matters_is_flagged_where_the_detectors_average_it_away(mon
     assert len(inside(report)) >= 15  # windows of 3 s every 1 s wholly inside the 20 s
     assert {a.reasons[0].metric for a in inside(report)} == {"mem.AnonPages"}
     assert not [a for a in report.anomalies if a.end_ns <= 200e9 + 19e9]
-    monkeypatch.setattr(significance, "LEVEL_ALONE_Z", np.inf)  # the detectors alone
-    _, averaged = _flagged(base, run, significance=True)
+    # the detectors alone (the rule before a change that matters decided on its own,
+    # with no level that stands alone either)
+    monkeypatch.setattr(significance, "LEVEL_ALONE_Z", np.inf)
+    _, averaged = _flagged(base, run, significance=True, matters_alone=False)
     assert len(inside(averaged)) < len(inside(report)) - 5
 
 

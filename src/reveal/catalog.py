@@ -330,6 +330,14 @@ class MetricInfo:
         return not self.subsystem and not self.kind
 
     @property
+    def counts_rare_events(self) -> bool:
+        """Whether the metric counts rare error or fault events: kind ``event`` and
+        ``rare``, in whole events (its unit neither a share nor bytes), and no direct sign
+        of its own (those keep their own rule)."""
+        return (self.kind == "event" and self.rare and self.sign is None
+                and not any(w in self.unit for w in ("%", "byte")))
+
+    @property
     def level_unit(self) -> str:
         """The unit of the channel's level after derive: per second for a counter or
         event (``pages/s``), else its own."""

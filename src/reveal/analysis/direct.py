@@ -92,11 +92,9 @@ def is_sign(metric: str) -> bool:
 
 
 def _is_cause(metric: str) -> bool:
-    from reveal.analysis.rare_events import is_rare_event  # it builds on DirectSigns
-
     sign = sign_of(metric)
-    return sign.cause if sign is not None else (is_configuration(metric)
-                                                or is_rare_event(metric))
+    return sign.cause if sign is not None else (
+        is_configuration(metric) or default_catalog().lookup(metric).counts_rare_events)
 
 
 @functools.lru_cache(maxsize=16)

@@ -53,7 +53,9 @@ from reveal.analysis.rare_events import event_envelopes, rare_event_signs
 from reveal.analysis.scales import combine, scale_configs
 from reveal.analysis.select import prune
 from reveal.analysis.significance import (
+    NO_RULE,
     REACH_FEATURES,
+    against_capacity,
     channel_matters,
     feature_matters,
     gate_active,
@@ -554,9 +556,21 @@ def _state_columns(fitted: FittedAnalysis) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _cause_columns(channels: tuple[str, ...]) -> np.ndarray:
-    """(K,) the columns whose channel can be a cause (not a catalog side effect)."""
-    return np.array([not is_side_effect(channel_metric(c)) for c in channels], dtype=bool)
+def _deciding_columns_of(channels: tuple[str, ...],
+                         rules: tuple[tuple[str, str], ...]) -> np.ndarray:
+    by_channel = dict(rules)
+    return np.array([not is_side_effect(channel_metric(c))
+                     and against_capacity(by_channel.get(c, NO_RULE)) for c in channels],
+                    dtype=bool)
+
+
+def _deciding_columns(fitted: FittedAnalysis) -> np.ndarray:
+    """(K,) the columns whose change that matters decides on its own: a channel that can be
+    a cause (not a catalog side effect) whose least change was measured against capacity
+    (:func:`reveal.analysis.significance.against_capacity`); the others need the detectors'
+    surprise as well."""
+    rules = tuple(sorted((c, rule) for c, (_, rule) in fitted.matters.items()))
+    return _deciding_columns_of(tuple(fitted.column_channels), rules)
 
 
 def led_by_sign(evidence: list[WindowEvidence],
@@ -632,11 +646,13 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         alone = level_changes_alone(cells, values, fitted.median,
                                     significance_scales(fitted), tuple(fitted.column_features),
                                     reach_of(fitted))
-        # on its own, a change decides only where it can be a cause: a side effect
-        # (catalog ``follows``: idle time, interrupts, switches) joins the evidence
-        decided = (cells & _cause_columns(tuple(fitted.column_channels))).any(axis=1) \
-            if getattr(fitted, "matters_alone", False) \
-            else (verdicts.flagged | alone) & matters
+        # on its own, a change decides only where it can be a cause and was measured
+        # against capacity (a side effect, catalog ``follows``, joins the evidence; a
+        # channel with no capacity needs the detectors' surprise, as every change did
+        # before the model judged changes that matter alone)
+        decided = (verdicts.flagged | alone) & matters
+        if getattr(fitted, "matters_alone", False):
+            decided = decided | (cells & _deciding_columns(fitted)).any(axis=1)
         above = decided & ~held
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}),

@@ -31,7 +31,7 @@ import numpy as np
 from scipy import stats
 
 from reveal.analysis.attribute import ROBUST_Z_CAP
-from reveal.analysis.direct import DirectSigns, sign_of
+from reveal.analysis.direct import DirectSigns
 from reveal.analysis.evidence import Reason
 from reveal.analysis.windows import span_sums
 from reveal.catalog import default_catalog
@@ -40,21 +40,14 @@ from reveal.frame import Telemetry, channel_metric
 #: The feature a rare-event reason names: the window's event count (as a sum of the
 #: window's per-second rates, as :func:`reveal.report.claims.predicate` words it).
 FEATURE = "sum"
-#: Units of event channels that count no whole events: shares of packets or segments
-#: (judged as levels) and bytes.
-COUNTLESS_UNITS = ("%", "byte")
 
 
 @functools.lru_cache(maxsize=8192)
 def is_rare_event(metric: str) -> bool:
-    """Whether ``metric`` counts rare error or fault events: catalog kind ``event`` and
-    ``rare`` (the default), in whole events (a unit not among :data:`COUNTLESS_UNITS`), not
-    judged as a sign of its own
-    (a catalog ``sign``: retransmitted segments)."""
-    info = default_catalog().lookup(metric)
-    unit = info.unit
-    return (info.kind == "event" and info.rare and not any(w in unit for w in COUNTLESS_UNITS)
-            and sign_of(metric) is None)
+    """Whether ``metric`` counts rare error or fault events (the catalog's
+    :attr:`reveal.catalog.MetricInfo.counts_rare_events`: kind ``event`` and ``rare``, in
+    whole events, no direct sign of its own)."""
+    return default_catalog().lookup(metric).counts_rare_events
 
 
 @functools.lru_cache(maxsize=16)
@@ -66,14 +59,16 @@ def _event_columns(channels: tuple[str, ...]) -> np.ndarray:
 def window_counts(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
                   size: int) -> np.ndarray:
     """(W, len(cols)) the events in each window of ``size`` samples from ``start_ns``, as
-    the sum of the window's per-second rates times the sampling interval (NaN where a
-    window holds no finite rate)."""
+    the sum of the window's per-second rates times the sampling interval, rounded to whole
+    events (NaN where a window holds no finite rate)."""
     x = tel.values[:, cols]
     finite = np.isfinite(x)
     lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
     total = span_sums(np.where(finite, x, 0.0), lo, int(size))
     n = span_sums(finite.astype(np.float64), lo, int(size))
-    return np.where(n > 0, total * tel.interval_s, np.nan)
+    # whole events: rates times the nominal interval miss the sample's own length by a
+    # little (one kill read as 0.9998)
+    return np.where(n > 0, np.rint(total * tel.interval_s), np.nan)
 
 
 def event_envelopes(d_base: Telemetry, start_ns: np.ndarray,

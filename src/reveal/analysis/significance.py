@@ -349,6 +349,21 @@ class Matter:
     rule: str
 
 
+#: The rule of a channel with no unit or capacity to judge it by: surprise alone decides.
+NO_RULE = "none (no unit or capacity: surprise alone)"
+#: The rule of a channel whose unit has no capacity here: a share of its own baseline level.
+RELATIVE_RULE = f"{RELATIVE_SHARE:.0%} of the baseline level"
+
+
+def against_capacity(rule: str) -> bool:
+    """Whether a least change that matters (its ``rule``) was measured against what the
+    host or the job has (memory, CPUs, a link, a disk, the job's own use, a GPU), so that a
+    change past it matters on its own: not for a channel with no rule (:data:`NO_RULE`) or
+    judged against its own level (:data:`RELATIVE_RULE`), where only the detectors' surprise
+    says the change is unusual."""
+    return not rule.startswith((NO_RULE, RELATIVE_RULE))
+
+
 def _per_cpu(channel: str) -> bool:
     return bool(_label(channel, "cpu"))
 
@@ -397,7 +412,7 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
     memory = capacity.memory_bytes
     if unit in UNFLOORED_UNITS or kind == "static" or (not unit and not info.priority):
         # normalised data, configuration, or a metric the catalog does not know
-        return Matter(0.0, "none (no unit or capacity: surprise alone)")
+        return Matter(0.0, NO_RULE)
     cpus, cpu_words = _cpu_share(channel, capacity.n_cpus)
     out: Matter | None = None
     if not info.alone:
@@ -480,7 +495,7 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
                      f"{SOCKET_SHARE:.0%} of {DEFAULT_LOCAL_PORTS:,.0f} local ports")
     if out is None:
         level = abs(level) if math.isfinite(level) else 0.0
-        out = Matter(RELATIVE_SHARE * level, f"{RELATIVE_SHARE:.0%} of the baseline level")
+        out = Matter(RELATIVE_SHARE * level, RELATIVE_RULE)
     whole = level if job_level is None else job_level
     # a GPU is judged against itself; time spent waiting is no use of the job's (its
     # stall is judged against wall time, whatever share of it the job stalled before)

@@ -118,13 +118,15 @@ def decision_text(report: Report) -> str:
                      f"robust σ from the baseline flags the window even below the threshold"
                      if z is not None else ""))
     if d.get("significance") and d.get("matters_alone"):
-        return (f"Decision: a window is flagged when some change in it matters {persist}: a "
-                f"channel's level over most of the window moved past the levels the baseline "
-                f"itself reached by at least the least change of its unit and kind, in the "
-                f"direction that hurts (reveal analyze --explain-floors lists them), or a "
-                f"direct sign shows (a quota throttling, drops, a rare event, a setting "
-                f"changed); the detectors ({names}; combined threshold {level} at {source}) "
-                f"rank the windows and say where the change lies; preset "
+        return (f"Decision: a window is flagged when a change in it matters {persist}: a "
+                f"channel that can be a cause moved past the levels the baseline itself "
+                f"reached, window by window or over the span it lasted, by at least the "
+                f"least change of its unit against this host's capacity, in the direction "
+                f"that hurts (reveal analyze --explain-floors lists them); or when its "
+                f"combined score (surprise, the mean over {names}) is above {level} and "
+                f"some change in it matters; or a direct sign shows (a quota throttling, "
+                f"drops, a rare event, a setting changed). Thresholds at {source}; the "
+                f"detectors rank the windows and say where the change lies; preset "
                 f"{d.get('preset', '?')}; {fitted}.{_episodes(d)}")
     gap = d.get("episode_gap_s")
     episodes = (f" Flagged windows of the same subsystem within {span_text(float(gap))} "
