@@ -133,6 +133,23 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def score_variants(suites: list[Path],
+                   variants: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per variant (name, settings): its settings, totals and episodes over ``suites``."""
+    out: dict[str, Any] = {}
+    with ExitStack() as stack:
+        dirs = [stack.enter_context(opened(p)) for p in suites]
+        for name, settings in variants:
+            rows: list[dict[str, Any]] = []
+            for suite in dirs:
+                for run, base in runs_of(suite):
+                    print(f"[{name}] {run}", file=sys.stderr, flush=True)
+                    rows += score_run(run, base, settings)
+            out[name] = {"settings": settings, "total": totals(rows), "episodes": rows}
+            print(f"[{name}] {json.dumps(out[name]['total'])}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("suites", type=Path, nargs="+",
@@ -143,21 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     variants = [parse_variant(v) for v in (args.variant or ["default"])]
-    result: dict[str, Any] = {"suites": [name_of(p) for p in args.suites],
+    result: dict[str, Any] = {"benchmark": "recall",
+                              "suites": [name_of(p) for p in args.suites],
                               "recordings": [name_of(p) for p in args.suites if is_archive(p)],
                               "variants": {}}
-    with ExitStack() as stack:
-        dirs = [stack.enter_context(opened(p)) if is_archive(p) else p for p in args.suites]
-        for name, settings in variants:
-            rows: list[dict[str, Any]] = []
-            for suite in dirs:
-                for run, base in runs_of(suite):
-                    print(f"[{name}] {run}", file=sys.stderr, flush=True)
-                    rows += score_run(run, base, settings)
-            result["variants"][name] = {"settings": settings, "total": totals(rows),
-                                        "episodes": rows}
-            total = result["variants"][name]["total"]
-            print(f"[{name}] {json.dumps(total)}", flush=True)
+    result["variants"] = score_variants(args.suites, variants)
     write_result(args.result, result,
                  {"options": arguments(args),
                   "analysis": {name: analysis_settings(s) for name, s in variants}},

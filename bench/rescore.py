@@ -68,11 +68,48 @@ def compare(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[dict[str,
     return out
 
 
+def _rescore_recall(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
+    """A recall result (``bench/bench_recall.py``) made again: each variant's totals."""
+    import bench_recall
+
+    archives = [ROOT / name for name in stored["recordings"]]
+    absent = [str(a) for a in archives if not a.is_file()]
+    if absent:
+        return {"result": str(path), "missing": absent}
+    started = time.monotonic()
+    variants = [(name, dict(v.get("settings") or {}))
+                for name, v in stored["variants"].items()]
+    now = bench_recall.score_variants(archives, variants)
+    moved = []
+    for name, _ in variants:
+        flat_then = _flat(stored["variants"][name]["total"])
+        flat_now = _flat(now[name]["total"])
+        moved += [{"where": name, **m} for m in compare(flat_then, flat_now)]
+    return {"result": str(path.relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
+                          else path),
+            "recordings": stored["recordings"], "runs": len(variants), "moved": moved,
+            "total_now": {name: now[name]["total"] for name, _ in variants},
+            "wall_s": round(time.monotonic() - started, 1)}
+
+
+def _flat(total: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``total`` with nested figures named by their path (``before.share``)."""
+    out: dict[str, Any] = {}
+    for key, value in total.items():
+        if isinstance(value, Mapping):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def rescore(path: Path) -> dict[str, Any]:
     """Make the result at ``path`` again from its recordings and compare."""
     import bench_alarms
 
     stored = json.loads(path.read_text())
+    if stored.get("benchmark") == "recall":
+        return _rescore_recall(path, stored)
     if stored.get("benchmark") != "alarms":
         return {"result": str(path), "skipped": f"not an alarms result ({stored.get('benchmark')})"}
     archives = [ROOT / name for name in stored["recordings"]]

@@ -332,9 +332,10 @@ class MetricInfo:
     @property
     def counts_rare_events(self) -> bool:
         """Whether the metric counts rare error or fault events: kind ``event`` and
-        ``rare``, in whole events (its unit neither a share nor bytes), and no direct sign
-        of its own (those keep their own rule)."""
-        return (self.kind == "event" and self.rare and self.sign is None
+        ``rare``, in whole events (its unit neither a share nor bytes), no direct sign of
+        its own (those keep their own rule) and no side effect (``follows``: a softirq run
+        cut short follows from the traffic that filled it)."""
+        return (self.kind == "event" and self.rare and self.sign is None and not self.follows
                 and not any(w in self.unit for w in ("%", "byte")))
 
     @property
