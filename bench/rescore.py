@@ -85,7 +85,7 @@ def _rescore_recall(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
         flat_then = _flat(stored["variants"][name]["total"])
         flat_now = _flat(now[name]["total"])
         moved += [{"where": name, **m} for m in compare(flat_then, flat_now)]
-    return {"result": str(path.relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
+    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
                           else path),
             "recordings": stored["recordings"], "runs": len(variants), "moved": moved,
             "total_now": {name: now[name]["total"] for name, _ in variants},
@@ -132,7 +132,7 @@ def rescore(path: Path) -> dict[str, Any]:
         moved += [{"where": row["run"], **m} for m in compare(*pick)]
     moved += [{"where": run, "figure": "run", "stored": "kept", "now": None, "by": None}
               for run in old_rows]
-    return {"result": str(path.relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
+    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
                           else path),
             "recordings": stored["recordings"], "runs": len(rows), "moved": moved,
             "total_now": total, "wall_s": round(time.monotonic() - started, 1)}
