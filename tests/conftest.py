@@ -47,3 +47,30 @@ def native_on() -> Iterator[None]:
     _procfs.USE_NATIVE = True
     yield
     _procfs.USE_NATIVE = before
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A scratch directory named as the injection suite names its own (``rvinj-<pid>-``),
+    removed after the test."""
+    import shutil
+
+    from reveal.inject.cleanup import make_temp_dir
+
+    path = make_temp_dir("test")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def entries_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An importable package of the test's own, for catalog entry files
+    (``Catalog.from_package``)."""
+    import sys
+
+    package = tmp_path / "test_catalog_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield package
+    sys.modules.pop("test_catalog_pkg", None)

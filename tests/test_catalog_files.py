@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,16 +40,6 @@ def test_every_source_file_loads_into_the_catalog() -> None:
 def test_smd_columns_keep_the_datasets_order() -> None:
     assert len(SMD_COLUMNS) == 38
     assert SMD_COLUMNS[:2] == ("cpu_r", "load_1") and SMD_COLUMNS[-1] == "udp_snd_buf_errs"
-
-
-@pytest.fixture()
-def entries_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    package = tmp_path / "test_catalog_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield package
-    sys.modules.pop("test_catalog_pkg", None)
 
 
 def test_a_bad_catalog_file_is_named(entries_package: Path) -> None:

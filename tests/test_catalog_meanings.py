@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -130,16 +129,6 @@ def test_a_family_s_meanings_reach_metrics_no_entry_describes() -> None:
     assert not families & {e.name for e in catalog.entries()}
 
 
-@pytest.fixture()
-def entries_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    package = tmp_path / "test_meanings_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield package
-    sys.modules.pop("test_meanings_pkg", None)
-
-
 def test_every_meaning_parses(entries_package: Path) -> None:
     (entries_package / "good.toml").write_text(
         '"x.held" = { subsystem = "memory", kind = "gauge", unit = "bytes", hurts = "rise", '
@@ -148,7 +137,7 @@ def test_every_meaning_parses(entries_package: Path) -> None:
         'level_granule = 256, spike_granule = 1.5, stall_total = true, follows = true, '
         'waiting = true, fall = "relief", sign = { least = 2.0, cause = false, tail = true } }\n'
         '"x.*" = { follows = true }\n')
-    held, family = source_entries("good", "test_meanings_pkg")
+    held, family = source_entries("good", "test_catalog_pkg")
     assert (held.hurts, held.alone, held.exists, held.judged_as, held.capacity) == (
         "rise", False, True, "huge_pages", "cgroup_memory")
     assert (held.repeated, held.rate, held.configuration, held.jiffy_percent) == (
@@ -179,7 +168,7 @@ def test_a_bad_meaning_is_named_with_its_file_and_entry(entries_package: Path, f
     (entries_package / "bad.toml").write_text(
         f'"x.m" = {{ subsystem = "cpu", kind = "gauge", unit = "%", {fields} }}\n')
     with pytest.raises(ValueError, match=rf"catalog file bad\.toml: x\.m: .*{says}"):
-        source_entries("bad", "test_meanings_pkg")
+        source_entries("bad", "test_catalog_pkg")
 
 
 @pytest.mark.parametrize(("fields", "says"), [
@@ -192,7 +181,7 @@ def test_an_entry_of_meanings_alone_is_checked(entries_package: Path, fields: st
                                                says: str) -> None:
     (entries_package / "alone.toml").write_text(f'"x.*" = {{ {fields} }}\n')
     with pytest.raises(ValueError, match=rf"catalog file alone\.toml: x\.\*: .*{says}"):
-        source_entries("alone", "test_meanings_pkg")
+        source_entries("alone", "test_catalog_pkg")
 
 
 #: A string that names a metric or a glob of metrics: dotted words (``mem.Cached``,

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from reveal.inject import processes
-from reveal.inject.cleanup import make_temp_dir, read_hugepages, snapshot
+from reveal.inject.cleanup import read_hugepages, snapshot
 from reveal.inject.faults import FAULTS, FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import EventLog, load_episodes
 from reveal.inject.jobcgroup import JobCgroup
@@ -24,13 +24,6 @@ from reveal.inject.veth_pair import NetnsPair
 pytestmark = pytest.mark.root
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, sysctl)")
-
-
-@pytest.fixture
-def workdir():  # type: ignore[no-untyped-def]
-    path = make_temp_dir("test")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _own_state() -> dict[str, object]:

@@ -4,7 +4,6 @@ Each runs for real on this host (root, cgroups) and is checked by what the kerne
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -14,20 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from reveal.inject.cleanup import make_temp_dir
 from reveal.inject.faults import FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import EventLog, load_episodes
 from reveal.inject.jobcgroup import JobCgroup
 
 pytestmark = pytest.mark.root
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups, signals)")
-
-
-@pytest.fixture
-def workdir():  # type: ignore[no-untyped-def]
-    path = make_temp_dir("test")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _vmstat(name: str) -> int:
