@@ -101,3 +101,17 @@ def test_the_setting_turns_it_off_and_a_model_from_before_scores_as_before(
     model = Reveal().fit(baseline)
     model.scoring_fitted().event_envelopes = None  # as a model saved before it
     assert _flagged_at(model.report(run)).size == 0
+
+
+@pytest.mark.parametrize(("setting", "value"), [("detect.rare_event_p", 2.0),
+                                                ("detect.rare_event_p", 0.0),
+                                                ("detect.rare_event_least", 0.0),
+                                                ("detect.lasting_s", -1.0),
+                                                ("detect.lasting_min_spans", 0),
+                                                ("detect.settle_s", -5.0)])
+def test_a_setting_of_the_decision_that_means_nothing_is_refused_by_name(
+        baseline: Telemetry, setting: str, value: float) -> None:
+    from reveal.errors import InputError
+
+    with pytest.raises(InputError, match=setting.replace(".", r"\.")):
+        Reveal(overrides={setting: value}).fit(baseline)

@@ -270,10 +270,32 @@ def load_warnings(baseline: dict[str, float], run: dict[str, float]) -> list[str
             f"baseline recorded under a similar load would say more"]
 
 
+def _check_decision_settings(config: AnalyzeConfig) -> None:
+    """Refuse settings of the decision that cannot mean anything, naming the setting."""
+    detect = config.detect
+    bad = []
+    if not 0.0 < float(detect.rare_event_p) < 1.0:
+        bad.append(f"detect.rare_event_p must lie between 0 and 1, got {detect.rare_event_p!r}")
+    if not float(detect.rare_event_least) > 0.0:
+        bad.append(f"detect.rare_event_least must be more than 0 events, "
+                   f"got {detect.rare_event_least!r}")
+    if not float(detect.lasting_s) >= 0.0:
+        bad.append(f"detect.lasting_s must be 0 (off) or more seconds, got {detect.lasting_s!r}")
+    if not int(detect.lasting_min_spans) >= 1:
+        bad.append(f"detect.lasting_min_spans must be at least 1, "
+                   f"got {detect.lasting_min_spans!r}")
+    if not float(detect.settle_s) >= 0.0:
+        bad.append(f"detect.settle_s must be 0 (never adopt) or more seconds, "
+                   f"got {detect.settle_s!r}")
+    if bad:
+        raise InputError("; ".join(bad))
+
+
 def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
          metric_set: Sequence[str] | None, robust: bool,
          say: Progress) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, CpuRanks]:
     catalog = default_catalog()
+    _check_decision_settings(config)
     warnings: list[str] = [str(w) for w in base.meta.get("warnings", [])]
     say("deriving rates and metrics")
     d_base, derive_report = derive(base, catalog)
