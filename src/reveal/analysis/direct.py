@@ -109,16 +109,23 @@ def _sign_columns(channels: tuple[str, ...]) -> tuple[np.ndarray, tuple[Sign, ..
     return np.array(cols, dtype=np.intp), tuple(signs)
 
 
+def window_sums(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
+                size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(W, len(cols)) twice: the sum of the finite values of columns ``cols`` over each
+    window of ``size`` samples from the sample at ``start_ns``, and how many there were."""
+    x = tel.values[:, cols]
+    finite = np.isfinite(x)
+    lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
+    total = span_sums(np.where(finite, x, 0.0), lo, int(size))  # the same bits, live or not
+    return total, span_sums(finite.astype(np.float64), lo, int(size))
+
+
 def window_means(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
                  size: int) -> np.ndarray:
     """Mean of columns ``cols`` over each window of ``size`` samples from the sample at
     ``start_ns`` (W, len(cols)); NaN where a window holds no finite value. Counting
     samples, not time, a window holds the same samples whatever follows it (live or not)."""
-    x = tel.values[:, cols]
-    finite = np.isfinite(x)
-    lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
-    total = span_sums(np.where(finite, x, 0.0), lo, int(size))  # the same bits, live or not
-    n = span_sums(finite.astype(np.float64), lo, int(size))
+    total, n = window_sums(tel, cols, start_ns, size)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, total / np.where(n > 0, n, 1.0), np.nan)
 

@@ -591,7 +591,7 @@ def _deciding_columns(fitted: FittedAnalysis) -> np.ndarray:
     a cause (not a catalog side effect) whose least change was measured against capacity
     (:func:`reveal.analysis.significance.against_capacity`); the others need the detectors'
     surprise as well."""
-    rules = tuple(sorted((c, rule) for c, (_, rule) in fitted.matters.items()))
+    rules = tuple((c, rule) for c, (_, rule) in fitted.matters.items())
     return _deciding_columns_of(tuple(fitted.column_channels), rules)
 
 

@@ -31,9 +31,8 @@ import numpy as np
 from scipy import stats
 
 from reveal.analysis.attribute import ROBUST_Z_CAP
-from reveal.analysis.direct import DirectSigns
+from reveal.analysis.direct import DirectSigns, window_sums
 from reveal.analysis.evidence import Reason
-from reveal.analysis.windows import span_sums
 from reveal.catalog import default_catalog
 from reveal.frame import Telemetry, channel_metric
 
@@ -61,11 +60,7 @@ def window_counts(tel: Telemetry, cols: np.ndarray, start_ns: np.ndarray,
     """(W, len(cols)) the events in each window of ``size`` samples from ``start_ns``, as
     the sum of the window's per-second rates times the sampling interval, rounded to whole
     events (NaN where a window holds no finite rate)."""
-    x = tel.values[:, cols]
-    finite = np.isfinite(x)
-    lo = np.searchsorted(tel.timestamps_ns, start_ns, side="left")
-    total = span_sums(np.where(finite, x, 0.0), lo, int(size))
-    n = span_sums(finite.astype(np.float64), lo, int(size))
+    total, n = window_sums(tel, cols, start_ns, size)
     # whole events: rates times the nominal interval miss the sample's own length by a
     # little (one kill read as 0.9998)
     return np.where(n > 0, np.rint(total * tel.interval_s), np.nan)
