@@ -5,6 +5,9 @@ path only copies :attr:`Board.values` (in Python with :meth:`Board.copy_to`, or 
 the array itself is the probe's native part, re-copied by the tick thread every tick).
 A block whose last publication is older than its ``stale_s`` is set to NaN by
 :meth:`Board.expire`, so a poller stuck in a call reads as missing, never as a frozen value.
+A pause of the whole process (the interpreter or the host starving every thread at once)
+is not a GPU failing: :attr:`Board.grace_ns`, set by the watchdog to how late its own
+recent wakes were, is added to every block's ``stale_s`` (0 when the process keeps time).
 
 Every value is one aligned 8-byte store, so a reader never sees half a value; a tick that
 copies while a block is being published may see part of that block from the previous poll.
@@ -39,6 +42,7 @@ class Board:
         self._blocks: dict[Hashable, _Block] = {}
         self._lock = threading.Lock()
         self.expired = 0  # blocks that went stale, over the board's life
+        self.grace_ns = 0  # the process's own recent lateness, added to every stale_s
 
     def layout(self, blocks: list[tuple[Hashable, int, float]]) -> None:
         """New blocks ``(key, size, stale_s)`` laid out in order; every value NaN until its
@@ -66,15 +70,15 @@ class Board:
         return True
 
     def expire(self, now_ns: int | None = None) -> list[Hashable]:
-        """NaN every block not published for longer than its ``stale_s``; returns the keys
-        that went stale now."""
+        """NaN every block not published for longer than its ``stale_s`` (plus
+        :attr:`grace_ns`); returns the keys that went stale now."""
         now = time.monotonic_ns() if now_ns is None else now_ns
         gone: list[Hashable] = []
         with self._lock:
             for key, block in self._blocks.items():
                 if block.stale:
                     continue
-                if now - block.last_ns > block.stale_s * 1e9:
+                if now - block.last_ns > block.stale_s * 1e9 + self.grace_ns:
                     self.values[block.start:block.stop] = np.nan
                     block.stale = True
                     gone.append(key)

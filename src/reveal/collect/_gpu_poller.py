@@ -14,6 +14,7 @@ these threads: start NVML at open, stop the threads and shut NVML down at close.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -214,20 +215,34 @@ def _is_timeout(nvml: Any, exc: Exception) -> bool:
 
 
 class Watchdog(threading.Thread):
-    """Sets to NaN, every interval, the board blocks whose poller is stuck."""
+    """Sets to NaN, every interval, the board blocks whose poller is stuck.
 
-    def __init__(self, board: Board, interval_s: float) -> None:
+    It also keeps the board's :attr:`~reveal.collect._gpu_board.Board.grace_ns`: how late
+    its own wakes were over the last ``memory`` intervals. When the whole process paused
+    (every thread starved at once), the pollers were as late as the watchdog, and no GPU is
+    judged stuck for it; a GPU stuck while the process keeps time is judged after
+    ``stale_s``, as before."""
+
+    def __init__(self, board: Board, interval_s: float, memory: int = 4) -> None:
         super().__init__(name="reveal-gpu-watch", daemon=True)
         self.board = board
         self.interval_s = interval_s
+        self.memory = memory
         self._stop_event = threading.Event()
 
     def stop(self) -> None:
         self._stop_event.set()
 
     def run(self) -> None:
+        interval_ns = round(self.interval_s * 1e9)
+        lateness: collections.deque[int] = collections.deque(maxlen=self.memory)
+        woke = time.monotonic_ns()
         while not self._stop_event.wait(self.interval_s):
-            self.board.expire()
+            now = time.monotonic_ns()
+            lateness.append(max(0, now - woke - interval_ns))
+            woke = now
+            self.board.grace_ns = max(lateness)
+            self.board.expire(now)
 
 
 def stop_threads(threads: Iterable[Any], grace_s: float) -> list[str]:

@@ -454,7 +454,7 @@ class GpuProcessProbe(NvmlPolling):
     def _describe(self) -> None:
         """Status, reason and info from discovery, staleness and the channel cap."""
         now = time.monotonic_ns()
-        stale_ns = self.stale_intervals * self.timing.interval_s * 1e9
+        stale_ns = self.stale_intervals * self.timing.interval_s * 1e9 + self._board.grace_ns
         notes: list[str] = []
         unsupported: list[str] = []
         quiet: list[int] = []
