@@ -213,8 +213,11 @@ def _with(tel: Telemetry, channels: dict[str, np.ndarray]) -> Telemetry:
 
 def _flagged(base: Telemetry, run: Telemetry, significance: bool,
              **settings: object) -> tuple[int, object]:
+    """Windows flagged and the report; ``settings``: ``detect.*`` by name, or a dotted
+    name of another group."""
     model = Reveal(overrides={"detect.significance": significance,
-                              **{f"detect.{k}": v for k, v in settings.items()}}).fit(base)
+                              **{k if "." in k else f"detect.{k}": v
+                                 for k, v in settings.items()}}).fit(base)
     report = model.report(run)
     return int(np.asarray(report.windows.flagged).sum()), report
 
@@ -672,12 +675,11 @@ def test_the_floors_table_shows_where_the_baselines_bursts_raised_the_least_chan
     assert "past the baseline's reach +" in dirty  # the levels its AR(1) wander reached
 
 
-def test_a_level_that_matters_is_flagged_where_the_detectors_average_it_away(monkeypatch):
+def test_a_level_that_matters_is_flagged_where_the_detectors_average_it_away():
     """1 GiB taken for 20 s (4 % of a 24 GiB host) in one channel among hundreds of noisy
     ones: the detectors' scores average its 20+ σ away in part of the windows, yet the
     change matters and stands far from the baseline, so every window inside the step is
     flagged and named by it."""
-    import reveal.analysis.significance as significance
 
     rng = np.random.default_rng(31)
 
@@ -701,8 +703,8 @@ def test_a_level_that_matters_is_flagged_where_the_detectors_average_it_away(mon
     assert not [a for a in report.anomalies if a.end_ns <= 200e9 + 19e9]
     # the detectors alone (the rule before a change that matters decided on its own,
     # with no level that stands alone either)
-    monkeypatch.setattr(significance, "LEVEL_ALONE_Z", np.inf)
-    _, averaged = _flagged(base, run, significance=True, matters_alone=False)
+    _, averaged = _flagged(base, run, significance=True, matters_alone=False,
+                           **{"significance.level_alone_z": 1e9})
     assert len(inside(averaged)) < len(inside(report)) - 5
 
 

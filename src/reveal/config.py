@@ -60,8 +60,8 @@ class DetectConfig:
     # with significance: a window whose change matters (past the baseline's own reach by the
     # least change that matters, in the direction that hurts, lasting through most of the
     # window) is an anomaly on its own; the detectors rank and attribute it. Off: it must
-    # also be surprising to the detectors (above their threshold) or stand LEVEL_ALONE_Z
-    # robust sigmas from the baseline
+    # also be surprising to the detectors (above their threshold) or stand
+    # significance.level_alone_z robust sigmas from the baseline
     matters_alone: bool = True
     # with significance: a level is judged averaged over the last lasting_s seconds of
     # windows too, against the baseline's own averages over as long: a fault that holds a
@@ -104,6 +104,56 @@ class DetectConfig:
 
 
 @dataclass(frozen=True)
+class SignificanceConfig:
+    """What makes a change matter (``docs/detectors.md``, "The decision"). The least change
+    of a channel that matters is a share of what the host or the job has (memory, CPUs, a
+    link, a disk, a GPU, the job's own use), set at the fit; the z's are how far a change
+    must also stand from the baseline's own spread, read when scoring. A fitted model keeps
+    the values it was fitted with, so it scores the same whatever the code's defaults."""
+
+    memory_share: float = 0.01  # of the host's memory (a cgroup's: of the job's own use)
+    cpu_share: float = 0.05  # of all the host's CPUs, for host-wide CPU time
+    one_cpu_share: float = 0.10  # of one CPU, for a per-CPU channel and an event's cost
+    stall_share: float = 0.05  # of wall time stalled (pressure stall information)
+    disk_share: float = 0.05  # of a device's time, throughput or operations per second
+    link_share: float = 0.01  # of a link's (or a GPU's PCIe link's) bytes per second
+    task_share: float = 0.5  # tasks per CPU (runnable, blocked), at least one task
+    gpu_share: float = 0.05  # of a GPU's utilisation (points) and of its power limit
+    gpu_memory_share: float = 0.01  # of a GPU's memory
+    gpu_temp_c: float = 5.0  # degrees Celsius of a GPU's temperature
+    clock_share: float = 0.05  # of the baseline's clock (MHz)
+    socket_share: float = 0.05  # of the local ports a host can hold open at once
+    # where a unit has no capacity here: a share of the channel's own baseline level (such
+    # a change needs the detectors' surprise too)
+    relative_share: float = 0.25
+    job_share: float = 0.25  # of the job's own use, for a job-labelled channel
+    # robust sigmas of the baseline a change that matters must also stand from its median
+    significant_z: float = 3.0
+    # with detect.matters_alone off: robust sigmas a level's change must stand from the
+    # baseline to flag a window without the detectors' surprise
+    level_alone_z: float = 8.0
+    # baseline robust z (window means) a catalog sign must exceed besides its least value
+    direct_z: float = 5.0
+    direct_share: float = 0.5  # share of a window's evidence the direct signs take
+    # share of the detectors' own evidence with which one subsystem keeps the lead over
+    # signs that are only symptoms
+    detector_lead: float = 0.5
+
+
+#: The defaults a call given no model's settings uses (read at call time).
+DEFAULT_SIGNIFICANCE = SignificanceConfig()
+
+
+def significance_of(config: AnalyzeConfig | SignificanceConfig | None) -> SignificanceConfig:
+    """The significance settings of ``config`` (a model's analysis settings, or the group
+    itself); the code's defaults for None and for a model saved before the group."""
+    if isinstance(config, SignificanceConfig):
+        return config
+    found = getattr(config, "significance", None)
+    return found if isinstance(found, SignificanceConfig) else DEFAULT_SIGNIFICANCE
+
+
+@dataclass(frozen=True)
 class RefitConfig:
     """A baseline that keeps itself current: as scored data comes in
     (``Reveal.partial_fit``), with the ``"generations"`` scheme
@@ -138,6 +188,8 @@ class AnalyzeConfig:
     window: WindowConfig = field(default_factory=WindowConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
+    # what makes a change matter: shares of capacity and how far from the baseline
+    significance: SignificanceConfig = field(default_factory=SignificanceConfig)
     # window features computed (None: every feature of docs/features.md)
     features: tuple[str, ...] | None = None
     # the feature centre follows this many seconds of past windows (None: the baseline

@@ -1,5 +1,7 @@
 """Constants the analysis and the fleet share, each written once (a leaf module: it imports
-nothing)."""
+nothing of the project's own)."""
+
+import statistics
 
 #: a robust sigma from a median absolute deviation: σ ≈ 1.4826 · MAD for a normal sample
 #: (1 / Φ⁻¹(3/4))
@@ -19,3 +21,6 @@ EPISODE_GAP_S = 30.0
 #: upper quantile of a baseline's window values that a burst of a channel moving in
 #: bursts must pass to count (direct signs, the least change that matters)
 TAIL_QUANTILE = 0.99
+#: The distance of a normal law's :data:`TAIL_QUANTILE` quantile from its median, in
+#: sigmas: a tail measured there, divided by this, is a sigma.
+TAIL_SIGMAS = statistics.NormalDist().inv_cdf(TAIL_QUANTILE)

@@ -15,7 +15,7 @@ channel moves in bursts), each named in its entry's subsystem; the reason for ea
 value is the comment above its entry. Each sign is judged on the window mean of its channel
 (rates per second after :func:`reveal.analysis.derive.derive`, or percent) against the
 baseline's window means of the same channel: at or above the sign's least value and
-:data:`DIRECT_Z` robust z above their median. For a channel that moves in bursts as a
+``significance.direct_z`` robust z above their median. For a channel that moves in bursts as a
 job runs (a distributed job's retransmissions: a quiet median, a loud tail) the scale is at
 least the baseline's upper tail's (the 99th percentile's distance from the median, in sigmas
 of a normal law), so a burst like the baseline's own is not a sign. Not for CPU pressure:
@@ -42,23 +42,13 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from reveal.analysis.attribute import ROBUST_Z_CAP
-from reveal.analysis.constants import MAD_TO_SIGMA, TAIL_QUANTILE
+from reveal.analysis.constants import MAD_TO_SIGMA, TAIL_QUANTILE, TAIL_SIGMAS
 from reveal.analysis.evidence import SETTING, Reason, WindowEvidence
 from reveal.analysis.hostconfig import configuration_columns, is_configuration
 from reveal.analysis.windows import span_sums
 from reveal.catalog import default_catalog
+from reveal.config import SignificanceConfig, significance_of
 from reveal.frame import Telemetry, channel_metric
-
-#: Baseline robust z (window means) a sign must exceed besides its least value.
-DIRECT_Z = 5.0
-#: The distance of the baseline's window means' upper quantile (``TAIL_QUANTILE``) from
-#: their median that sets the least scale of a sign, in sigmas of a normal law.
-TAIL_SIGMAS = 2.326
-#: Share of the window's evidence that direct signs take (the detectors' keeps the rest).
-DIRECT_SHARE = 0.5
-#: Share of the detectors' own evidence with which one subsystem keeps the lead over
-#: signs that are only symptoms (see :func:`lead_with`).
-DETECTOR_LEAD = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,13 +201,16 @@ def setting_changes(d_run: Telemetry, start_ns: np.ndarray, size: int,
 
 def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
                  levels: dict[str, tuple[float, ...]], settings: Collection[str] = (),
-                 subsystem_of: Callable[[str], str] = lambda _metric: "") -> DirectSigns:
+                 subsystem_of: Callable[[str], str] = lambda _metric: "",
+                 significance: SignificanceConfig | None = None) -> DirectSigns:
     """The direct signs each window (``size`` samples from ``start_ns``) of a derived run
     shows, judged against the baseline ``levels`` (see :func:`baseline_levels`; absent:
     zero; levels saved without the upper quantile are judged on median and MAD); with the
     changes of the configuration channels ``settings`` in it first
-    (:func:`setting_changes`, their subsystem from ``subsystem_of(metric)``)."""
-    out = _threshold_signs(d_run, start_ns, size, levels)
+    (:func:`setting_changes`, their subsystem from ``subsystem_of(metric)``).
+    ``significance``: the model's settings (``direct_z``; the code's defaults when None)."""
+    out = _threshold_signs(d_run, start_ns, size, levels,
+                           significance_of(significance).direct_z)
     if not settings:
         return out
     changed = setting_changes(d_run, start_ns, size, settings)
@@ -229,7 +222,7 @@ def direct_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
 
 
 def _threshold_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
-                     levels: dict[str, tuple[float, ...]]) -> DirectSigns:
+                     levels: dict[str, tuple[float, ...]], direct_z: float) -> DirectSigns:
     """The signs of the catalog (:func:`sign_of`; see :func:`direct_signs`)."""
     cols, signs = _sign_columns(tuple(d_run.channels))
     out = DirectSigns(np.zeros(len(start_ns), dtype=bool), {})
@@ -244,10 +237,10 @@ def _threshold_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
     tail_scale = np.array([(lv[2] - lv[0]) / TAIL_SIGMAS if sign.tail and len(lv) > 2 else 0.0
                            for lv, sign in zip(level, signs, strict=True)])
     least = np.array([s.least for s in signs])
-    scale = np.maximum.reduce([MAD_TO_SIGMA * mad, tail_scale, least / DIRECT_Z])
+    scale = np.maximum.reduce([MAD_TO_SIGMA * mad, tail_scale, least / direct_z])
     with np.errstate(invalid="ignore"):
         z = (means - med) / scale
-        shown = (means >= least) & (z >= DIRECT_Z)
+        shown = (means >= least) & (z >= direct_z)
         # a baseline that never moved (or never had the channel): a flat one, as the
         # attribution words it (no sigma quoted); a quiet median with a loud tail is not flat
         z = np.where((mad > 0) | (tail_scale > 0), np.minimum(z, ROBUST_Z_CAP), ROBUST_Z_CAP)
@@ -266,12 +259,14 @@ def _threshold_signs(d_run: Telemetry, start_ns: np.ndarray, size: int,
     return out
 
 
-def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
-    """``evidence`` with the direct signs first: they take :data:`DIRECT_SHARE` of the
-    window's evidence (split by robust z) and their subsystems lead.
+def lead_with(evidence: WindowEvidence, direct: list[Reason],
+              significance: SignificanceConfig | None = None) -> WindowEvidence:
+    """``evidence`` with the direct signs first: they take ``direct_share`` of the
+    window's evidence (split by robust z) and their subsystems lead (``significance``: the
+    model's settings; the code's defaults when None).
 
     Signs that are only symptoms (CPU pressure, retransmissions) yield where the detectors
-    put at least :data:`DETECTOR_LEAD` of their own evidence on another subsystem whose
+    put at least ``detector_lead`` of their own evidence on another subsystem whose
     strongest reason lies further from its baseline (robust z) than every sign from its
     own: a packet flood keeps the CPUs busy with its softirq work, and pressure 6 σ over
     the baseline's, beside packet counters that left a flat baseline, does not make it a
@@ -279,18 +274,20 @@ def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
     it among the reasons."""
     if not direct:
         return evidence
-    if _symptoms_yield(evidence, direct):
+    sig = significance_of(significance)
+    share = sig.direct_share
+    if _symptoms_yield(evidence, direct, sig.detector_lead):
         named = {r.channel for r in evidence.reasons}
         return dataclasses.replace(
             evidence, reasons=evidence.reasons + [r for r in direct if r.channel not in named])
     z = np.array([r.robust_z for r in direct])
-    weights = DIRECT_SHARE * z / z.sum()  # z >= DIRECT_Z > 0
+    weights = share * z / z.sum()  # z >= direct_z > 0
     lead = [dataclasses.replace(r, contribution=float(w)) for r, w in zip(direct, weights,
                                                                         strict=True)]
     named = {r.channel for r in lead}
-    rest = [dataclasses.replace(r, contribution=r.contribution * (1 - DIRECT_SHARE))
+    rest = [dataclasses.replace(r, contribution=r.contribution * (1 - share))
             for r in evidence.reasons if r.channel not in named]
-    shares = {s: v * (1 - DIRECT_SHARE) for s, v in evidence.subsystem_shares.items()}
+    shares = {s: v * (1 - share) for s, v in evidence.subsystem_shares.items()}
     for r in lead:
         shares[r.subsystem] = shares.get(r.subsystem, 0.0) + r.contribution
     first = list(dict.fromkeys(r.subsystem for r in lead))
@@ -299,7 +296,7 @@ def lead_with(evidence: WindowEvidence, direct: list[Reason]) -> WindowEvidence:
                                reasons=lead + rest)
 
 
-def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason]) -> bool:
+def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason], lead: float) -> bool:
     """Whether the signs are all symptoms outweighed by the detectors' leading subsystem
     (see :func:`lead_with`)."""
     shares = evidence.subsystem_shares
@@ -308,5 +305,5 @@ def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason]) -> bool:
     leader = max(shares, key=shares.__getitem__)
     lead_z = max((abs(r.robust_z) for r in evidence.reasons if r.subsystem == leader),
                  default=0.0)
-    return (shares[leader] >= DETECTOR_LEAD
+    return (shares[leader] >= lead
             and all(r.subsystem != leader and r.robust_z < lead_z for r in direct))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import warnings as pywarnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,7 +72,7 @@ from reveal.analysis.steady import SteadyState, state_columns, steady_states, st
 from reveal.analysis.subsystems import channel_subsystems, irq_names
 from reveal.analysis.windows import Windows
 from reveal.catalog import default_catalog
-from reveal.config import AnalyzeConfig, WindowConfig
+from reveal.config import AnalyzeConfig, WindowConfig, significance_of
 from reveal.errors import InputError
 from reveal.frame import Telemetry, channel_metric
 
@@ -287,6 +288,18 @@ def _check_decision_settings(config: AnalyzeConfig) -> None:
     if not float(detect.settle_s) >= 0.0:
         bad.append(f"detect.settle_s must be 0 (never adopt) or more seconds, "
                    f"got {detect.settle_s!r}")
+    sig = significance_of(config)
+    for f in dataclasses.fields(sig):
+        value = float(getattr(sig, f.name))
+        if f.name in ("direct_share", "detector_lead"):
+            if not 0.0 <= value <= 1.0:
+                bad.append(f"significance.{f.name} must lie between 0 and 1, got {value!r}")
+        elif f.name.endswith("_z"):
+            if not 0.0 <= value < math.inf:
+                bad.append(f"significance.{f.name} must be 0 or more robust sigmas, "
+                           f"got {value!r}")
+        elif not 0.0 < value < math.inf:
+            bad.append(f"significance.{f.name} must be more than 0, got {value!r}")
     if bad:
         raise InputError("; ".join(bad))
 
@@ -358,7 +371,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     if floors is not None and config.detect.sampling_floors:
         floors = np.maximum(floors, sampling_floors(
             fm.channels, fm.features, fm.values, rows_per_window(window, interval)))
-    capacity, matters = channel_matters(d_base, usable, catalog)
+    capacity, matters = channel_matters(d_base, usable, catalog, significance_of(config))
     per_channel = dict(zip(usable, matters, strict=True))
     for name, originals in ranks.sources.items():  # a CPU rank: the group's largest
         per_channel[name] = max((per_channel[c] for c in originals), key=lambda m: m.least)
@@ -498,8 +511,9 @@ def _column_subsystems(columns: tuple[str, ...], catalog,
 
 
 def significance_scales(fitted: FittedAnalysis) -> np.ndarray:
-    """Per column, the scale a significant change must exceed ``SIGNIFICANT_Z`` times:
-    the baseline's robust σ, at least the reasons' scale (floors, spread of idle counters)."""
+    """Per column, the scale a significant change must exceed ``significance.significant_z``
+    times: the baseline's robust σ, at least the reasons' scale (floors, spread of idle
+    counters)."""
     scale = MAD_TO_SIGMA * np.asarray(fitted.mad, dtype=np.float64)
     least = reason_scales(fitted)
     return scale if least is None else np.maximum(scale, least)
@@ -515,8 +529,9 @@ def significant_cells_of(fitted: FittedAnalysis, values: np.ndarray,
     if least is None or not gate_active(least):
         return None
     scale, direction = significance_scales(fitted), directions_of(fitted)
-    cells = significant_cells(values, fitted.median, scale, least, direction=direction,
-                              reach=reach_of(fitted))
+    cells = significant_cells(values, fitted.median, scale, least,
+                              significance_of(fitted.config).significant_z,
+                              direction=direction, reach=reach_of(fitted))
     windows = getattr(fitted, "lasting_windows", 0)
     reach = getattr(fitted, "lasting_reach", None)
     if windows and reach is not None:
@@ -618,11 +633,13 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
     rows = np.array([e.window_id for e in evidence], dtype=np.intp)
     cells = (cells_of_all[rows] if cells_of_all is not None else
              significant_cells(values[rows], fitted.median, scale, least,
+                               significance_of(fitted.config).significant_z,
                                direction=directions_of(fitted), reach=reach_of(fitted)))
     return [lead_with_cause(e, values[w], cells[i], least, scale, fitted.median, columns,
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,
-                            name=functools.partial(ranks.name, window=int(w)))
+                            name=functools.partial(ranks.name, window=int(w)),
+                            settings=significance_of(fitted.config))
             for i, (e, w) in enumerate(zip(evidence, rows, strict=True))]
 
 
@@ -667,7 +684,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                flagged=verdicts.flagged & held)
         alone = level_changes_alone(cells, values, fitted.median,
                                     significance_scales(fitted), tuple(fitted.column_features),
-                                    reach_of(fitted))
+                                    reach_of(fitted), significance_of(config))
         # on its own, a change decides only where it can be a cause and was measured
         # against capacity (a side effect, catalog ``follows``, joins the evidence; a
         # channel with no capacity needs the detectors' surprise, as every change did
@@ -679,7 +696,8 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
                          getattr(fitted, "direct_levels", {}),
                          settings=getattr(fitted, "configuration", {}),
-                         subsystem_of=lambda metric: catalog.lookup(metric).subsystem)
+                         subsystem_of=lambda metric: catalog.lookup(metric).subsystem,
+                         significance=significance_of(config))
     envelopes = getattr(fitted, "event_envelopes", None)
     if envelopes is not None and config.detect.rare_events:
         signs = merge_signs(signs, rare_event_signs(
@@ -713,7 +731,8 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                 [n for n in names if verdicts.flags[n][w]]
                 or (["direct"] if signs.shown[w] else ["ensemble"]),
                 att.subsystems, att.shares, reasons))
-        evidence = [lead_with(e, signs.reasons.get(e.window_id, [])) for e in evidence]
+        evidence = [lead_with(e, signs.reasons.get(e.window_id, []), significance_of(config))
+                    for e in evidence]
         evidence = _lead_with_causes(fitted, evidence, values, tuple(columns),
                                      _column_subsystems(tuple(columns), catalog,
                                                         tuple(sorted(irqs.items()))),

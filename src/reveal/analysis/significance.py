@@ -10,47 +10,51 @@ resource's capacity on this host, never from the baseline's spread:
 ==============================  ===========================================================
 unit (after rates)              least change that matters
 ==============================  ===========================================================
-memory bytes (gauges)           :data:`MEMORY_SHARE` of the host's memory (``MemTotal``)
+memory bytes (gauges)           ``memory_share`` of the host's memory (``MemTotal``)
 memory pages, huge pages        the same in 4 KiB pages, or in huge pages for huge-page
                                 metrics; free blocks of order *n* in blocks of 2^n pages
-CPU time (ticks/s, ns/s, µs/s)  :data:`CPU_SHARE` of all CPUs for a host or cgroup total,
-                                :data:`ONE_CPU_SHARE` of one CPU for a per-CPU channel
+CPU time (ticks/s, ns/s, µs/s)  ``cpu_share`` of all CPUs for a host or cgroup total,
+                                ``one_cpu_share`` of one CPU for a per-CPU channel
 busy / utilisation %            the same shares in percentage points (per CPU or total)
-stall time (PSI µs/s, %)        :data:`STALL_SHARE` of wall time
-disk bytes/s, sectors/s, KiB/s, :data:`DISK_SHARE` of what the device can do: the larger of
+stall time (PSI µs/s, %)        ``stall_share`` of wall time
+disk bytes/s, sectors/s, KiB/s, ``disk_share`` of what the device can do: the larger of
 pages dirtied, written, swapped :data:`DEFAULT_DISK_BPS` and the most the baseline showed
 (a cgroup's I/O bytes too)
-disk I/O time (ms/s, util %)    :data:`DISK_SHARE` of wall time
-disk operations/s, I/Os         :data:`DISK_SHARE` of :data:`DEFAULT_DISK_IOPS`
-network bytes/s                 :data:`LINK_SHARE` of the link (``net.speed_mbps``, else
+disk I/O time (ms/s, util %)    ``disk_share`` of wall time
+disk operations/s, I/Os         ``disk_share`` of :data:`DEFAULT_DISK_IOPS`
+network bytes/s                 ``link_share`` of the link (``net.speed_mbps``, else
                                 :data:`DEFAULT_LINK_BPS`); packets/s in 1,500-byte packets
-event rates (interrupts,        the rate that costs :data:`ONE_CPU_SHARE` of one CPU at the
+event rates (interrupts,        the rate that costs ``one_cpu_share`` of one CPU at the
 softirqs, switches, faults,     unit's cost per event (:data:`EVENT_COST_S`), on a host
 page moves, forks, ...)         of any size
-UDP datagrams                   the same, or :data:`LINK_SHARE` of the host's fastest link
+UDP datagrams                   the same, or ``link_share`` of the host's fastest link
                                 in 1,500-byte packets, whichever is less (one datagram is
                                 one packet on the wire)
-tasks (runnable, blocked, load) :data:`TASK_SHARE` of the number of CPUs
-sockets (in use, TIME_WAIT,     :data:`SOCKET_SHARE` of the local ports
+tasks (runnable, blocked, load) ``task_share`` of the number of CPUs
+sockets (in use, TIME_WAIT,     ``socket_share`` of the local ports
 orphans, UDP, ...)              (:data:`DEFAULT_LOCAL_PORTS`)
-GPU activity % (kernels, SMs,   :data:`GPU_SHARE` of the GPU in percentage points
+GPU activity % (kernels, SMs,   ``gpu_share`` of the GPU in percentage points
 tensor cores, DRAM; per process)
-GPU memory bytes                :data:`GPU_MEMORY_SHARE` of that GPU's memory
+GPU memory bytes                ``gpu_memory_share`` of that GPU's memory
                                 (``gpu.mem_total_bytes``, else :data:`DEFAULT_GPU_MEMORY_BYTES`)
-GPU power (mW, energy mJ/s)     :data:`GPU_SHARE` of that GPU's power limit
+GPU power (mW, energy mJ/s)     ``gpu_share`` of that GPU's power limit
                                 (``gpu.power_limit_mw``, else :data:`DEFAULT_GPU_POWER_MW`)
-GPU temperatures (°C)           :data:`GPU_TEMP_C`
-GPU clocks (MHz)                :data:`CLOCK_SHARE` of the baseline clock (a throttle)
-GPU PCIe throughput (KB/s)      :data:`LINK_SHARE` of the GPU's PCIe link in one direction
+GPU temperatures (°C)           ``gpu_temp_c``
+GPU clocks (MHz)                ``clock_share`` of the baseline clock (a throttle)
+GPU PCIe throughput (KB/s)      ``link_share`` of the GPU's PCIe link in one direction
                                 (``gpu.pcie_gen_max`` × ``gpu.pcie_width_max``, else the
                                 current link, else :data:`DEFAULT_PCIE_BPS`)
-other units (sockets, MHz, ...) :data:`RELATIVE_SHARE` of the baseline level
+other units (sockets, MHz, ...) ``relative_share`` of the baseline level
 normalised units (``scaled``),  none: labelled data has no capacity, surprise alone decides
 metrics not in the catalog
 ==============================  ===========================================================
 
+The shares (``memory_share`` ...) and the z's below are the settings group
+``significance`` (:class:`reveal.config.SignificanceConfig`): the model keeps the values it
+was fitted with, so a saved model scores the same whatever the code's defaults.
+
 Channels of the job's own cgroup or network namespace are also judged against the job's use:
-the least change is at most :data:`JOB_SHARE` of the baseline level (a job that sends
+the least change is at most ``job_share`` of the baseline level (a job that sends
 2 MB/s loses something when it sends 1 MB/s, whatever the link can carry; not its time
 spent waiting, catalog ``waiting``, judged against wall time alone); GPU channels
 are judged against the GPU alone (a job's processes usually have it to themselves, and a
@@ -108,36 +112,25 @@ from typing import Any
 
 import numpy as np
 
-from reveal.analysis.constants import LEVEL_FEATURES, TAIL_QUANTILE, TYPICAL_LEVEL_FEATURES
-from reveal.analysis.direct import TAIL_SIGMAS
+from reveal.analysis.constants import (
+    LEVEL_FEATURES,
+    TAIL_QUANTILE,
+    TAIL_SIGMAS,
+    TYPICAL_LEVEL_FEATURES,
+)
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
 from reveal.catalog import Catalog, MetricInfo, default_catalog
+from reveal.config import SignificanceConfig, significance_of
 from reveal.frame import Telemetry, channel_metric, parse_channel
 
-MEMORY_SHARE = 0.01
-CPU_SHARE = 0.05
-ONE_CPU_SHARE = 0.10
-STALL_SHARE = 0.05
-DISK_SHARE = 0.05
-LINK_SHARE = 0.01
-TASK_SHARE = 0.5
-GPU_SHARE = 0.05
-GPU_MEMORY_SHARE = 0.01
-GPU_TEMP_C = 5.0
-CLOCK_SHARE = 0.05
 DEFAULT_GPU_MEMORY_BYTES = 16.0 * 2**30
 DEFAULT_GPU_POWER_MW = 300e3
-RELATIVE_SHARE = 0.25
-JOB_SHARE = 0.25
-#: Sockets: a share of the local ports a host can hold open at once (Linux's default
-#: ``net.ipv4.ip_local_port_range``, 32768–60999): what TIME_WAIT and open sockets
-#: exhaust. A job's own sockets (its network namespace) are judged against its own use.
-SOCKET_SHARE = 0.05
+#: The local ports a host can hold open at once (Linux's default
+#: ``net.ipv4.ip_local_port_range``, 32768–60999): what TIME_WAIT and open sockets exhaust
+#: (a share of them matters, ``significance.socket_share``). A job's own sockets (its
+#: network namespace) are judged against its own use.
 DEFAULT_LOCAL_PORTS = 28232.0
-#: Window robust z (against the detectors' scale of the column) a significant change must
-#: also reach: large in its unit and outside the baseline's own spread.
-SIGNIFICANT_Z = 3.0
 #: Features a claim may lead with when only falls that are no cause matter (a window's
 #: level over most of it, not one sample's extreme).
 RISE_FEATURES = ("mean", "median", "sum")
@@ -351,8 +344,9 @@ class Matter:
 
 #: The rule of a channel with no unit or capacity to judge it by: surprise alone decides.
 NO_RULE = "none (no unit or capacity: surprise alone)"
-#: The rule of a channel whose unit has no capacity here: a share of its own baseline level.
-RELATIVE_RULE = f"{RELATIVE_SHARE:.0%} of the baseline level"
+#: How the rule of a channel whose unit has no capacity here ends: a share of its own
+#: baseline level (``significance.relative_share``).
+RELATIVE_RULE = "of the baseline level"
 
 
 def against_capacity(rule: str) -> bool:
@@ -361,149 +355,152 @@ def against_capacity(rule: str) -> bool:
     change past it matters on its own: not for a channel with no rule (:data:`NO_RULE`) or
     judged against its own level (:data:`RELATIVE_RULE`), where only the detectors' surprise
     says the change is unusual."""
-    return not rule.startswith((NO_RULE, RELATIVE_RULE))
+    return not (rule.startswith(NO_RULE) or rule.split(";")[0].endswith(RELATIVE_RULE))
 
 
 def _per_cpu(channel: str) -> bool:
     return bool(_label(channel, "cpu"))
 
 
-def _cpu_share(channel: str, n_cpus: int) -> tuple[float, str]:
+def _cpu_share(channel: str, n_cpus: int, sig: SignificanceConfig) -> tuple[float, str]:
     """The share of CPU time that matters (in CPUs), and its words."""
     if _per_cpu(channel):
-        return ONE_CPU_SHARE, f"{ONE_CPU_SHARE:.0%} of one CPU"
-    return CPU_SHARE * n_cpus, f"{CPU_SHARE:.0%} of {n_cpus} CPUs"
+        return sig.one_cpu_share, f"{sig.one_cpu_share:.0%} of one CPU"
+    return sig.cpu_share * n_cpus, f"{sig.cpu_share:.0%} of {n_cpus} CPUs"
 
 
 def _gpu_matter(channel: str, metric: str, unit: str, kind: str, level: float,
-                capacity: Capacity) -> Matter | None:
+                capacity: Capacity, sig: SignificanceConfig) -> Matter | None:
     """The least change of a GPU channel that matters, or None for the general rules."""
     gpu = _label(channel, "gpu")
     if unit == "percent" and metric != "gpu.fan_pct":
-        return Matter(100.0 * GPU_SHARE, f"{GPU_SHARE:.0%} of the GPU (points)")
+        return Matter(100.0 * sig.gpu_share, f"{sig.gpu_share:.0%} of the GPU (points)")
     if unit == "bytes" and kind == "gauge":
         total = (capacity.gpu_memory_bytes or {}).get(gpu, DEFAULT_GPU_MEMORY_BYTES)
-        return Matter(GPU_MEMORY_SHARE * total,
-                      f"{GPU_MEMORY_SHARE:.0%} of the GPU's {total / 2**30:,.0f} GiB")
+        return Matter(sig.gpu_memory_share * total,
+                      f"{sig.gpu_memory_share:.0%} of the GPU's {total / 2**30:,.0f} GiB")
     if metric in ("gpu.power_mw", "gpu.energy_mj"):
         limit = (capacity.gpu_power_mw or {}).get(gpu, DEFAULT_GPU_POWER_MW)
-        return Matter(GPU_SHARE * limit,
-                      f"{GPU_SHARE:.0%} of the GPU's {limit / 1e3:,.0f} W power limit")
+        return Matter(sig.gpu_share * limit,
+                      f"{sig.gpu_share:.0%} of the GPU's {limit / 1e3:,.0f} W power limit")
     if metric in ("gpu.pcie_tx_kbps", "gpu.pcie_rx_kbps"):
         link = (capacity.gpu_pcie_bps or {}).get(gpu, DEFAULT_PCIE_BPS)
-        return Matter(LINK_SHARE * link / 1e3,
-                      f"{LINK_SHARE:.0%} of the GPU's {link / 1e9:,.1f} GB/s PCIe link")
+        return Matter(sig.link_share * link / 1e3,
+                      f"{sig.link_share:.0%} of the GPU's {link / 1e9:,.1f} GB/s PCIe link")
     if unit == "°C":
-        return Matter(GPU_TEMP_C, f"{GPU_TEMP_C:g} °C")
+        return Matter(sig.gpu_temp_c, f"{sig.gpu_temp_c:g} °C")
     if unit == "MHz" and math.isfinite(level):
-        return Matter(CLOCK_SHARE * abs(level), f"{CLOCK_SHARE:.0%} of the baseline clock")
+        return Matter(sig.clock_share * abs(level), f"{sig.clock_share:.0%} of the baseline clock")
     return None
 
 
 def channel_matter(channel: str, info: MetricInfo, level: float,
-                   capacity: Capacity, job_level: float | None = None) -> Matter:
+                   capacity: Capacity, job_level: float | None = None,
+                   settings: SignificanceConfig | None = None) -> Matter:
     """The least change of ``channel`` that matters (see the module's table).
 
     ``level`` is the channel's baseline level; ``job_level`` the level of the whole its
-    job-labelled share belongs to (a cgroup's memory for a part of it), else ``level``.
+    job-labelled share belongs to (a cgroup's memory for a part of it), else ``level``;
+    ``settings`` the shares (the code's defaults when None).
     """
+    sig = significance_of(settings)
     metric = channel_metric(channel)
     unit, kind = info.unit, info.kind
     memory = capacity.memory_bytes
     if unit in UNFLOORED_UNITS or kind == "static" or (not unit and not info.priority):
         # normalised data, configuration, or a metric the catalog does not know
         return Matter(0.0, NO_RULE)
-    cpus, cpu_words = _cpu_share(channel, capacity.n_cpus)
+    cpus, cpu_words = _cpu_share(channel, capacity.n_cpus, sig)
     out: Matter | None = None
     if not info.alone:
         return Matter(np.inf, "never alone: memory moving between free and reclaimable")
     if info.exists:
         return Matter(np.inf, "never alone: threads that exist, running or not")
     if metric.startswith("gpu.") and (
-            gpu := _gpu_matter(channel, metric, unit, kind, level, capacity)) is not None:
+            gpu := _gpu_matter(channel, metric, unit, kind, level, capacity, sig)) is not None:
         out = gpu
     elif info.judged_as == "huge_pages" and unit == "pages":
-        out = Matter(max(1.0, MEMORY_SHARE * memory / HUGE_PAGE_BYTES),
-                     f"{MEMORY_SHARE:.0%} of memory in huge pages")
+        out = Matter(max(1.0, sig.memory_share * memory / HUGE_PAGE_BYTES),
+                     f"{sig.memory_share:.0%} of memory in huge pages")
     elif unit in MEMORY_BYTE_UNITS or (unit == "bytes" and kind == "gauge"
                                        and metric.startswith(("cgroup.memory", "mem."))):
-        out = Matter(MEMORY_SHARE * memory, f"{MEMORY_SHARE:.0%} of memory")
+        out = Matter(sig.memory_share * memory, f"{sig.memory_share:.0%} of memory")
     elif unit == "pages" and kind in ("gauge", "state"):
-        out = Matter(MEMORY_SHARE * memory / PAGE_BYTES, f"{MEMORY_SHARE:.0%} of memory")
+        out = Matter(sig.memory_share * memory / PAGE_BYTES, f"{sig.memory_share:.0%} of memory")
     elif unit == "blocks of 2^order pages":
         order = _label(channel, "order")
         blocks = 2.0 ** int(order) if order.isdigit() else 1.0
-        out = Matter(MEMORY_SHARE * memory / (PAGE_BYTES * blocks),
-                     f"{MEMORY_SHARE:.0%} of memory")
+        out = Matter(sig.memory_share * memory / (PAGE_BYTES * blocks),
+                     f"{sig.memory_share:.0%} of memory")
     elif unit.startswith("USER_HZ ticks"):
         out = Matter(100.0 * cpus, f"{cpu_words} (ticks/s)")
     elif metric.startswith(("psi.", "cgroup.psi.")):
         if unit == "µs":
-            out = Matter(STALL_SHARE * 1e6, f"{STALL_SHARE:.0%} of wall time stalled")
+            out = Matter(sig.stall_share * 1e6, f"{sig.stall_share:.0%} of wall time stalled")
         else:
-            out = Matter(100.0 * STALL_SHARE, f"{STALL_SHARE:.0%} of wall time stalled")
+            out = Matter(100.0 * sig.stall_share, f"{sig.stall_share:.0%} of wall time stalled")
     elif unit == "ns" and kind == "counter":
         out = Matter(1e9 * cpus, f"{cpu_words} (ns/s)")
     elif unit == "µs" and kind == "counter":
         out = Matter(1e6 * cpus, f"{cpu_words} (µs/s)")
     elif metric == "derived.cpu_busy_pct":
         one = _per_cpu(channel)
-        share = ONE_CPU_SHARE if one else CPU_SHARE
+        share = sig.one_cpu_share if one else sig.cpu_share
         out = Matter(100.0 * share, f"{share:.0%} of {'one CPU' if one else 'all CPUs'} (points)")
     elif metric == "derived.mem_used_pct":
-        out = Matter(100.0 * MEMORY_SHARE, f"{MEMORY_SHARE:.0%} of memory (points)")
+        out = Matter(100.0 * sig.memory_share, f"{sig.memory_share:.0%} of memory (points)")
     elif metric == "derived.disk_util_pct" or (unit == "ms" and metric.startswith("disk.")):
-        out = Matter((100.0 if unit != "ms" else 1000.0) * DISK_SHARE,
-                     f"{DISK_SHARE:.0%} of the device's time")
+        out = Matter((100.0 if unit != "ms" else 1000.0) * sig.disk_share,
+                     f"{sig.disk_share:.0%} of the device's time")
     elif metric.startswith("derived.net_") and metric.endswith("_util_pct"):
-        out = Matter(100.0 * LINK_SHARE, f"{LINK_SHARE:.0%} of the link (points)")
+        out = Matter(100.0 * sig.link_share, f"{sig.link_share:.0%} of the link (points)")
     elif metric.startswith(("derived.disk_", "disk.sectors", "vmstat.pgpg")) or \
             info.judged_as == "disk":
         dev = _label(channel, "dev")
         device = max(DEFAULT_DISK_BPS, (capacity.disk_bps or {}).get(dev, 0.0)
                      if dev else max((capacity.disk_bps or {}).values(), default=0.0))
         scale = {"512-byte sectors": 512.0, "KiB": 1024.0, "pages": PAGE_BYTES}.get(unit, 1.0)
-        out = Matter(DISK_SHARE * device / scale,
-                     f"{DISK_SHARE:.0%} of {device / 1e6:,.0f} MB/s the device can do")
+        out = Matter(sig.disk_share * device / scale,
+                     f"{sig.disk_share:.0%} of {device / 1e6:,.0f} MB/s the device can do")
     elif unit in DISK_OP_UNITS:
-        out = Matter(DISK_SHARE * DEFAULT_DISK_IOPS,
-                     f"{DISK_SHARE:.0%} of {DEFAULT_DISK_IOPS:,.0f} operations/s")
+        out = Matter(sig.disk_share * DEFAULT_DISK_IOPS,
+                     f"{sig.disk_share:.0%} of {DEFAULT_DISK_IOPS:,.0f} operations/s")
     elif unit in ("bytes", "packets", "bytes/s", "packets/s") and (
             metric.startswith(("net.", "derived.net_", "netstat.IpExt", "qdisc."))):
         # counters (rated per second) and the derived rates already per second
         iface = _label(channel, "iface") or _label(channel, "dev")
         link = (capacity.link_bps or {}).get(iface, DEFAULT_LINK_BPS)
         per = PACKET_BYTES if unit.startswith("packets") else 1.0
-        words = f"{LINK_SHARE:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s link"
-        out = Matter(LINK_SHARE * link / per, words + (" in packets" if per > 1 else ""))
+        words = f"{sig.link_share:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s link"
+        out = Matter(sig.link_share * link / per, words + (" in packets" if per > 1 else ""))
     elif unit in EVENT_COST_S or unit == "packets":
         cost = EVENT_COST_S.get(unit, 2e-6)
-        out = Matter(ONE_CPU_SHARE / cost,
-                     f"{ONE_CPU_SHARE:.0%} of one CPU at {cost * 1e6:g} µs per event")
+        out = Matter(sig.one_cpu_share / cost,
+                     f"{sig.one_cpu_share:.0%} of one CPU at {cost * 1e6:g} µs per event")
         if unit in PACKET_EVENT_UNITS:
             # each one is a packet on a link too: whichever share is reached first
             link = max((capacity.link_bps or {}).values(), default=DEFAULT_LINK_BPS)
-            on_link = LINK_SHARE * link / PACKET_BYTES
+            on_link = sig.link_share * link / PACKET_BYTES
             if on_link < out.least:
-                out = Matter(on_link, f"{LINK_SHARE:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s "
+                out = Matter(on_link, f"{sig.link_share:.0%} of a {link * 8 / 1e6:,.0f} Mbit/s "
                                       "link in packets")
     elif unit == "tasks":
-        out = Matter(max(1.0, TASK_SHARE * capacity.n_cpus),
-                     f"{TASK_SHARE:g} task per CPU")
+        out = Matter(max(1.0, sig.task_share * capacity.n_cpus),
+                     f"{sig.task_share:g} task per CPU")
     elif unit == "sockets":
-        out = Matter(SOCKET_SHARE * DEFAULT_LOCAL_PORTS,
-                     f"{SOCKET_SHARE:.0%} of {DEFAULT_LOCAL_PORTS:,.0f} local ports")
+        out = Matter(sig.socket_share * DEFAULT_LOCAL_PORTS,
+                     f"{sig.socket_share:.0%} of {DEFAULT_LOCAL_PORTS:,.0f} local ports")
     if out is None:
         level = abs(level) if math.isfinite(level) else 0.0
-        out = Matter(RELATIVE_SHARE * level, RELATIVE_RULE)
+        out = Matter(sig.relative_share * level, f"{sig.relative_share:.0%} {RELATIVE_RULE}")
     whole = level if job_level is None else job_level
     # a GPU is judged against itself; time spent waiting is no use of the job's (its
     # stall is judged against wall time, whatever share of it the job stalled before)
     if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(whole) and whole > 0 \
             and not metric.startswith("gpu.") and not info.waiting:
-        job = JOB_SHARE * abs(whole)
+        job = sig.job_share * abs(whole)
         if job < out.least:
-            out = Matter(job, f"{JOB_SHARE:.0%} of the job's own use")
+            out = Matter(job, f"{sig.job_share:.0%} of the job's own use")
     if direction := HURTS_DIRECTION[info.hurts]:
         why = ("a rise only (a fall frees memory)" if direction > 0
                else "a fall only (a rise frees memory)" if metric.startswith("mem.")
@@ -513,8 +510,10 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
 
 
 def channel_matters(d_base: Telemetry, channels: Sequence[str],
-                    catalog: Catalog | None = None) -> tuple[Capacity, list[Matter]]:
-    """The host's capacity and the least change that matters of each of ``channels``."""
+                    catalog: Catalog | None = None,
+                    settings: SignificanceConfig | None = None) -> tuple[Capacity, list[Matter]]:
+    """The host's capacity and the least change that matters of each of ``channels``
+    (``settings``: the shares; the code's defaults when None)."""
     catalog = catalog or default_catalog()
     capacity = host_capacity(d_base)
     wholes = [c for c in d_base.channels
@@ -536,7 +535,7 @@ def channel_matters(d_base: Telemetry, channels: Sequence[str],
         return None
 
     return capacity, [channel_matter(c, catalog.lookup(channel_metric(c)), float(lv), capacity,
-                                     job_level(c))
+                                     job_level(c), settings)
                       for c, lv in zip(channels, levels, strict=True)]
 
 
@@ -638,13 +637,14 @@ def _onset_partners(channels: tuple[str, ...],
 
 
 def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
-                  least: np.ndarray, channels: Sequence[str],
-                  features: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+                  least: np.ndarray, channels: Sequence[str], features: Sequence[str],
+                  settings: SignificanceConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A change that began within the window and holds at its end (a fault's first
     window, before its median moves): a window mean that moved by at least the least
-    change of the channel's lasting level and :data:`SIGNIFICANT_Z` of its own scale,
-    while the channel's slope moved the same way by :data:`SIGNIFICANT_Z` of its scale.
-    Returns the mask over feature columns and the least change to size them by."""
+    change of the channel's lasting level and ``significant_z`` of its own scale, while
+    the channel's slope moved the same way by ``significant_z`` of its scale. Returns the
+    mask over feature columns and the least change to size them by."""
+    z_min = significance_of(settings).significant_z
     slope, level = _onset_partners(tuple(channels), tuple(features))
     out = np.zeros(len(slope), dtype=bool)
     sized = np.asarray(least, dtype=np.float64).copy()
@@ -655,8 +655,8 @@ def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
             moved = row[at] - median[at]
             rose = row[s] - median[s]
             onset = ((np.abs(moved) >= least[lv]) & np.isfinite(least[lv])
-                     & (np.abs(moved) >= SIGNIFICANT_Z * scale[at])
-                     & (np.abs(rose) >= SIGNIFICANT_Z * scale[s])
+                     & (np.abs(moved) >= z_min * scale[at])
+                     & (np.abs(rose) >= z_min * scale[s])
                      & (np.sign(moved) * np.sign(rose) > 0))
         out[at] = onset
         sized[at[onset]] = least[lv[onset]]
@@ -664,16 +664,19 @@ def onset_columns(row: np.ndarray, median: np.ndarray, scale: np.ndarray,
 
 
 def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
-                      least: np.ndarray, z_min: float = SIGNIFICANT_Z,
+                      least: np.ndarray, z_min: float | None = None,
                       direction: np.ndarray | None = None,
                       reach: np.ndarray | None = None) -> np.ndarray:
     """``(W, K)``: where a window's change from the baseline median is at least the least
-    change that matters and ``z_min`` times the column's scale (NaN: not significant),
+    change that matters and ``z_min`` times the column's scale (None: the default
+    ``significance.significant_z``; NaN: not significant),
     in the ``direction`` (K,) that can matter (:func:`matter_directions`; None: either).
     With the baseline's ``reach`` (``(2, K)``, :func:`level_tails`), the change that must
     reach the least one is measured past the level the baseline itself reached in that
     direction: a level that rests at 0 faults/s and now and then bursts to 100k/s has
     not changed by 120k/s when it bursts to 120k/s, but by 20k/s."""
+    if z_min is None:
+        z_min = significance_of(None).significant_z
     with np.errstate(invalid="ignore"):
         moved = values - median
         change = np.abs(moved)
@@ -684,12 +687,6 @@ def significant_cells(values: np.ndarray, median: np.ndarray, scale: np.ndarray,
         if direction is not None and direction.any():
             cells &= in_direction(moved, direction)
         return cells
-
-
-#: Robust σ (the significance scale) a level's change that matters must also stand from
-#: the baseline to flag a window on its own, where the detectors' scores average it away
-#: (one channel among thousands: a 1 GiB huge-page pool, +4.4 points of memory in use).
-LEVEL_ALONE_Z = 8.0
 
 
 @functools.lru_cache(maxsize=16)
@@ -725,13 +722,16 @@ def level_tails(values: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
 
 def level_changes_alone(cells: np.ndarray, values: np.ndarray, median: np.ndarray,
                         scale: np.ndarray, features: tuple[str, ...],
-                        tails: np.ndarray | None = None) -> np.ndarray:
+                        tails: np.ndarray | None = None,
+                        settings: SignificanceConfig | None = None) -> np.ndarray:
     """``(W,)``: windows with a change that matters (``cells``) in a column of the
     window's typical level (mean, median: not a lone sample's min or max) at least
-    :data:`LEVEL_ALONE_Z` times the column's ``scale`` from the baseline ``median``: large
-    and far enough to count without the detectors' surprise. With the baseline's ``tails``
+    ``significance.level_alone_z`` robust σ (the column's ``scale``) from the baseline
+    ``median``: large and far enough to count without the detectors' surprise, where their
+    scores average it away (one channel among thousands: a 1 GiB huge-page pool, +4.4
+    points of memory in use). With the baseline's ``tails``
     (:func:`level_tails`), the scale is at least each tail's sigmas (its distance over
-    :data:`~reveal.analysis.direct.TAIL_SIGMAS`, a normal law's to that quantile) in its
+    :data:`~reveal.analysis.constants.TAIL_SIGMAS`, a normal law's to that quantile) in its
     direction: a level that rests low and now and then bursts (page faults at 0/s with
     bursts to 60k/s in a tenth of the windows) counts alone only far past its own bursts.
     Reads those columns only."""
@@ -742,7 +742,7 @@ def level_changes_alone(cells: np.ndarray, values: np.ndarray, median: np.ndarra
         if tails is not None:
             side = np.where(moved >= 0, tails[0, cols], tails[1, cols]) / TAIL_SIGMAS
             sigma = np.maximum(sigma, side)
-        far = np.abs(moved) >= LEVEL_ALONE_Z * sigma
+        far = np.abs(moved) >= significance_of(settings).level_alone_z * sigma
     return (cells[:, cols] & far).any(axis=1)
 
 
@@ -782,13 +782,12 @@ def _columns_where(channels: tuple[str, ...], meaning: Callable[[str], bool]) ->
     return np.array([meaning(channel_metric(c)) for c in channels], dtype=bool)
 
 
-def _surprising_rise(reasons: Sequence[Any]) -> Any:
-    """The first of ``reasons`` whose window mean, median or sum rose at least
-    :data:`SIGNIFICANT_Z` robust sigmas above the baseline, not a side effect (None if
-    none)."""
+def _surprising_rise(reasons: Sequence[Any], z_min: float) -> Any:
+    """The first of ``reasons`` whose window mean, median or sum rose at least ``z_min``
+    robust sigmas above the baseline, not a side effect (None if none)."""
     for r in reasons:
         if (r.feature in RISE_FEATURES and r.value > r.baseline_median
-                and r.robust_z >= SIGNIFICANT_Z and not is_side_effect(r.metric)):
+                and r.robust_z >= z_min and not is_side_effect(r.metric)):
             return r
     return None
 
@@ -813,7 +812,8 @@ def attribute_to_changes(evidence: Any, changed: set[str]) -> Any:
 def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np.ndarray,
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
-                    keep_first: bool = False, name: Any = None) -> Any:
+                    keep_first: bool = False, name: Any = None,
+                    settings: SignificanceConfig | None = None) -> Any:
     """``evidence`` (a :class:`reveal.analysis.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
@@ -824,13 +824,15 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     changes that matter, so comparable across subsystems), named by its level where a level
     of it matters; the window's subsystems are led by the claim's. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
-    channel a reason names for a column's channel (a CPU rank's CPU in this window)."""
+    channel a reason names for a column's channel (a CPU rank's CPU in this window).
+    ``settings``: the model's significance settings (the code's defaults when None)."""
 
     if not evidence.reasons:
         return evidence
     metrics = [channel_metric(c) for c in channels]
     # a change that began within the window and holds at its end matters as its level would
-    onset, least = onset_columns(row, median, scale, least, channels, features)
+    sig = significance_of(settings)
+    onset, least = onset_columns(row, median, scale, least, channels, features, sig)
     direction = matter_directions(tuple(channels), tuple(features))
     with np.errstate(invalid="ignore"):
         onset &= in_direction(row - median, direction)
@@ -844,7 +846,8 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     if (cause & ~relief).any():
         cause &= ~relief
     else:  # only falls that are no cause matter: a surprising rise elsewhere goes first
-        rise = _surprising_rise(evidence.reasons[1:] if keep_first else evidence.reasons)
+        rise = _surprising_rise(evidence.reasons[1:] if keep_first else evidence.reasons,
+                                sig.significant_z)
         if rise is not None:
             reasons = list(evidence.reasons)
             first = reasons[:1] if keep_first else []

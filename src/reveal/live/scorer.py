@@ -11,7 +11,7 @@ call, in the same way.
 
 Between scoring calls, :meth:`LiveScorer.change_seen` looks at each newly closed window
 for a change that matters (a channel's window median, or an event count's sum, moved by
-its least change that matters and :data:`~reveal.analysis.significance.SIGNIFICANT_Z`
+its least change that matters and ``significance.significant_z``
 robust σ): a window can be flagged only when it holds one, and the watch then scores at
 once instead of waiting for its batch. The look costs a derive and a median of one
 window's rows (about a tenth of a scoring call) and changes no verdict, only when it is
@@ -53,6 +53,7 @@ from reveal.analysis.pipeline import (
 )
 from reveal.analysis.significance import gate_active, significant_cells
 from reveal.catalog import default_catalog
+from reveal.config import significance_of
 from reveal.errors import InputError
 from reveal.frame import Telemetry
 from reveal.live.buffer import SampleBuffer
@@ -229,6 +230,7 @@ class LiveScorer:
             warnings.simplefilter("ignore", RuntimeWarning)
             now = np.where(w.is_sum[cols], np.nansum(rows, axis=0), np.nanmedian(rows, axis=0))
         moved = significant_cells(now[None, :], w.median[cols], w.scale[cols], w.least[cols],
+                                  significance_of(self.fitted.config).significant_z,
                                   direction=w.direction[cols])[0]
         return frozenset(w.channels[k] for k in cols[moved])
 
@@ -331,7 +333,7 @@ class LiveScorer:
 class _Watched:
     """The columns :meth:`LiveScorer.change_seen` looks at: one per channel, its window
     median (its sum for event counts), with the baseline median, the least change that
-    matters and the scale a change must exceed :data:`SIGNIFICANT_Z` times."""
+    matters and the scale a change must exceed ``significance.significant_z`` times."""
 
     channels: list[str]
     is_sum: np.ndarray

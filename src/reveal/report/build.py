@@ -15,8 +15,9 @@ from reveal.analysis.constants import EPISODE_GAP_S
 from reveal.analysis.evidence import Reason, named_subsystem, weigh_subsystems
 from reveal.analysis.grouping import touching
 from reveal.analysis.pipeline import Analysis, FittedAnalysis
-from reveal.analysis.significance import LEVEL_ALONE_Z, gate_active
+from reveal.analysis.significance import gate_active
 from reveal.catalog import default_catalog
+from reveal.config import significance_of
 from reveal.frame import channel_metric
 from reveal.report.claims import window_claim
 from reveal.report.schema import (
@@ -100,7 +101,7 @@ def decision(fitted: FittedAnalysis, analysis: Analysis) -> dict:
             "self_fitted": bool(fitted.self_fitted),
             "preset": fitted.config.preset,
             "significance": judged,
-            "level_alone_z": (LEVEL_ALONE_Z if judged
+            "level_alone_z": (significance_of(fitted.config).level_alone_z if judged
                               and not getattr(fitted, "matters_alone", False) else None),
             "matters_alone": bool(judged and getattr(fitted, "matters_alone", False)),
             "episode_gap_s": EPISODE_GAP_S}
