@@ -788,3 +788,39 @@ def test_a_count_the_baseline_reached_now_and_then_is_no_change_in_a_surprising_
 
     assert flagged(False) >= 1
     assert flagged(True) == 0
+
+
+def test_every_reason_is_sized_by_the_model_that_decided():
+    """The claim's change, absent from the detectors' top reasons (share 0), leads and is
+    sized in least changes that matter, as is every other change that matters, largest
+    first; a change that does not matter keeps its share of the surprise only. Text and
+    HTML show the size where there is one."""
+    from reveal.analysis.significance import lead_with_cause
+    from reveal.report.html_cards import gather
+    from reveal.report.schema import Anomaly
+    from reveal.report.text import evidence as evidence_text
+
+    disk, discard = "derived.disk_util_pct{dev=vda}", "disk.time_discarding_ms{dev=vda}"
+    channels = [disk, discard, BUSY, RETRANS]
+    features = ["median", "variance", "median", "sum"]
+    row = np.array([72.0, 9.0, 60.0, 900.0])
+    median = np.array([0.0, 1.0, 40.0, 500.0])
+    least = np.array([5.0, 25.0, 10.0, 100.0])
+    scale = np.array([1.0, 1.0, 5.0, 50.0])
+    cells = np.array([True, False, True, True])  # the discards' spread is no change that matters
+    evidence = _window([_reason(discard, "variance", "storage", 9.0, 1.0, 30.0, 0.6),
+                        _reason(RETRANS, "sum", "network", 900.0, 500.0, 8.0, 0.1),
+                        _reason(BUSY, "median", "cpu", 60.0, 40.0, 4.0, 0.3)])
+    led = lead_with_cause(evidence, row, cells, least, scale, median, channels, features,
+                          ["storage", "storage", "cpu", "network"])
+    sizes = [(r.channel, r.matters) for r in led.reasons]
+    assert sizes[0] == (disk, pytest.approx(72.0 / 5.0))  # the claim's, though share 0
+    assert [c for c, _ in sizes] == [disk, RETRANS, BUSY, discard]  # 14.4, 4, 2, none
+    assert sizes[1][1] == pytest.approx(4.0) and sizes[2][1] == pytest.approx(2.0)
+    assert sizes[3][1] is None
+    anomaly = Anomaly(0, 0, 1, 10.0, ["Z"], led.subsystems, led.subsystem_shares,
+                      led.reasons, "claim")
+    shown = evidence_text(anomaly, n=4)
+    assert shown[0].endswith("(14× what matters)") and shown[1].endswith("(4× what matters)")
+    assert shown[3].endswith("(60% of the surprise)")
+    assert [r.channel for r, _ in gather([anomaly])] == [disk, RETRANS, BUSY, discard]

@@ -367,6 +367,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     cases.append((run_watch("--state", str(tmp_path / "s6"), "--learn", "10m",
                             "--refit-every", "5m", "--listen", "none"),
                   "shorter than --learn"))
+    cases.append((run_watch("--state", str(tmp_path / "s7"), "--adopt"),
+                  "no reveal watch runs on this state directory"))
+    cases.append((run_watch("--state", str(tmp_path / "s7"), "--adopt", "soon"),
+                  "expected a duration"))
     for proc, needle in cases:
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
@@ -431,6 +435,54 @@ def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
     assert info["windows_left_out"] == fitted.ensemble.baseline_trimmed_
     label = cgroup_label(name)
     assert any(f"cgroup={label}" in c for c in fitted.baseline_channels), watch.text()
+
+
+def test_the_operator_adopts_a_held_change_and_its_alert_resolves(tmp_path):
+    """1 GiB of anonymous memory taken after the learn and held: it is alerted and stays
+    alerted while held (a fault that holds is no new normal by itself). ``reveal watch
+    --adopt 20s`` asks the running watch to learn from the latest 20 s, all of them with
+    the memory held: the alert resolves while the memory is still held, and nothing fires
+    again."""
+    alerts, state = tmp_path / "alerts.jsonl", tmp_path / "state"
+    watch = WatchProcess(state, ["--learn", "20s", "--allow-short-learn", "--listen", "none",
+                                 "--resolve-after", "5s", "--alerts-file", str(alerts)],
+                         tmp_path / "watch.log")
+    holder = None
+
+    def events(status: str) -> list[dict]:
+        if not alerts.exists():
+            return []
+        return [e for e in map(json.loads, alerts.read_text().splitlines())
+                if e.get("status") == status]
+
+    try:
+        wait_for("the model to be learned", lambda: "; scoring" in watch.text(), 120)
+        time.sleep(5)
+        assert not events("firing"), watch.text()[-2000:]
+        holder = subprocess.Popen([sys.executable, "-c",
+                                   "import time; held = b'x' * (1 << 30); time.sleep(600)"])
+        wait_for("the held memory alerted", lambda: events("firing"), 60)
+        time.sleep(25)  # the latest 20 s hold the memory throughout
+        assert not events("resolved"), watch.text()[-2000:]  # held: still firing
+        asked = run_watch("--state", str(state), "--adopt", "20s")
+        assert asked.returncode == 0, asked.stderr
+        assert "adopt the latest 20 s as normal" in asked.stderr
+        wait_for("the adoption", lambda: "adopted as normal at the operator's request"
+                 in watch.text(), 120)
+        wait_for("the alert resolved", lambda: events("resolved"), 60)
+        assert holder.poll() is None  # resolved while the memory is still held
+        fired = len(events("firing"))
+        time.sleep(15)
+        assert len(events("firing")) == fired, watch.text()[-2000:]
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        watch.proc.send_signal(signal.SIGTERM)
+        watch.proc.wait(60)
+    assert watch.proc.returncode == 0, watch.text()[-2000:]
+    assert json.loads((state / "watch.json").read_text())["adopted_on_request"] is True
+    assert not (state / "adopt.request").exists()
 
 
 def test_systemd_unit_and_dashboard_are_printed(tmp_path):

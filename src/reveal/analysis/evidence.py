@@ -18,6 +18,10 @@ class Reason:
     value: float  # the feature's value in this window
     baseline_median: float
     robust_z: float  # (value - baseline median) / (1.4826 · baseline MAD)
+    # the change in least changes that matter (the model's own measure of it: how many
+    # times the least change of the channel it moved, where that change matters); None
+    # where it is no change that matters, or the model judges surprise alone
+    matters: float | None = None
 
 
 #: The feature of a reason that is a setting changed within the window

@@ -840,6 +840,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                       and np.isfinite(least[k]) for k in range(len(channels))])
     if not cause.any():
         return evidence
+    mattered = cause.copy()  # every change that matters and can be a cause, sized below
     # less work done is where the job waits, less waiting no slowdown: others go first
     with np.errstate(invalid="ignore"):
         relief = _columns_where(tuple(channels), fall_is_not_cause) & (row < median)
@@ -892,6 +893,21 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                        float(row[pick]), float(median[pick]),
                        float(np.clip(z, -1000.0, 1000.0)))
     rest = [r for r in rest if r is not found]
+    # every reason sized by the model that decided: in least changes that matter, where its
+    # change matters; those lead the rest, the largest first
+    sized = {(name(c) if name is not None else c, f): float(v)
+             for c, f, v, m in zip(channels, features, np.nan_to_num(
+                 change_size(row, median, least, features), nan=0.0, posinf=0.0), mattered,
+                 strict=True) if m and v > 0}
+
+    def with_size(r: Reason) -> Reason:
+        return replace(r, matters=sized.get((r.channel, r.feature)))
+
+    first = [with_size(r) for r in first]
+    found = with_size(found)
+    rest = [with_size(r) for r in rest]
     causes = [r for r in rest if not is_side_effect(r.metric)]
+    causes = sorted((r for r in causes if r.matters is not None), key=lambda r: -r.matters) \
+        + [r for r in causes if r.matters is None]
     effects = [r for r in rest if is_side_effect(r.metric)]
     return replace(evidence, reasons=[*first, found, *causes, *effects])

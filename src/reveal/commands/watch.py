@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
 
 from reveal.commands.parsers.watch import NAME
+from reveal.errors import InputError
 from reveal.settings import WATCH, parse_sets, split_branch
 
 
@@ -25,6 +28,32 @@ def _notify(quiet: bool):
     return notify
 
 
+def _request_adopt(state: Path, span: str, wait_s: float = 10.0) -> int:
+    """``--adopt``: leave the request for the watch on ``state`` and wait ``wait_s`` for
+    it to be taken."""
+    from reveal.commands.parsers.watch import duration
+    from reveal.live.state import StateDir
+
+    try:
+        span_s = None if span == "learn" else duration(span)
+    except argparse.ArgumentTypeError as exc:
+        raise InputError(f"--adopt: {exc}") from None
+    statedir = StateDir(state)
+    pid = statedir.request_adopt(span_s)
+    what = "its --learn" if span_s is None else f"the latest {span_s:g} s"
+    deadline = time.monotonic() + wait_s
+    while statedir.adopt_requested() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if statedir.adopt_requested():
+        print(f"reveal watch: asked the watch (pid {pid}) on {state} to adopt {what} as "
+              f"normal; not taken yet (it takes it at its next scoring)", file=sys.stderr)
+    else:
+        print(f"reveal watch: the watch (pid {pid}) on {state} took the request to adopt "
+              f"{what} as normal; it learns a new model now and says so on its stderr",
+              file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from reveal.live.allocators import lean_allocators, leave_out_unused
 
@@ -41,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         print(dashboard_json())
         return 0
     state = args.state or default_state_dir()
+    if args.adopt is not None:
+        return _request_adopt(state, args.adopt)
     if args.systemd_unit:
         print(systemd_unit(sys.argv[sys.argv.index(NAME) + 1:] if NAME in sys.argv else [],
                            state))

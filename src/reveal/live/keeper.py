@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 #: setting ``watch.learn_floor_s`` (:class:`reveal.live.config.WatchConfig`), which the
 #: watch reads instead (``WatchOptions.learn_floor_s``)
 RECOMMENDED_LEARN_S = 63.0
+#: the least learning span at all (``--allow-short-learn``): enough windows to fit the
+#: detectors (the ensemble's minimum of 10) with some margin
+ABSOLUTE_MIN_LEARN_S = 15.0
 
 #: Analysis settings every learn and refit of the watch starts from (``--set`` goes over
 #: them): the span a watch learns on is whatever the host did in it, not a run someone
@@ -314,6 +317,39 @@ class ModelKeeper:
                             f"(generation {self.generation}, {len(fitted.channels)} channels, "
                             f"{len(fitted.channels) - before:+d}){left_out_text(model)}; "
                             f"scoring")
+
+    def adopt_now(self, now_ns: int, span_s: float | None) -> None:
+        """At the operator's request: learn from the latest ``span_s`` seconds (None:
+        ``--learn``) up to ``now_ns`` whatever was flagged in them, and score with that
+        model: what they held is normal from now on, and an open alert resolves once no
+        window is flagged. A span shorter than the learn floor (or than what was recorded
+        since the watch started) is refused with a notice; the model in use is kept."""
+        assert self.collector is not None
+        opts = self.options
+        span = float(opts.learn_s if span_s is None else span_s)
+        recorded_from = self.collector.sampler.start_ns if self.collector.sampler else 0
+        start_ns = max(now_ns - int(span * 1e9), recorded_from)
+        got_s = (now_ns - start_ns) / 1e9
+        floor = ABSOLUTE_MIN_LEARN_S if opts.allow_short_learn else opts.learn_floor_s
+        if got_s < floor:
+            self.notify("notice", f"adopt refused: {got_s:.0f} s recorded since the watch "
+                                  f"started, a model needs at least {floor:g} s; the model "
+                                  f"in use is kept")
+            return
+        t0 = time.monotonic()
+        try:
+            model, path = self._fit_span(start_ns, now_ns)
+        except InterruptedError:
+            return
+        except InputError as exc:
+            self.notify("warning", f"adopt failed ({exc}); the model in use is kept")
+            return
+        self._adopt(model, now_ns)
+        self.statedir.write_info({**self.statedir.read_info(), "adopted_on_request": True})
+        self._say_unhealthy(model)
+        self.notify("notice", f"the latest {got_s:.0f} s adopted as normal at the operator's "
+                              f"request: model learned in {time.monotonic() - t0:.1f} s, "
+                              f"saved to {path} (generation {self.generation}); scoring")
 
     def _say_unhealthy(self, model: Reveal) -> None:
         """Warn of each channel whose level lay outside its healthy range through much of

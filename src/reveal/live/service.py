@@ -36,6 +36,7 @@ from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer, TeeSink
 from reveal.live.config import check_learn_floor
 from reveal.live.keeper import (
+    ABSOLUTE_MIN_LEARN_S,
     RECOMMENDED_LEARN_S,
     ModelKeeper,
     left_out_windows,
@@ -51,9 +52,6 @@ from reveal.model import Reveal
 
 #: the default learning span, seconds
 DEFAULT_LEARN_S = 600.0
-#: the least learning span at all (``--allow-short-learn``): enough windows to fit the
-#: detectors (the ensemble's minimum of 10) with some margin
-ABSOLUTE_MIN_LEARN_S = 15.0
 #: seconds of samples the buffer keeps (scoring may fall behind by this much, e.g. while
 #: a model is fitted, before windows are skipped)
 BUFFER_S = 180.0
@@ -313,6 +311,8 @@ class Watch:
             if now >= next_retention:
                 next_retention = now + RETENTION_EVERY_S
                 self._retention()
+            if self.statedir.adopt_requested():
+                self._take_adopt_request()
             if self.scorer is None:
                 self.tracker.expire(time.monotonic_ns())
                 self.keeper.learn_step()
@@ -342,6 +342,18 @@ class Watch:
                 self._refresh_alertmanager()
             if self.keeper.refit_due(now):
                 self.keeper.maybe_refit(windows[-1].end_ns, bool(self.tracker.open()))
+
+    def _take_adopt_request(self) -> None:
+        """An operator's ``reveal watch --adopt``: learn from the latest span whatever it
+        held and score with that model (refused while the first model is learned)."""
+        span = self.statedir.take_adopt_request()
+        if isinstance(span, str):
+            self.notify("warning", f"{span}; nothing adopted")
+        elif self.scorer is None or self.last_window is None:
+            self.notify("notice", "adopt request ignored: the watch is still learning its "
+                                  "first model, whose span is the present")
+        else:
+            self.keeper.adopt_now(self.last_window.end_ns, span)
 
     def _model_changed(self) -> None:
         """A new model is in use: which channels it knows is asked again."""

@@ -9,6 +9,8 @@ The state directory holds::
     runs/HOST-TIME/  the recordings (one per start; the first learn comes from its start)
     kept/HOST-TIME/  the segments around alerts of recordings removed by retention
     lock             held while a watch runs (one watch per state directory)
+    adopt.request    an operator's request that the running watch adopt the latest span
+                     as normal (``reveal watch --adopt``; taken and removed by the watch)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ ALERTS_FILE = "alerts.json"
 RUNS_DIR = "runs"
 KEPT_DIR = "kept"
 LOCK_FILE = "lock"
+ADOPT_FILE = "adopt.request"
 
 
 class _Entry:
@@ -111,3 +114,53 @@ class StateDir:
     def write_info(self, info: dict[str, Any]) -> None:
         """Write ``watch.json`` atomically."""
         write_json_atomic(self.path / WATCH_FILE, info)
+
+    # -- an operator's request to adopt the present as normal ----------------------------
+    def watch_pid(self) -> int | None:
+        """The pid of the watch that holds this directory's lock, None when none does."""
+        try:
+            lock = open(self.path / LOCK_FILE)  # noqa: SIM115 (closed below)
+        except OSError:
+            return None
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:  # held: a watch runs
+                text = lock.read().strip()
+                return int(text) if text.isdigit() else -1
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return None
+
+    def request_adopt(self, span_s: float | None) -> int:
+        """Ask the watch running on this directory to learn a new model from the latest
+        ``span_s`` seconds (None: its ``--learn``) whatever was flagged in them, and score
+        with it: the operator says the present is the new normal. Returns the watch's pid;
+        :class:`InputError` when no watch runs here (nothing is written then)."""
+        pid = self.watch_pid()
+        if pid is None:
+            raise InputError("no reveal watch runs on this state directory (its lock is "
+                             "free): nothing to adopt; give the --state DIR of a running "
+                             "watch", str(self.path))
+        write_json_atomic(self.path / ADOPT_FILE, {"span_s": span_s})
+        return pid
+
+    def adopt_requested(self) -> bool:
+        """Whether an adopt request waits (a ``stat``: cheap enough for every loop)."""
+        return (self.path / ADOPT_FILE).exists()
+
+    def take_adopt_request(self) -> float | str | None:
+        """Take (remove) the waiting request: its span in seconds (None: the watch's
+        ``--learn``), or a one-line reason when it cannot be read."""
+        path = self.path / ADOPT_FILE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            return f"the adopt request could not be read ({exc.strerror})"
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        try:
+            span = json.loads(text).get("span_s")
+            return None if span is None else float(span)
+        except (ValueError, TypeError, AttributeError):
+            return "the adopt request is not the JSON reveal watch --adopt writes"

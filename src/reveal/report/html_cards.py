@@ -66,24 +66,33 @@ def reading(reason: Reason, q: Quantity, interval_s: float | None) -> Reading:
 class _Gathered:
     reason: Reason
     weight: float  # summed share over the episode's windows
-    best: float  # the share of ``reason`` in its own window
+
+
+def _strength(r: Reason) -> tuple[bool, float]:
+    """A reason's strength: a change that matters by its size in least changes, before
+    any change that does not, by its share of the surprise."""
+    sized = r.matters is not None and math.isfinite(r.matters)
+    return sized, (float(r.matters) if sized else r.contribution)  # type: ignore[arg-type]
 
 
 def gather(anomalies: Sequence[Anomaly]) -> list[tuple[Reason, float]]:
-    """Reasons of an episode's windows by channel and feature, strongest first, each with
-    its mean share over the episode's windows (0..1)."""
+    """Reasons of an episode's windows by channel and feature, strongest first (the
+    changes that matter by their largest size in least changes, then the others by their
+    summed share), each with its mean share over the episode's windows (0..1); each kept
+    as it was in the window where it was strongest."""
     by: dict[tuple[str, str], _Gathered] = {}
     for a in anomalies:
         for r in a.reasons:
             g = by.get((r.channel, r.feature))
             if g is None:
-                by[(r.channel, r.feature)] = _Gathered(r, r.contribution, r.contribution)
+                by[(r.channel, r.feature)] = _Gathered(r, r.contribution)
                 continue
             g.weight += r.contribution
-            if r.contribution > g.best:
-                g.reason, g.best = r, r.contribution
+            if _strength(r) > _strength(g.reason):
+                g.reason = r
     n = max(len(anomalies), 1)
-    ranked = sorted(by.values(), key=lambda g: -g.weight)
+    ranked = sorted(by.values(), key=lambda g: (not _strength(g.reason)[0],
+                                                -(g.reason.matters or 0.0), -g.weight))
     return [(g.reason, g.weight / n) for g in ranked]
 
 
@@ -113,12 +122,19 @@ def _evidence_html(shares: list[tuple[str, float]]) -> str:
     return '<div class="evidence">' + "".join(rows) + "</div>"
 
 
+def _size(r: Reason) -> str:
+    """A reason's size in least changes that matter ("—" where its change does not)."""
+    sized, size = _strength(r)
+    return f"{size:.2g}×" if sized and size < 10 else f"{size:,.0f}×" if sized else "—"
+
+
 def _reasons_html(reasons: list[tuple[Reason, float]], interval_s: float | None) -> str:
     if not reasons:
         return '<p class="muted">No single feature stands out.</p>'
     catalog = default_catalog()
     head = ("<tr><th>Channel</th><th>Subsystem</th><th>Feature</th><th>Value</th>"
-            "<th>Baseline (median)</th><th>Robust z</th><th>Unit</th><th>Share</th></tr>")
+            "<th>Baseline (median)</th><th>Robust z</th><th>Unit</th>"
+            "<th>Least changes that matter</th><th>Share of the surprise</th></tr>")
     body = []
     for r, share in reasons[:REASONS_SHOWN]:
         q = quantity(catalog.lookup(r.metric or r.channel.split("{", 1)[0]))
@@ -130,7 +146,7 @@ def _reasons_html(reasons: list[tuple[Reason, float]], interval_s: float | None)
                     f'<td class="num">{html_text(read.value)}</td>'
                     f'<td class="num">{html_text(read.baseline)}</td>'
                     f'<td class="num">{z}</td><td>{html_text(read.unit)}</td>'
-                    f'<td class="num">{share:.0%}</td></tr>')
+                    f'<td class="num">{_size(r)}</td><td class="num">{share:.0%}</td></tr>')
     more = ""
     if len(reasons) > REASONS_SHOWN:
         more = (f'<p class="muted">{len(reasons) - REASONS_SHOWN:,} weaker reasons are in '

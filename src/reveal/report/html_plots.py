@@ -36,7 +36,7 @@ from bokeh.plotting import figure
 from reveal.report.escape import plain
 from reveal.report.html_decimate import min_max, peak_rows
 from reveal.report.schema import Report
-from reveal.report.text import FEATURE_SHORT, clock
+from reveal.report.text import FEATURE_SHORT, clock, reason_size
 from reveal.report.times import NS
 from reveal.report.units import Quantity
 
@@ -102,7 +102,7 @@ def _reason_text(anomaly: Any) -> str:
         return "no single feature"
     r = anomaly.reasons[0]
     return (f"{plain(r.channel, 120)} {FEATURE_SHORT.get(r.feature, r.feature)} "
-            f"({r.contribution:.0%})")
+            f"({reason_size(r)})")
 
 
 def _shade(p: Any, axis: Axis, spans: Sequence[tuple[int, int]], colour: str,

@@ -184,9 +184,10 @@ def _float(value: Any) -> float:
 
 
 def _reason(d: dict[str, Any]) -> Reason:
+    matters = d.get("matters")  # absent from reports written before it
     return Reason(str(d["channel"]), str(d["metric"]), str(d["feature"]), str(d["subsystem"]),
                   _float(d["contribution"]), _float(d["value"]), _float(d["baseline_median"]),
-                  _float(d["robust_z"]))
+                  _float(d["robust_z"]), None if matters is None else _float(matters))
 
 
 def _anomaly(d: dict[str, Any]) -> Anomaly:

@@ -14,9 +14,11 @@ written (``json_path``), that all are there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from reveal.analysis.evidence import Reason
 from reveal.report.escape import markdown, plain
 from reveal.report.schema import Anomaly, Episode, Report
 from reveal.report.times import Clock, span_text
@@ -181,9 +183,20 @@ def shown_windows(report: Report, limit: int) -> list[Anomaly]:
 
 
 def evidence(anomaly: Anomaly, n: int = 3) -> list[str]:
-    """The window's main reasons as ``channel feature (share)``, unescaped."""
-    return [f"{r.channel} {FEATURE_SHORT.get(r.feature, r.feature)} ({r.contribution:.0%})"
+    """The window's main reasons, unescaped: ``channel feature (size)``, the size in least
+    changes that matter where the change matters (``4.2× what matters``), else the
+    reason's share of the detectors' surprise (``3 % of the surprise``)."""
+    return [f"{r.channel} {FEATURE_SHORT.get(r.feature, r.feature)} ({reason_size(r)})"
             for r in anomaly.reasons[:n]]
+
+
+def reason_size(reason: Reason) -> str:
+    """How large a reason is, in the terms of the model that decided (see
+    :func:`evidence`)."""
+    if reason.matters is not None and math.isfinite(reason.matters):
+        return f"{reason.matters:.2g}× what matters" if reason.matters < 10 else \
+            f"{reason.matters:,.0f}× what matters"
+    return f"{reason.contribution:.0%} of the surprise"
 
 
 def _md_row(cells: Sequence[Any]) -> str:

@@ -54,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                   "the 99th-percentile threshold; default 10m)")
     parser.add_argument("--relearn", action="store_true",
                         help="learn a new model even when the state directory holds one")
+    parser.add_argument("--adopt", nargs="?", const="learn", default=None,
+                        metavar="DURATION",
+                        help="do not watch: ask the watch running on --state DIR to learn a "
+                             "new model from its latest DURATION of data (default: its "
+                             "--learn) whatever was flagged in it, and score with that: what "
+                             "it held (a new job, a fault you accept) is normal from now on, "
+                             "and an open alert resolves. The watch says so on its stderr "
+                             "and in watch.json; exits 1 when no watch runs there")
     _add_duration(parser, "--refit-every", 0.0,
                   "learn the model again this often from the latest --learn of data, once that "
                   "span holds no flagged window and no alert is open (postponed until it "
