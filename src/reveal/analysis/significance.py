@@ -792,18 +792,18 @@ def _surprising_rise(reasons: Sequence[Any], z_min: float) -> Any:
     return None
 
 
-def attribute_to_changes(evidence: Any, changed: set[str]) -> Any:
-    """``evidence`` attributed among the subsystems in ``changed`` (those holding a change
-    that matters and names a cause): the others give up their share of the explanation
-    and the rest is scaled to sum as before, so that a window, and an episode weighed
-    from its windows, is named by a subsystem whose change matters, the one its claim
-    speaks of. Unchanged when no subsystem of ``changed`` holds a share."""
-    shares = {s: v for s, v in evidence.subsystem_shares.items() if s in changed and v > 0}
-    total = sum(shares.values())
-    if total <= 0 or len(shares) == len(evidence.subsystem_shares):
+def attribute_to_changes(evidence: Any, sizes: Mapping[str, float]) -> Any:
+    """``evidence`` attributed among the subsystems by ``sizes``: each subsystem's largest
+    change that matters and names a cause, in least changes that matter (the measure the
+    claim is chosen by, so the subsystem a window is named by is its claim's). Shares are
+    proportional to the sizes and sum as before; subsystems without a size give up theirs.
+    Unchanged when no subsystem has a size."""
+    sizes = {s: float(v) for s, v in sizes.items() if v > 0 and math.isfinite(v)}
+    total = sum(sizes.values())
+    if total <= 0:
         return evidence
-    scale = sum(evidence.subsystem_shares.values()) / total
-    shares = {s: v * scale for s, v in shares.items()}
+    whole = sum(evidence.subsystem_shares.values()) or 1.0
+    shares = {s: whole * v / total for s, v in sizes.items()}
     order = sorted(shares, key=lambda s: -shares[s])
     return replace(evidence, subsystem_shares=shares,
                    subsystems=[*order, *(s for s in evidence.subsystems if s not in shares)])
@@ -866,9 +866,12 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     lasting = (_lasting_columns(tuple(channels), tuple(features)) | onset) & cause
     pool = lasting if lasting.any() else cause
     if not keep_first:
-        # among the changes the claim is chosen from: a change that lasts through most
-        # of the window outweighs a burst elsewhere
-        evidence = attribute_to_changes(evidence, {subsystems[k] for k in np.flatnonzero(pool)})
+        # among the changes the claim is chosen from (a change that lasts through most of
+        # the window outweighs a burst elsewhere), by their sizes
+        largest: dict[str, float] = {}
+        for k in np.flatnonzero(pool):
+            largest[subsystems[k]] = max(largest.get(subsystems[k], 0.0), float(size[k]))
+        evidence = attribute_to_changes(evidence, largest)
     # the largest change that matters leads, in whichever subsystem: sizes are counted in
     # each channel's own least change that matters, so they compare across subsystems
     pick = int(np.argmax(np.where(pool, size, -1.0)))
