@@ -533,12 +533,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE / "src"))
     os.environ["PYTHONPATH"] = f"{HERE / 'src'}:{os.environ.get('PYTHONPATH', '')}"
     started = time.monotonic()
-    say(f"eBPF capture against the job's own counts ({'NumPy, stand-in libraries' if args.cpu else 'PyTorch on the GPU'}; "
-        f"{len(PHASES)} phases of {args.steps} steps)")
+    job = "NumPy, stand-in libraries" if args.cpu else "PyTorch on the GPU"
+    say(f"eBPF capture against the job's own counts ({job}; {len(PHASES)} phases of "
+        f"{args.steps} steps)")
     try:
         result = measure(args, out)
         status = judged(result, args)
-    except Exception as exc:  # noqa: BLE001 (the run could not be made: said and kept)
+    except Exception as exc:  # the run could not be made: said and kept
         result = {"cpu": args.cpu, "error": f"{type(exc).__name__}: {exc}", "ok": False}
         print(f"FAILED the run could not be made: {result['error']}", flush=True)
         status = 1
