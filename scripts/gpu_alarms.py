@@ -297,14 +297,20 @@ def analyse(run: Path, baseline: Path, out: Path, name: str) -> dict[str, Any]:
                          for e in data["episodes"]][:40]}
 
 
+#: An episode may open up to one window (3 s) before the fault it shows: its first window
+#: starts before the fault and ends in it.
+WINDOW_S = 3.0
+
+
 def batch_per_fault(episodes: list[dict[str, Any]], start_s: float, end_s: float,
                     gap_s: float) -> dict[str, Any]:
     """A fault scored in batch as the CPU suites are: the first episode of the fault run
-    that overlaps ``[start, end + gap)`` (monotonic seconds, the collector's clock):
-    alerted, its start after the fault's start, subsystem and claim."""
+    opening in ``[start - one window, end + gap)`` (monotonic seconds, the collector's
+    clock; an episode open since before that belongs to what came before): alerted, its
+    first window's start after the fault's start, subsystem and claim."""
     lo, hi = start_s * 1e9, (end_s + gap_s) * 1e9
     hits = [e for e in episodes if e.get("start_ns") is not None
-            and e["start_ns"] < hi and (e.get("end_ns") or e["start_ns"]) >= lo]
+            and lo - WINDOW_S * 1e9 <= e["start_ns"] < hi]
     if not hits:
         return {"alerted": False}
     first = min(hits, key=lambda e: e["start_ns"])
