@@ -43,6 +43,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python3}
 export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 started=$(date +%s.%N)
+mode=gpu
+if [ -n "$cpu" ]; then mode=cpu; fi
 if [ -n "$cpu" ]; then
   warmup_s=${WARMUP_S:-1} learn_s=${LEARN_S:-15} clean_s=${CLEAN_S:-5} fault_s=${FAULT_S:-3}
   gap_s=${GAP_S:-5} resolve_s=${RESOLVE_S:-2} steps=${STEPS:-200}
@@ -116,7 +118,7 @@ restore
 
 step "judging"
 settings=$(printf '{"mode": "%s", "WARMUP_S": %s, "LEARN_S": %s, "CLEAN_S": %s, "FAULT_S": %s, "GAP_S": %s, "RESOLVE_S": %s, "STEPS": %s, "KINDS": "%s", "TESTS": "%s", "PROOF_ARGS": "%s"}' \
-  "${cpu:+cpu}${cpu:-gpu}" "$warmup_s" "$learn_s" "$clean_s" "$fault_s" "$gap_s" "$resolve_s" \
+  "$mode" "$warmup_s" "$learn_s" "$clean_s" "$fault_s" "$gap_s" "$resolve_s" \
   "$steps" "$kinds" "$tests" "${PROOF_ARGS:-}")
 status=0
 "$py" "$here/scripts/gpu_proof.py" "$out" ${cpu:+--cpu} --started "$started" \
