@@ -115,7 +115,8 @@ def _load(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    data.pop("provenance", None)
+    # the step's own options stay; its revision, date and host are the proof's own
+    data["step_settings"] = (data.pop("provenance", None) or {}).get("settings")
     return data
 
 

@@ -98,7 +98,9 @@ def test_dry_run_makes_every_step_and_keeps_one_judged_json(dry_run):
         figures["step_s"]["traced_medians"])
     assert isinstance(figures["cost"], float)
 
+    assert proof["steps"]["trace"]["step_settings"]["steps"] == 200
     alarms = proof["steps"]["alarms"]
+    assert alarms["step_settings"]["learn_s"] == 15 and alarms["step_settings"]["cpu"] is True
     assert alarms["kinds"] == ["throttle", "tenant", "memfull", "h2d", "loader", "nccl_stall"]
     assert {r["kind"]: r["reason"] for r in alarms["refused"]} == {
         k: "refused: no GPU (dry run, --cpu)" for k in ("throttle", "memfull", "nccl_stall")}
