@@ -215,7 +215,7 @@ def contend(kind: str, fault_s: float, cpu: bool, work: Path) -> dict[str, Any]:
         return throttle(fault_s)
     if how == "module":
         argv = [[sys.executable, "-m", what, "--duration", f"{fault_s:g}", "--data-dir",
-                 str(work / f"{kind}-data")]]
+                 str(work / f"{kind}-data"), *([] if cpu else ["--device", "cuda"])]]
     elif how == "busy_all":
         argv = [[sys.executable, "-c", what, str(fault_s)]] * (os.cpu_count() or 1)
     else:  # from a file: a spawned child (nccl_stall's ranks) imports its parent's code
