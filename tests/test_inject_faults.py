@@ -125,9 +125,13 @@ def test_writeback_storm_dirties_pages_then_syncs_and_deletes(workdir: Path) -> 
 
 
 def test_disk_burst_reads_and_writes_the_disk(workdir: Path) -> None:
+    """fio first lays its 256 MiB file out through the page cache, then reads and writes
+    it with O_DIRECT: 4 s leave time for both, and dirty pages another test left are
+    written back first, so that the layout is not held behind them."""
     fault = make_fault("disk_burst", "high", FaultContext(workdir))
+    os.sync()
     before = psutil.disk_io_counters()
-    run_episode(fault, 2.0, EventLog(workdir))
+    run_episode(fault, 4.0, EventLog(workdir))
     after = psutil.disk_io_counters()
     assert after.write_bytes - before.write_bytes > 10 << 20
     assert not (workdir / "disk_burst.dat").exists()
