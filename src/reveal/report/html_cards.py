@@ -21,7 +21,7 @@ from reveal.catalog import default_catalog
 from reveal.report.escape import html_text
 from reveal.report.figures import SUBSYSTEM_COLOURS
 from reveal.report.schema import Anomaly, Episode
-from reveal.report.text import FEATURE_SHORT, plural
+from reveal.report.text import FEATURE_SHORT, plural, times
 from reveal.report.times import Clock, span_text
 from reveal.report.units import Quantity, number, quantity
 
@@ -125,7 +125,7 @@ def _evidence_html(shares: list[tuple[str, float]]) -> str:
 def _size(r: Reason) -> str:
     """A reason's size in least changes that matter ("—" where its change does not)."""
     sized, size = _strength(r)
-    return f"{size:.2g}×" if sized and size < 10 else f"{size:,.0f}×" if sized else "—"
+    return times(size) if sized else "—"
 
 
 def _reasons_html(reasons: list[tuple[Reason, float]], interval_s: float | None) -> str:

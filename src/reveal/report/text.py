@@ -194,9 +194,13 @@ def reason_size(reason: Reason) -> str:
     """How large a reason is, in the terms of the model that decided (see
     :func:`evidence`)."""
     if reason.matters is not None and math.isfinite(reason.matters):
-        return f"{reason.matters:.2g}× what matters" if reason.matters < 10 else \
-            f"{reason.matters:,.0f}× what matters"
+        return f"{times(reason.matters)} what matters"
     return f"{reason.contribution:.0%} of the surprise"
+
+
+def times(size: float) -> str:
+    """A size in least changes that matter: ``4.2×``, ``14×``, ``1,250×``."""
+    return f"{size:.2g}×" if size < 10 else f"{size:,.0f}×"
 
 
 def _md_row(cells: Sequence[Any]) -> str:
