@@ -3,14 +3,16 @@
 # scripts/install.sh makes (REVEAL_VENV, default .venv in this clone), then run the whole
 # test suite with its Python. Arguments go to pytest.
 #
-# By default the suite runs in one serial pytest. REVEAL_TEST_WORKERS=N (N > 0) runs it in
-# two parts instead:
+# The suite runs in two parts:
 #   1. alone, one test at a time: the tests marked `alone` (and `quiet_host`, first), which
 #      need this host to themselves: they record it at rest, count a live watch's alerts or
 #      must see a CPU fault on an idle host;
-#   2. the rest in parallel on N pytest-xdist workers, each test module on one worker so its
-#      module fixtures are made once. Not yet the default: tests that check the host is
-#      left as found (tests/test_inject_faults.py) see the other workers' processes.
+#   2. the rest in parallel on REVEAL_TEST_WORKERS pytest-xdist workers (default: twice the
+#      CPUs, at least 2 and at most 8: many tests wait on a collector, a server or a learn),
+#      each test module on one worker (--dist loadfile), so that its module fixtures are
+#      made once, the modules with slow tests first (tests/conftest.py). Tests that check the host is left as found compare only what their own
+#      process made.
+# REVEAL_TEST_WORKERS=0 runs the whole suite in one serial pytest instead.
 # REVEAL_TEST_JUNIT=DIR writes each part's JUnit XML there (DIR/all.xml, or DIR/alone.xml and
 # DIR/parallel.xml; bench/bench_suite.py reads them).
 #
@@ -23,7 +25,8 @@ export REVEAL_VENV
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --test --no-link
 PY="$REVEAL_VENV/bin/python"
-WORKERS="${REVEAL_TEST_WORKERS:-0}"
+cpus=$(nproc)
+WORKERS="${REVEAL_TEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}"
 
 if [ -n "${REVEAL_REQUIRE:-}" ]; then
   "$PY" tests/skip_guard.py --require "$REVEAL_REQUIRE" \
@@ -58,7 +61,7 @@ echo "== part 1: tests that need the host to themselves, one at a time"
 part alone -m "alone or quiet_host" "$@"
 rc_alone=$rc
 echo "== part 2: the rest, $WORKERS workers"
-part parallel -m "not (alone or quiet_host)" -n "$WORKERS" --dist loadgroup "$@"
+part parallel -m "not (alone or quiet_host)" -n "$WORKERS" --dist loadfile --no-loadscope-reorder "$@"
 rc_parallel=$rc
 echo "== the suite took $(( $(date +%s) - started )) s"
 

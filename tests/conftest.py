@@ -21,13 +21,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests before them leave it otherwise (a full page cache written back in bursts, servers
     winding down), which is the suite's doing, not what those tests examine.
 
-    Run in parallel (pytest-xdist, ``--dist loadgroup``), each module's tests go to one
-    worker: its module and session fixtures (recordings, servers, fitted models) are then
-    made once, not once per worker."""
-    items.sort(key=lambda item: item.get_closest_marker("quiet_host") is None)
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    Run in parallel, ``scripts/test.sh`` gives each module to one worker (pytest-xdist's
+    ``--dist loadfile --no-loadscope-reorder``): its module and session fixtures
+    (recordings, servers, fitted models) are then made once, not once per worker. Modules
+    with a test marked ``slow`` come first, so that the longest modules start first and the
+    workers finish together, not one long module alone at the end."""
+    slow_modules = {item.module.__name__ for item in items
+                    if isinstance(item, pytest.Function) and item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.get_closest_marker("quiet_host") is None,
+                                 not isinstance(item, pytest.Function)
+                                 or item.module.__name__ not in slow_modules))
 
 
 @pytest.fixture(scope="session")

@@ -57,14 +57,18 @@ class Cluster:
         return fd
 
     def close(self) -> None:
-        for proc in [*self.workers, self.scheduler]:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in [*self.workers, self.scheduler]:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """Workers first, while their scheduler still answers (a worker told to stop after
+        its scheduler has gone waits for it to come back), then the scheduler."""
+        for group in (self.workers, [self.scheduler]):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         for fd in self.logs:
             os.close(fd)
 
