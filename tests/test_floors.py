@@ -187,3 +187,25 @@ def test_sampling_floors_are_what_chance_gives_one_window():
     bursty[:, 3] = 500.0  # one burst per window: κ is capped at the rows
     assert sampling_floors(channels, features, bursty, rows)[1] == pytest.approx(
         10.0 * np.sqrt((rows - 1.0) / (4 * rows)))
+
+
+def test_a_held_counters_mean_is_floored_by_one_reads_worth():
+    """A cgroup's CPU time read every 5th sample: 0 between reads, 5 CPUs' worth on them.
+    Its window mean moves by chance only by a read at the window's edge: with level L and
+    spread σ, one read's worth (L² + σ²) / (L·n), a sixth of L over 30 samples, not σ/√n
+    (a third of it). A counter read every sample keeps σ/√n."""
+    from reveal.analysis.floors import sampling_floors
+
+    rows = 30
+    held = "cgroup.cpuacct.usage_ns{cgroup=job}"
+    channels = [held, held, "vmstat.nr_dirtied", "vmstat.nr_dirtied"]
+    features = ["mean", "std", "mean", "std"]
+    level, spread = 1e9, 2e9  # one read in 5 samples: σ = L·√((1 − f)/f) = 2L
+    values = np.tile(np.array([[level, spread, level, spread]]), (20, 1))
+    floors = sampling_floors(channels, features, values, rows)
+    assert floors[0] == pytest.approx(level / 6.0)  # 6 reads in a window
+    assert floors[2] == pytest.approx(spread / np.sqrt(rows))
+    idle = values.copy()
+    idle[:, 0] = 0.0  # a held counter idle in the baseline: chance as before
+    assert sampling_floors(channels, features, idle, rows)[0] == pytest.approx(
+        spread / np.sqrt(rows))

@@ -827,3 +827,32 @@ def test_every_reason_is_sized_by_the_model_that_decided():
     assert shown[0].endswith("(14× what matters)") and shown[1].endswith("(4× what matters)")
     assert shown[3].endswith("(60% of the surprise)")
     assert [r.channel for r, _ in gather([anomaly])] == [disk, RETRANS, BUSY, discard]
+
+
+def test_a_hung_job_is_flagged_by_its_cpu_time_read_twice_a_second():
+    """A job busy on one CPU whose processes all stop for 40 s: its cgroup's CPU time, read
+    every 0.5 s and repeated between reads, falls to zero. Judged by chance over a window's
+    30 samples (σ/√n of 0 between reads and 5 CPUs' worth on them) the fall stood under
+    3 σ and was never flagged on a 90 s baseline; one read's worth is the floor of such a
+    mean, and the hang is flagged throughout. A window that loses one read at its edge (a
+    read late by a sample) is no hang."""
+    channel = "cgroup.cpuacct.usage_ns{cgroup=job}"
+    base = ar1_host(90.0, seed=21)
+    run = ar1_host(90.0, seed=22, start_s=200.0)
+    late = _held(np.full(run.n_samples, 1e9), 5)  # ns per second: one CPU
+    late[301:306] = late[300]  # one read 0.1 s late, twice: no hang
+    late[601:606] = late[600]
+    clean = _with(run, {channel: late})
+    hung_rate = np.full(run.n_samples, 1e9)
+    hung_rate[300:700] = 0.0  # 30 s to 70 s
+    hung = _with(run, {channel: _held(hung_rate, 5)})
+    base = _with(base, {channel: _held(np.full(base.n_samples, 1e9), 5)})
+    model = Reveal(overrides={"detect.significance": True}).fit(base)
+    assert not np.asarray(model.report(clean).windows.flagged).any()
+    report = model.report(hung)
+    start = (np.asarray(report.windows.start_ns) - 200e9) / 1e9
+    flagged = np.asarray(report.windows.flagged)
+    inside = (start >= 30.0) & (start + 3.0 <= 70.0)
+    assert flagged[inside].mean() >= 0.9, flagged[inside].astype(int)
+    assert not flagged[start + 3.0 < 30.0].any()
+    assert report.episodes and report.episodes[0].subsystem == "cpu"

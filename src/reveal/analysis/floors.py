@@ -21,6 +21,7 @@ autocorrelation, ADF) are dimensionless and get none either.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,20 @@ import numpy as np
 
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric, parse_channel
+
+
+@functools.lru_cache(maxsize=8192)
+def is_held_counter(channel: str) -> bool:
+    """Whether ``channel`` is a counter the collector reads less often than every sample
+    and repeats between reads (catalog ``repeated``: ``always``, or ``in_netns`` with a
+    ``netns`` label). Their rate is 0 on the samples between two reads and the whole
+    period's on the read, so a window's median is 0 whatever they count; their window mean
+    is their rate over the window, and takes the median's place as the level that lasts."""
+    info = default_catalog().lookup(channel_metric(channel))
+    held = info.repeated == "always" or (info.repeated == "in_netns"
+                                         and bool(parse_channel(channel)[1].get("netns")))
+    return held and info.kind in ("counter", "event")
+
 
 #: Catalog units of metrics that are already normalised (no physical unit to floor).
 UNFLOORED_UNITS = ("scaled",)
@@ -240,6 +255,15 @@ def sampling_floors(column_channels: Sequence[str], column_features: Sequence[st
     channel's ``std`` column and κ from its ``kurtosis`` column (a bursty channel's spread
     and shape are themselves far less certain). Collector channels with physical units only; columns
     whose channel has no ``std`` column get 0.
+
+    A held counter's window mean (:func:`is_held_counter`) is no average of independent
+    values: it is the count over the window, and chance moves it only by the read that
+    falls in or out at the window's edges. With level L (the median of its ``mean``
+    column) carried by a share f = L² / (L² + σ²) of the samples (the reads: 0 between
+    them, L / f on them), a window holds f·n reads and its floor is one read's worth,
+    L / (f·n) = (L² + σ²) / (L·n). Taken as σ/√n instead, a job's CPU time read twice a
+    second had a floor of a third of its level, and a hung job (its CPU time at zero) stood
+    under 3 σ from its baseline.
     """
     catalog = catalog or default_catalog()
     n = max(float(rows_per_window), 2.0)
@@ -251,15 +275,22 @@ def sampling_floors(column_channels: Sequence[str], column_features: Sequence[st
         medians = np.nan_to_num(np.nanmedian(values, axis=0), nan=0.0)
     std_of: dict[str, float] = {}
     kurt_of: dict[str, float] = {}
+    mean_of: dict[str, float] = {}
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         if feature == "std":
             std_of[channel] = abs(float(medians[k]))
         elif feature == "kurtosis":
             kurt_of[channel] = float(medians[k]) + 3.0
+        elif feature == "mean":
+            mean_of[channel] = abs(float(medians[k]))
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         sigma = std_of.get(channel, 0.0)
         if (feature not in SAMPLED_FEATURES or sigma <= 0
                 or catalog.lookup(channel_metric(channel)).unit in UNFLOORED_UNITS):
+            continue
+        level = mean_of.get(channel, 0.0)
+        if feature == "mean" and level > 0 and is_held_counter(channel):
+            out[k] = (level * level + sigma * sigma) / (level * n)  # one read's worth
             continue
         kappa = min(max(kurt_of.get(channel, 3.0), 3.0), n)
         se, power = SAMPLING_SE[feature]

@@ -119,7 +119,7 @@ from reveal.analysis.constants import (
     TYPICAL_LEVEL_FEATURES,
 )
 from reveal.analysis.evidence import Reason
-from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS
+from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS, is_held_counter
 from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.config import SignificanceConfig, significance_of
 from reveal.frame import Telemetry, channel_metric, parse_channel
@@ -173,19 +173,6 @@ HURTS_DIRECTION = {"rise": 1, "fall": -1, "either": 0}
 def _meaning(metric: str) -> MetricInfo:
     """The catalog entry of ``metric``, whose fields say what its changes mean."""
     return default_catalog().lookup(metric)
-
-
-@functools.lru_cache(maxsize=8192)
-def is_held_counter(channel: str) -> bool:
-    """Whether ``channel`` is a counter the collector reads less often than every sample
-    and repeats between reads (catalog ``repeated``: ``always``, or ``in_netns`` with a
-    ``netns`` label). Their rate is 0 on the samples between two reads and the whole
-    period's on the read, so a window's median is 0 whatever they count; their window mean
-    is their rate over the window, and takes the median's place as the level that lasts."""
-    info = _meaning(channel_metric(channel))
-    held = info.repeated == "always" or (info.repeated == "in_netns"
-                                         and bool(_label(channel, "netns")))
-    return held and info.kind in ("counter", "event")
 
 
 def is_waiting(metric: str) -> bool:
