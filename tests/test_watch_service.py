@@ -165,6 +165,7 @@ def hog() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
+@pytest.mark.alone  # a busy loop is the fault: on a host other tests keep busy it is no change
 def test_watch_learns_exports_alerts_survives_sigkill_and_resolves(servers):
     root, receiver = servers["root"], servers["receiver"]
     state = root / "state"
@@ -438,6 +439,7 @@ def test_a_refit_on_a_quiet_span_adopts_channels_that_appeared(tmp_path):
     assert any(f"cgroup={label}" in c for c in fitted.baseline_channels), watch.text()
 
 
+@pytest.mark.alone  # no alert before the memory is taken: other tests' memory is a change
 def test_the_operator_adopts_a_held_change_and_its_alert_resolves(tmp_path):
     """1 GiB of anonymous memory taken after the learn and held: it is alerted and stays
     alerted while held (a fault that holds is no new normal by itself). ``reveal watch
