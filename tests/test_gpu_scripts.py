@@ -164,3 +164,35 @@ def test_gpu_alarms_exits_non_zero_when_the_run_cannot_be_made(tmp_path: Path):
     assert "--learn 5s is too short" in (out / "watch.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert "checks" not in summary and "live_clean" not in summary  # nothing judged
+
+
+def test_the_kept_h200_trace_counts_every_launch_at_the_driver():
+    """A real H200 run (bench/results/gpu_trace_h200.json, PyTorch 2.11 with CUDA 13): the
+    uprobes on the shared libcudart.so.13 saw 5,400 of the 11,100 runtime launches the
+    profiler named (cuBLAS and cuDNN link runtimes of their own), while the driver's
+    cuLaunchKernel* saw one launch per kernel the profiler saw run. Judged with its kept
+    figures (runtime launches) it fails on the launches; made again from its kept counts,
+    on the cost alone (6.65 % of a 1.6 ms step)."""
+    kept = ROOT / "bench" / "results" / "gpu_trace_h200.json"
+    script = ROOT / "scripts" / "gpu_trace_check.py"
+
+    def failed(*extra: str) -> list[str]:
+        proc = subprocess.run([sys.executable, str(script), "--judge", str(kept), *extra],
+                              capture_output=True, text=True, timeout=60, cwd=ROOT)
+        lines = [x.split(":")[0] for x in proc.stdout.splitlines() if x.startswith("FAILED")]
+        assert proc.returncode == (1 if lines else 0), proc.stdout + proc.stderr
+        return lines
+
+    cost = "FAILED cost on the job's step time (traced / untraced median - 1)"
+    assert failed() == ["FAILED kernel launches (runtime API)", cost]
+    assert failed("--refigure") == [cost]
+    assert failed("--refigure", "--max-cost", "0.07") == []
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_trace_check
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    figures = gpu_trace_check.figures(json.loads(kept.read_text())["phase_results"])
+    assert figures["launches"] == {"traced": 11400.0, "own": 11400, "at": "driver"}
+    runtime = figures["runtime_launches"]
+    assert runtime["traced"] < runtime["own"] < figures["launches"]["own"]
