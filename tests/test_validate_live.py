@@ -92,6 +92,41 @@ def test_a_faults_aftermath_counts_the_episodes_after_its_settle_and_what_stayed
     assert met(calm)["aftermath"] is True
 
 
+def test_how_long_the_alerts_held_each_fault_and_how_soon_they_resolved_after() -> None:
+    """Fault 1 (100–110 s): its alert fires at 103 s and resolves at 115 s, 70 % of the
+    fault held, resolved 5 s after it. Fault 2 (200–208 s): b1 fires at 203 s and is still
+    open when fault 3 begins, 62.5 %, not resolved. Fault 3 (300–310 s): b1 and b3, both
+    opened before it, hold all of it and resolve at 330 s, 20 s after it. Events other
+    than firing and resolved change nothing."""
+    episodes = [_episode(100, 110), _episode(200, 208), _episode(300, 310)]
+    alerts = [Alert(int(103 * S), "firing", "a1", "cpu", ""),
+              Alert(int(115 * S), "resolved", "a1", "cpu", ""),
+              Alert(int(203 * S), "firing", "b1", "cpu", ""),
+              Alert(int(260 * S), "firing", "b3", "memory", ""),
+              Alert(int(305 * S), "update", "b3", "cpu", ""),
+              Alert(int(330 * S), "resolved", "b3", "cpu", ""),
+              Alert(int(330 * S), "resolved", "b1", "cpu", "")]
+    result = score_live([LiveScenario("single", "torch_train", episodes, alerts, 60 * S,
+                                      400 * S)], settle_s=10.0)
+    first, second, third = result["episodes"]
+    assert first["firing_share"] == pytest.approx(0.7)
+    assert first["resolved_after_s"] == pytest.approx(5.0)
+    assert second["firing_share"] == pytest.approx(0.625)
+    assert second["resolved_after_s"] is None
+    assert third["firing_share"] == pytest.approx(1.0)
+    assert third["resolved_after_s"] == pytest.approx(20.0)
+    total = result["total"]
+    assert total["mean_firing_share"] == pytest.approx((0.7 + 0.625 + 1.0) / 3)
+    assert total["held_90"] == pytest.approx(1 / 3)
+    assert total["max_resolved_after_s"] is None  # fault 2's alert outlasted it
+    quiet = score_live([LiveScenario("single", "torch_train", episodes[:1], alerts[:2],
+                                     60 * S, 200 * S)], settle_s=10.0)
+    assert quiet["total"]["max_resolved_after_s"] == pytest.approx(5.0)
+    missed = score_live([LiveScenario("single", "torch_train", episodes[:1], [], 60 * S,
+                                      200 * S)], settle_s=10.0)["episodes"][0]
+    assert missed["firing_share"] == 0.0 and missed["resolved_after_s"] == 0.0
+
+
 def test_the_clean_span_counts_its_own_alert_episodes_and_the_watch_memory() -> None:
     alerts = [Alert(int(70 * S), "firing", "c1", "cpu", "CPU busy rose to <b>90 %</b>"),
               Alert(int(80 * S), "resolved", "c1", "cpu", ""),

@@ -337,6 +337,31 @@ def aftermath(alerts: list[Alert], from_ns: int, until_ns: int) -> dict[str, Any
             "open_at_next_s": (max(0.0, (min(still) - from_ns) / 1e9) if still else None)}
 
 
+def holding(alerts: list[Alert], start_ns: int, end_ns: int,
+            until_ns: int) -> dict[str, float | None]:
+    """How long the watch's alerts held a fault from ``start_ns`` to ``end_ns``:
+    ``firing_share``, the share of the fault during which an alert was open (fired, not
+    yet resolved), and ``resolved_after_s``, seconds from the fault's end until every
+    alert open at its end had resolved (0.0: none was open; None: one was still open at
+    ``until_ns``, the next fault or the end of scoring)."""
+    fired = {a.id: a.received_ns for a in alerts if a.event == "firing"}
+    resolved = {a.id: a.received_ns for a in alerts if a.event == "resolved"}
+    spans = sorted((t, resolved.get(i, until_ns)) for i, t in fired.items()
+                   if t < end_ns and resolved.get(i, until_ns) > start_ns)
+    held, reach = 0, start_ns
+    for lo, hi in spans:  # the union of the open spans within the fault
+        lo, hi = max(lo, reach), min(hi, end_ns)
+        if hi > lo:
+            held += hi - lo
+            reach = hi
+    open_at_end = [resolved.get(i) for i, t in fired.items()
+                   if t <= end_ns and resolved.get(i, until_ns + 1) > end_ns]
+    after = (None if any(r is None or r > until_ns for r in open_at_end)
+             else max((r - end_ns for r in open_at_end), default=0) / 1e9)
+    return {"firing_share": held / (end_ns - start_ns) if end_ns > start_ns else None,
+            "resolved_after_s": after}
+
+
 def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]:
     """Per-episode verdicts, totals and rows by (fault, intensity), and false alerts."""
     verdicts: list[dict[str, Any]] = []
@@ -357,6 +382,7 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
                 "alerted_subsystem": first.subsystem if first else None,
                 "attribution_ok": bool(first and first.subsystem == ep.subsystem),
                 "claim": first.claim if first else None,
+                **holding(sc.alerts, ep.start_ns, ep.end_ns, until),
                 **aftermath(sc.alerts, hi, until)})
         for a in sc.alerts:
             if a.event == "firing" and not any(lo <= a.received_ns <= hi for lo, hi in spans):
@@ -389,6 +415,12 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
                                       if clean_s > 0 else None)
     total["aftermath_alerts_max"] = max((v["aftermath_alerts"] for v in verdicts), default=None)
     total["unsettled"] = sum(v["open_at_next_s"] is not None for v in verdicts)
+    shares = [v["firing_share"] for v in verdicts if v["firing_share"] is not None]
+    total["mean_firing_share"] = statistics.fmean(shares) if shares else None
+    total["held_90"] = (sum(x >= 0.9 for x in shares) / len(shares)) if shares else None
+    lags = [v["resolved_after_s"] for v in verdicts]
+    total["max_resolved_after_s"] = (None if not lags or any(x is None for x in lags)
+                                     else max(lags))
     spans = [sc.clean.summary(sc.alerts) | {"scenario": sc.name} for sc in scenarios
              if sc.clean is not None]
     return {"total": total, "rows": rows, "episodes": verdicts, "false_alerts": false_alerts,
@@ -458,6 +490,14 @@ def render_live_markdown(result: dict[str, Any]) -> str:
             f"{'–' if total['aftermath_alerts_max'] is None else total['aftermath_alerts_max']}"
             f"; {total['unsettled']} | ≤ {AFTERMATH_EPISODES}; 0 | "
             f"{mark[m.get('aftermath')]} |")
+    if total.get("mean_firing_share") is not None:  # measured since 2026-12-04
+        lag = total["max_resolved_after_s"]
+        lines.append(
+            f"| An alert open through the fault: mean share of its time; faults held ≥ 90 %; "
+            f"the longest wait from a fault's end to its alerts' resolution | "
+            f"{pct(total['mean_firing_share'])}; {pct(total['held_90'])}; "
+            f"{'one still open at the next fault' if lag is None else f'{lag:.1f} s'} | "
+            f"≥ 90 % of each fault; ≤ 30 s | |")
     if s.get("clean_span"):
         c = s["clean_span"]
         r = c["rss_bytes"]
