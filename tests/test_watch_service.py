@@ -298,6 +298,7 @@ def test_a_dead_webhook_never_stalls_and_its_queue_stays_bounded():
     sink.close(timeout=0.5)
 
 
+@pytest.mark.alone  # the model it loads is the first test's, which runs alone
 def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
     """Unreachable Alertmanager and webhook: one warning each, scoring goes on."""
     model = servers["root"] / "state" / "model.reveal"
