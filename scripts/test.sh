@@ -7,7 +7,7 @@
 #   1. alone, one test at a time: the tests marked `alone` (and `quiet_host`, first), which
 #      need this host to themselves: they record it at rest, count a live watch's alerts or
 #      must see a CPU fault on an idle host;
-#   2. the rest in parallel on REVEAL_TEST_WORKERS pytest-xdist workers (default: twice the
+#   2. the rest in parallel on REVEAL_TEST_WORKERS pytest-xdist workers (default: as many as the
 #      CPUs, at least 2 and at most 8: many tests wait on a collector, a server or a learn),
 #      each test module on one worker (--dist loadfile), so that its module fixtures are
 #      made once, the modules with slow tests first (tests/conftest.py). Tests that check the host is left as found compare only what their own
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh --test --no-link
 PY="$REVEAL_VENV/bin/python"
 cpus=$(nproc)
-WORKERS="${REVEAL_TEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}"
+WORKERS="${REVEAL_TEST_WORKERS:-$(( cpus < 2 ? 2 : (cpus > 8 ? 8 : cpus) ))}"
 
 if [ -n "${REVEAL_REQUIRE:-}" ]; then
   "$PY" tests/skip_guard.py --require "$REVEAL_REQUIRE" \
