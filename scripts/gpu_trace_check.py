@@ -27,7 +27,11 @@ compared with the job's counts:
   lower bound: the interpreter also enters the libraries' functions);
 
 and the cost: median step time of the traced phases over that of the untraced phases,
-minus one, within ``--max-cost`` (3 %). Writes ``OUTDIR/trace.json`` (the figures, each
+minus one, within ``--max-cost`` (3 %). ``--cost-rounds R`` adds R rounds of the probe's
+settings side by side (untraced; the defaults; launches at entry only; the runtime's
+launches and copies left to the driver, which sees them again; both), each round's order
+turned by one, and reports each setting's cost against the untraced phase of its own round
+(``figures.cost_variants``, recorded, not judged). Writes ``OUTDIR/trace.json`` (the figures, each
 check with its target); exit status 1 when a check fails or the run could not be made.
 ``--judge TRACE`` judges a kept trace.json again against the targets given, running
 nothing.
@@ -72,6 +76,34 @@ DRIVER_LAUNCHES = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
 COPIES = ("cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz")
 SYNCS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaStreamSynchronize_ptsz",
          "cudaEventSynchronize")
+#: the runtime's launches and copies, each of which the driver's functions see again
+RUNTIME_DUPLICATES = "cudaLaunchKernel*,cudaMemcpy*"
+#: the cost rounds' probe settings: name → the probe's options (None: untraced)
+COST_VARIANTS: dict[str, dict[str, Any] | None] = {
+    "untraced": None,
+    "default": {"groups": DEFAULT_GROUPS},
+    "entry": {"groups": DEFAULT_GROUPS, "launch_latency": False},
+    "driver": {"groups": DEFAULT_GROUPS, "skip": RUNTIME_DUPLICATES},
+    "driver_entry": {"groups": DEFAULT_GROUPS, "skip": RUNTIME_DUPLICATES,
+                     "launch_latency": False},
+}
+
+
+def cost_phases(rounds: int) -> list[tuple[str, dict[str, Any] | None]]:
+    """``rounds`` rounds of every cost variant, each round's order turned by one so that a
+    drift of the job's speed falls on every variant alike: ``("cost:NAME", options)``."""
+    names = list(COST_VARIANTS)
+    out = []
+    for r in range(rounds):
+        turned = names[r % len(names):] + names[:r % len(names)]
+        out += [(f"cost:{name}", COST_VARIANTS[name]) for name in turned]
+    return out
+
+
+def all_phases(rounds: int) -> list[tuple[str, dict[str, Any] | None]]:
+    """The counting phases, then the cost rounds."""
+    return [(name, None if groups is None else {"groups": groups})
+            for name, groups in PHASES] + cost_phases(rounds)
 
 
 def say(text: str) -> None:
@@ -94,10 +126,12 @@ def _wait_file(path: Path, timeout_s: float = 600.0) -> None:
 
 
 def _phases(state: Path, step: Any, steps: int, profiled: Any = None) -> None:
-    """Run ``len(PHASES)`` phases of ``steps`` steps on the handshake; ``step()`` returns
-    nothing and updates the counts the job keeps (``step.counts``)."""
+    """Run the phases named in ``state/phases.json`` on the handshake, ``steps`` steps each
+    (``[name, steps]`` pairs there); ``step()`` returns nothing and updates the counts the
+    job keeps (``step.counts``)."""
+    plan = json.loads((state / "phases.json").read_text())
     (state / "ready").touch()
-    for i, (name, _) in enumerate(PHASES):
+    for i, (name, steps) in enumerate(plan):
         _wait_file(state / f"go.{i}")
         step.counts.clear()
         times = []
@@ -341,8 +375,16 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="reveal-trace-check-"))
     state = work / "state"
     state.mkdir()
+    plan = all_phases(args.cost_rounds)
     result: dict[str, Any] = {"cpu": args.cpu, "steps_per_phase": args.steps,
                               "phases": [p for p, _ in PHASES], "groups": dict(PHASES)}
+    if args.cost_rounds:
+        result["cost_rounds"] = {"rounds": args.cost_rounds, "steps": args.cost_steps,
+                                 "variants": COST_VARIANTS}
+    steps_of = [args.cost_steps if name.startswith("cost:") else args.steps
+                for name, _ in plan]
+    (state / "phases.json").write_text(json.dumps(
+        [[name, n] for (name, _), n in zip(plan, steps_of, strict=True)]))
     job_cmd = [sys.executable, str(Path(__file__).resolve()), "--job", str(state),
                "--steps", str(args.steps)]
     if args.cpu:
@@ -361,11 +403,12 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 raise RuntimeError("the job did not start (see trace_job.log)")
             time.sleep(0.05)
         say("the job is ready")
-        for i, (name, groups) in enumerate(PHASES):
-            say(f"phase {i}: {name}" + (f" (probe groups {groups})" if groups else ""))
+        for i, (name, options) in enumerate(plan):
+            say(f"phase {i}: {name}" + (f" (probe {json.dumps(options)})" if options else ""))
+            groups = None if options is None else options["groups"]
             probe = None
-            if groups is not None:
-                probe = EbpfProbe(pids=[job.pid], groups=groups, interval_ms=100)
+            if options is not None:
+                probe = EbpfProbe(pids=[job.pid], interval_ms=100, **options)
                 probe.open()
                 if probe.status != "ok":
                     raise RuntimeError(f"ebpf probe {probe.status}: {probe.reason}")
@@ -387,7 +430,7 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                     probe.close()
             own = json.loads((state / f"phase.{i}.json").read_text())
             traced = {k: after[k] - before.get(k, 0.0) for k in after}
-            phases.append({"phase": name, "groups": groups,
+            phases.append({"phase": name, "groups": groups, "options": options,
                            "median_step_s": statistics.median(own["step_s"]),
                            "own": own["counts"], "profiler": own.get("profiler"),
                            "traced": traced if probe is not None else None})
@@ -403,6 +446,34 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     result["phase_results"] = phases
     result["figures"] = figures(phases)
     return result
+
+
+def variant_costs(phases: list[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """Each cost variant's cost per round (its median step time over the untraced one's of
+    the same round, minus one), and the median of the rounds; None without cost rounds."""
+    cost = [p for p in phases if p["phase"].startswith("cost:")]
+    if not cost:
+        return None
+    per_round = len(COST_VARIANTS)
+    rounds = [cost[i:i + per_round] for i in range(0, len(cost), per_round)]
+    out: dict[str, dict[str, Any]] = {}
+    for name in COST_VARIANTS:
+        if name == "untraced":
+            continue
+        costs = []
+        for round_ in rounds:
+            step = {p["phase"][5:]: p["median_step_s"] for p in round_}
+            if name in step and step.get("untraced"):
+                costs.append(round(step[name] / step["untraced"] - 1, 4))
+        traced = [p for p in cost if p["phase"] == f"cost:{name}" and p["traced"]]
+        calls = None
+        if traced:  # the traced calls of a phase (median over the rounds)
+            calls = statistics.median(sum(v for k, v in p["traced"].items()
+                                          if k.startswith("calls.")) for p in traced)
+        out[name] = {"per_round": costs,
+                     "median": round(statistics.median(costs), 4) if costs else None,
+                     "calls_per_phase": calls}
+    return out
 
 
 def _ratio_error(traced: float | None, own: float | None) -> float | None:
@@ -459,6 +530,7 @@ def figures(phases: list[dict[str, Any]]) -> dict[str, Any]:
         "step_s": {"untraced_medians": untraced, "traced_medians": timed},
         "cost": (round(statistics.median(timed) / statistics.median(untraced) - 1, 4)
                  if untraced and timed else None),
+        "cost_variants": variant_costs(phases),
     }
 
 
@@ -526,6 +598,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true",
                         help="no GPU: a NumPy job calling the stand-in libraries")
     parser.add_argument("--steps", type=int, default=300, help="steps per phase")
+    parser.add_argument("--cost-rounds", type=int, default=0, metavar="R",
+                        help="after the counting phases, R rounds of the probe's settings "
+                             f"side by side ({', '.join(COST_VARIANTS)}), each round's "
+                             "cost against its own untraced phase (default: 0, none)")
+    parser.add_argument("--cost-steps", type=int, default=1000, metavar="N",
+                        help="steps per cost phase (default: 1000)")
     parser.add_argument("--max-count-error", type=float, default=MAX_COUNT_ERROR)
     parser.add_argument("--max-cost", type=float, default=MAX_COST)
     parser.add_argument("--judge", type=Path, metavar="TRACE",
@@ -550,8 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         return status
     if args.outdir is None:
         parser.error("OUTDIR is needed (or --judge TRACE)")
-    if args.steps < 1:
-        parser.error("--steps must be at least 1")
+    if args.steps < 1 or args.cost_steps < 1 or args.cost_rounds < 0:
+        parser.error("--steps and --cost-steps must be at least 1, --cost-rounds at least 0")
     out = args.outdir
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(HERE / "src"))
@@ -559,9 +637,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     job = "NumPy, stand-in libraries" if args.cpu else "PyTorch on the GPU"
     say(f"eBPF capture against the job's own counts ({job}; {len(PHASES)} phases of "
-        f"{args.steps} steps)")
+        f"{args.steps} steps" + (f", then {args.cost_rounds} cost rounds of "
+                                 f"{len(COST_VARIANTS)} phases of {args.cost_steps} steps"
+                                 if args.cost_rounds else "") + ")")
     try:
         result = measure(args, out)
+        for name, cost in (result["figures"]["cost_variants"] or {}).items():
+            say(f"cost {name}: median {cost['median']} of rounds {cost['per_round']}, "
+                f"{cost['calls_per_phase']} calls traced per phase")
         status = judged(result, args)
     except Exception as exc:  # the run could not be made: said and kept
         result = {"cpu": args.cpu, "error": f"{type(exc).__name__}: {exc}", "ok": False}

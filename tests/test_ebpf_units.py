@@ -295,6 +295,13 @@ def test_scan_finds_the_mapped_libraries(libs: Path, tmp_path: Path) -> None:
         plans = dict(library_plans(result, ("cuda", "nccl"), ExportCache()))
         assert {fn.name for fn in plans[kinds["nccl"]].functions} >= {"ncclAllReduce",
                                                                        "ncclGroupEnd"}
+        # skipped functions are left out; a library with none left is not attached
+        skipped = dict(library_plans(result, ("cuda", "nccl"), ExportCache(),
+                                     ("cudaLaunchKernel*", "cudaMemcpy*", "nccl*")))
+        names = {fn.name for fn in skipped[kinds["cudart"]].functions}
+        assert "cudaStreamSynchronize" in names
+        assert not any(n.startswith(("cudaLaunchKernel", "cudaMemcpy")) for n in names)
+        assert kinds["nccl"] not in skipped and kinds["cuda"] in skipped
         # the default selection (every process mapping a CUDA library) includes it too
         assert work.pid in scan(TargetSelector()).processes
         assert work.pid not in scan(TargetSelector(comm="nomatch*")).processes
@@ -371,6 +378,10 @@ def test_probe_registration_and_options() -> None:
         EbpfProbe(groups="cuda,gpu-magic")
     with pytest.raises(ProbeUnavailable, match="bad ebpf options"):
         EbpfProbe(pids="12;rm -rf /")
+    assert EbpfProbe(skip="cudaLaunchKernel*, cudaMemcpy*").skip == ("cudaLaunchKernel*",
+                                                                     "cudaMemcpy*")
+    with pytest.raises(ProbeUnavailable, match=r"skip \['cudaLaunch'\] matches no traced"):
+        EbpfProbe(skip="cudaLaunch")  # a typo would trace everything: refused
 
 
 def test_missing_bpftrace_is_named() -> None:

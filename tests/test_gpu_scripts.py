@@ -196,3 +196,52 @@ def test_the_kept_h200_trace_counts_every_launch_at_the_driver():
     assert figures["launches"] == {"traced": 11400.0, "own": 11400, "at": "driver"}
     runtime = figures["runtime_launches"]
     assert runtime["traced"] < runtime["own"] < figures["launches"]["own"]
+
+
+def _trace_module():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_trace_check
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return gpu_trace_check
+
+
+def test_cost_rounds_turn_their_order_and_each_is_judged_against_its_own_untraced_phase():
+    """Every round runs every setting once, each round's order turned by one (a drift of the
+    job's speed falls on every setting alike); a setting's cost in a round is its median step
+    over that round's untraced one."""
+    trace = _trace_module()
+    names = list(trace.COST_VARIANTS)
+    phases = trace.cost_phases(3)
+    assert len(phases) == 3 * len(names)
+    rounds = [[p[5:] for p, _ in phases[i:i + len(names)]]
+              for i in range(0, len(phases), len(names))]
+    assert all(sorted(r) == sorted(names) for r in rounds)
+    assert [r.index("untraced") for r in rounds] == [0, len(names) - 1, len(names) - 2]
+    assert all((opts is None) == (p == "cost:untraced") for p, opts in phases)
+    # made-up step times: round 1 untraced 2 ms, round 2 untraced 1 ms
+    step = {"untraced": 2.0, "default": 2.2, "entry": 2.1, "driver": 2.4, "driver_entry": 2.0}
+    made = [{"phase": p, "median_step_s": step[p[5:]] / (1 if i < len(names) else 2),
+             "traced": None if opts is None else {"calls.cuLaunchKernel": 10.0 * (i + 1)}}
+            for i, (p, opts) in enumerate(phases[:2 * len(names)])]
+    costs = trace.variant_costs(made)
+    assert costs["default"]["per_round"] == [0.1, 0.1]
+    assert costs["driver"]["median"] == 0.2 and costs["driver_entry"]["median"] == 0.0
+    assert "untraced" not in costs
+    assert trace.variant_costs(made[:0]) is None
+
+
+def test_the_kept_h200_cost_rounds_are_their_figures():
+    """The H200 cost rounds kept in bench/results (4 rounds of 1,500 steps): the figures made
+    again from the kept phases are the stored ones; the runtime's launches and copies left to
+    the driver take a third of the traced calls away, and no setting's cost can be told from
+    the untraced phases' own spread (docs/ebpf.md)."""
+    trace = _trace_module()
+    kept = json.loads((ROOT / "bench" / "results" / "gpu_trace_cost_h200.json").read_text())
+    again = trace.variant_costs(kept["phase_results"])
+    assert again == kept["figures"]["cost_variants"]
+    assert again["driver"]["calls_per_phase"] / again["default"]["calls_per_phase"] < 0.7
+    untraced = [p["median_step_s"] for p in kept["phase_results"] if "untraced" in p["phase"]]
+    spread = max(untraced) / min(untraced) - 1
+    assert all(abs(c) < spread for v in again.values() for c in [v["median"]])

@@ -5,6 +5,8 @@ Shared by the ``ebpf`` probe and the per-event capture.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 from reveal.collect.ebpf.elf import ElfError, ElfInfo, read_elf
 from reveal.collect.ebpf.functions import functions_of
 from reveal.collect.ebpf.scripts import EVAL_FRAME_SYMBOL, InterpreterPlan, LibraryPlan
@@ -40,8 +42,10 @@ class ExportCache:
 
 
 def library_plans(result: ScanResult, groups: tuple[str, ...] | frozenset[str],
-                  exports: ExportCache) -> list[tuple[MappedFile, LibraryPlan]]:
-    """Each mapped library of the selected groups with the traced functions it exports."""
+                  exports: ExportCache, skip: tuple[str, ...] = ()
+                  ) -> list[tuple[MappedFile, LibraryPlan]]:
+    """Each mapped library of the selected groups with the traced functions it exports,
+    less those whose name matches a glob of ``skip``."""
     kinds = {k for g in groups for k in GROUP_LIBRARIES.get(g, ())}
     plans = []
     for file in result.library_files():
@@ -49,7 +53,8 @@ def library_plans(result: ScanResult, groups: tuple[str, ...] | frozenset[str],
             continue
         info = exports.get(file)
         functions = tuple(fn for fn in functions_of(file.kind)
-                          if info is not None and fn.name in info.functions)
+                          if info is not None and fn.name in info.functions
+                          and not any(fnmatchcase(fn.name, glob) for glob in skip))
         if functions:
             plans.append((file, LibraryPlan(file.attach, functions)))
     return plans

@@ -16,7 +16,8 @@ and ``comm`` (globs), ``groups`` (subset of :data:`GROUPS`, default
 :data:`DEFAULT_GROUPS`), ``interval_ms`` (kernel print interval, default 100),
 ``rescan_s`` (5), ``python_source`` (``auto`` | ``usdt`` | ``eval_frame``),
 ``launch_latency`` (True; False counts kernel launches at entry only, without a return
-probe: about half the cost per launch, no launch latency), ``map_keys`` (16384),
+probe: about half the cost per launch, no launch latency), ``skip`` (globs of traced
+function names left untraced, e.g. ``cudaLaunchKernel*,cudaMemcpy*``), ``map_keys`` (16384),
 ``bpftrace`` (executable), ``attach_timeout_s`` (60), ``max_pids`` (32), ``max_flows``
 (64), ``hist_buckets`` (24): the bounds on channel growth (:class:`~reveal.collect.ebpf.
 parse.Limits`; processes beyond ``max_pids`` are summed under ``pid=other``, exited ones
@@ -29,6 +30,7 @@ import os
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, ClassVar
 
 import numpy as np
@@ -81,6 +83,20 @@ def parse_groups(value: Any) -> tuple[str, ...]:
     return groups
 
 
+def parse_skip(value: Any) -> tuple[str, ...]:
+    """``"cudaLaunchKernel*,cudaMemcpy*"`` or a list → globs of function names to leave
+    untraced; ValueError when a glob matches no traced function (a typo traces all)."""
+    if value is None or value == "":
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    globs = tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+    names = [fn.name for fn in FUNCTIONS]
+    unmatched = [g for g in globs if not any(fnmatchcase(n, g) for n in names)]
+    if unmatched:
+        raise ValueError(f"skip {unmatched} matches no traced function")
+    return globs
+
+
 @dataclass(frozen=True)
 class _Signature:
     """What forces a restart when it grows: attached files and active groups."""
@@ -109,6 +125,8 @@ class EbpfProbe(Probe):
         "rescan_s": "seconds between scans for new target processes (default: 5)",
         "python_source": "auto, usdt or eval_frame (default: auto)",
         "launch_latency": "time kernel launches with a return probe (default: true)",
+        "skip": "traced functions to leave untraced, comma-separated globs, e.g. "
+                "'cudaLaunchKernel*,cudaMemcpy*' (default: none)",
         "map_keys": "BPFTRACE_MAP_KEYS_MAX, entries per kernel map (default: 16384)",
         "bpftrace": "the bpftrace executable (default: bpftrace on PATH)",
         "attach_timeout_s": "seconds to wait for bpftrace to attach (default: 60)",
@@ -127,6 +145,7 @@ class EbpfProbe(Probe):
                                            options.get("cgroup") or None,
                                            options.get("comm") or None)
             self.groups = parse_groups(options.get("groups"))
+            self.skip = parse_skip(options.get("skip"))
             self.limits = Limits(max_pids=int(options.get("max_pids", 32)),
                                  max_flows=int(options.get("max_flows", 64)),
                                  hist_buckets=int(options.get("hist_buckets", 24)))
@@ -292,7 +311,7 @@ class EbpfProbe(Probe):
         self._last_scan = time.monotonic()
         result = self._scanner.scan(self.selector, exclude=(os.getpid(),)) \
             if self._uprobes else ScanResult()
-        libraries = library_plans(result, self.groups, self._exports)
+        libraries = library_plans(result, self.groups, self._exports, self.skip)
         interpreters = interpreter_plans(result, self._exports, self.python_wanted) \
             if "python" in self.groups and libraries else []
         self._labels.learn(result, {f.key: p.source for f, p in interpreters})
