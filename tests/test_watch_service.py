@@ -353,11 +353,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
                   "state directory is not writable"))
     cases.append((run_watch("--state", str(tmp_path / "s1"), "--learn", "30s",
                             "--listen", "none"), "at least 60 windows"))
-    old = tmp_path / "s2"
-    old.mkdir()
-    (old / "model.reveal").write_bytes(b'REVEAL-MODEL\n{"format": "reveal-model", '
-                                       b'"format_version": 0, "reveal_version": "0.0"}\n')
-    cases.append((run_watch("--state", str(old), "--listen", "none"), "--relearn"))
+    damaged = tmp_path / "s2"
+    damaged.mkdir()
+    (damaged / "model.reveal").write_bytes(b"REVEAL-MODEL\n{not json\n")
+    cases.append((run_watch("--state", str(damaged), "--listen", "none"), "--relearn"))
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -392,6 +391,33 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
     assert first.returncode == 0
+
+
+def test_a_model_of_another_release_is_kept_aside_and_a_new_one_learned(tmp_path):
+    """An upgrade (a new image on an old state directory) must not stop the watch: a model
+    written in another format is renamed, said once, and the watch learns a new one."""
+    state = tmp_path / "state"
+    state.mkdir()
+    old = (b'REVEAL-MODEL\n{"format": "reveal-model", "format_version": 0, '
+           b'"reveal_version": "0.0"}\nold payload')
+    (state / "model.reveal").write_bytes(old)
+    watch = subprocess.Popen([sys.executable, "-m", "reveal.cli", "watch", "--state",
+                              str(state), "--listen", "none", "--learn", "2m"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        kept = wait_for("the old model to be set aside", lambda: list(
+            state.glob("model.reveal.unreadable-*")), 60)
+        time.sleep(1)
+        assert watch.poll() is None  # still running: learning
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        _, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err[-2000:]
+    assert len(kept) == 1 and kept[0].read_bytes() == old  # nothing lost
+    said = [line for line in err.splitlines() if kept[0].name in line]
+    assert len(said) == 1 and "format 0 (written by Reveal 0.0)" in said[0], err[-2000:]
+    assert "a new model is learned from the first 120 s" in said[0]
+    assert "learning a model" in err and "Traceback" not in err
 
 
 @pytest.mark.alone  # the refit waits for a quiet span: other tests' load is no quiet span

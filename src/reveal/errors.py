@@ -21,6 +21,11 @@ class InputError(RevealError):
     """Input data that cannot be read or used (truncated, wrong shape, empty)."""
 
 
+class ModelFormatError(InputError):
+    """A model file intact but written by a Reveal whose format this one does not read (an
+    older or newer release): learning again is the remedy, not repairing the file."""
+
+
 #: how far from its end a child's log is read for its reason
 _LOG_TAIL_BYTES = 64 * 1024
 #: "reveal collect: error: " and the like, in front of a child's own one-line error

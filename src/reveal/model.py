@@ -65,7 +65,7 @@ from reveal.analysis.pipeline import (
 from reveal.analysis.presets import preset, preset_for, with_overrides
 from reveal.analysis.quietspan import QuietSpan
 from reveal.config import AnalyzeConfig
-from reveal.errors import InputError
+from reveal.errors import InputError, ModelFormatError
 from reveal.frame import Telemetry
 from reveal.report.build import build_report
 from reveal.report.schema import Report
@@ -399,7 +399,7 @@ class Reveal(BaseEstimator):
             raise InputError("damaged model file (unreadable header)", str(path)) from None
         version = header.get("format_version")
         if header.get("format") != MODEL_FORMAT or version != MODEL_FORMAT_VERSION:
-            raise InputError(f"model file format {version} (written by Reveal "
+            raise ModelFormatError(f"model file format {version} (written by Reveal "
                              f"{header.get('reveal_version', '?')}); this Reveal "
                              f"({__version__}) reads format {MODEL_FORMAT_VERSION}: fit "
                              f"the model again", str(path))
@@ -408,7 +408,14 @@ class Reveal(BaseEstimator):
                 hashlib.sha256(payload).hexdigest() != header.get("sha256"):
             raise InputError("damaged model file (truncated or altered: checksum mismatch)",
                              str(path))
-        state = pickle.loads(payload)
+        try:
+            state = pickle.loads(payload)
+        except (AttributeError, ImportError, TypeError, ValueError, pickle.UnpicklingError) \
+                as exc:  # intact (checksum), but its classes are not this Reveal's
+            raise ModelFormatError(f"model written by Reveal {header.get('reveal_version', '?')}"
+                                   f" cannot be read by this Reveal ({__version__}: "
+                                   f"{type(exc).__name__}): fit the model again",
+                                   str(path)) from None
         model = cls(**state["params"])
         model.fitted_ = state["fitted"]
         model.config_ = model.fitted_.config

@@ -22,7 +22,7 @@ from reveal.analysis.pipeline import stride_seconds
 from reveal.analysis.presets import preset, preset_name_for, with_overrides
 from reveal.analysis.quietspan import QuietSpan
 from reveal.collect.runner import Notify
-from reveal.errors import InputError
+from reveal.errors import InputError, ModelFormatError
 from reveal.live.allocators import trim_heap
 from reveal.live.buffer import SampleBuffer
 from reveal.live.fitproc import fit_in_child
@@ -144,6 +144,12 @@ class ModelKeeper:
             return
         try:
             model = Reveal.load(path)
+        except ModelFormatError as exc:  # another release's model: learn, keep the old file
+            kept = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+            path.rename(kept)
+            self.notify("warning", f"{exc}; it is kept as {kept.name}, and a new model is "
+                                   f"learned from the first {self.options.learn_s:g} s")
+            return
         except InputError as exc:
             raise InputError(f"{exc}; start with --relearn to learn a new model "
                              f"(it replaces this one)") from None
