@@ -39,7 +39,8 @@ def _why_not() -> str | None:
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.alone,
-              pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
+              pytest.mark.skipif(_why_not() is not None, reason=_why_not() or
+                                 "needs root, podman, runc and debootstrap")]
 
 
 def _limits() -> list[str]:
@@ -210,7 +211,8 @@ def test_watch_in_the_container_is_scraped_alerts_and_a_newer_image_keeps_its_mo
            "--entrypoint", "sed", image["tag"], "-i",
            's/^__version__ = .*/__version__ = "99.0.0"/', version)
     podman("commit", "-q", "--change", "LABEL org.opencontainers.image.version=99.0.0",
-           step, nxt)
+           "--change", 'ENTRYPOINT ["/opt/reveal/bin/reveal"]', "--change", 'CMD ["--help"]',
+           "--change", "USER 65532", step, nxt)  # not the step's own sed, as root
     podman("rm", "-f", step, check=False)
     name = f"{OWN}-next"
     try:
