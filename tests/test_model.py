@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from reveal.analysis.presets import MINUTE, TELEMETRY, preset_name_for, with_overrides
-from reveal.errors import InputError
+from reveal.errors import InputError, ModelFormatError
 from reveal.model import MAGIC, Reveal, report_run
 from synthetic import ar1_host
 
@@ -102,6 +102,33 @@ def test_a_bad_model_file_is_one_clear_error(fitted, tmp_path):
             Reveal.load(path)
     with pytest.raises(InputError, match="cannot read"):
         Reveal.load(tmp_path / "missing.model")
+
+
+def test_a_model_of_another_release_is_told_apart_from_a_damaged_one(fitted, tmp_path):
+    """Another format version, or an intact file whose classes this Reveal does not have,
+    is a ModelFormatError (the watch learns again); a damaged file is not."""
+    import hashlib
+    import pickle
+
+    good = fitted.save(tmp_path / "good.model").read_bytes()
+    header_end = good.index(b"\n", len(MAGIC))
+    header = json.loads(good[len(MAGIC):header_end])
+    payload = b"\x80\x04cbuiltins\nno_such_class\n."  # a pickle of a class this one lacks
+    with pytest.raises(AttributeError):
+        pickle.loads(payload)
+    foreign = {**header, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    cases = {"other_version": (MAGIC + json.dumps({**header, "format_version": 99}).encode()
+                               + good[header_end:], "format 99"),
+             "other_classes": (MAGIC + json.dumps(foreign).encode() + b"\n" + payload,
+                               "cannot be read by this Reveal")}
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ModelFormatError, match=message):
+            Reveal.load(tmp_path / name)
+    (tmp_path / "damaged").write_bytes(good[:-1])
+    with pytest.raises(InputError, match="checksum") as damaged:
+        Reveal.load(tmp_path / "damaged")
+    assert not isinstance(damaged.value, ModelFormatError)
 
 
 def test_scoring_before_fitting_says_so():
