@@ -20,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from reveal.store.run_reader import open_run
-from test_watch_service import get_json, hog, promql, start_server, stop, wait_for
+from test_watch_service import (
+    get_json,
+    hog,
+    promql,
+    start_alertmanager,
+    start_prometheus,
+    stop,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_image.sh"
@@ -144,19 +152,9 @@ def servers(tmp_path):
     ports = {k: free_port() for k in ("metrics", "prom", "am")}
     (tmp_path / "am.yml").write_text("route:\n  receiver: none\n  group_wait: 1s\n"
                                      "receivers:\n- name: none\n")
-    am = start_server([ALERTMANAGER, f"--config.file={tmp_path / 'am.yml'}",
-                       f"--storage.path={tmp_path / 'am'}",
-                       f"--web.listen-address=127.0.0.1:{ports['am']}",
-                       "--cluster.listen-address="],
-                      tmp_path / "am.log", f"http://127.0.0.1:{ports['am']}/api/v2/status")
-    (tmp_path / "prom.yml").write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n- job_name: reveal\n"
-        f"  static_configs:\n  - targets: ['127.0.0.1:{ports['metrics']}']\n")
+    am = start_alertmanager(tmp_path, ports["am"])
     try:
-        prom = start_server([PROMETHEUS, f"--config.file={tmp_path / 'prom.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'prom'}",
-                             f"--web.listen-address=127.0.0.1:{ports['prom']}"],
-                            tmp_path / "prom.log", f"http://127.0.0.1:{ports['prom']}/-/ready")
+        prom = start_prometheus(tmp_path, ports["prom"], ports["metrics"])
     except BaseException:
         stop(am)
         raise

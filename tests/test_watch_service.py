@@ -117,6 +117,26 @@ class WatchProcess:
         return self.log.read_text(errors="replace")
 
 
+def start_alertmanager(root: Path, port: int) -> subprocess.Popen:
+    """A real Alertmanager on ``port`` with ``root/am.yml`` (written by the caller)."""
+    return start_server([ALERTMANAGER, f"--config.file={root / 'am.yml'}",
+                         f"--storage.path={root / 'am'}",
+                         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                        root / "am.log", f"http://127.0.0.1:{port}/api/v2/status")
+
+
+def start_prometheus(root: Path, port: int, metrics_port: int) -> subprocess.Popen:
+    """A real Prometheus on ``port`` scraping ``127.0.0.1:metrics_port`` every second."""
+    (root / "prom").mkdir(exist_ok=True)
+    (root / "prom.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+        f"- job_name: reveal\n  static_configs:\n  - targets: ['127.0.0.1:{metrics_port}']\n")
+    return start_server([PROMETHEUS, f"--config.file={root / 'prom.yml'}",
+                         f"--storage.tsdb.path={root / 'prom'}",
+                         f"--web.listen-address=127.0.0.1:{port}"],
+                        root / "prom.log", f"http://127.0.0.1:{port}/-/ready")
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     if PROMETHEUS is None or ALERTMANAGER is None:
@@ -129,20 +149,9 @@ def servers(tmp_path_factory):
         "route:\n  receiver: hook\n  group_by: ['episode']\n  group_wait: 1s\n"
         "  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n- name: hook\n"
         f"  webhook_configs:\n  - url: {receiver.url}/am\n    send_resolved: true\n")
-    am = start_server([ALERTMANAGER, f"--config.file={root / 'am.yml'}",
-                       f"--storage.path={root / 'am'}",
-                       f"--web.listen-address=127.0.0.1:{am_port}",
-                       "--cluster.listen-address="],
-                      root / "am.log", f"http://127.0.0.1:{am_port}/api/v2/status")
-    (root / "prom").mkdir()
-    (root / "prom.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-        f"- job_name: reveal\n  static_configs:\n  - targets: ['127.0.0.1:{metrics_port}']\n")
+    am = start_alertmanager(root, am_port)
     try:
-        prom = start_server([PROMETHEUS, f"--config.file={root / 'prom.yml'}",
-                             f"--storage.tsdb.path={root / 'prom'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            root / "prom.log", f"http://127.0.0.1:{prom_port}/-/ready")
+        prom = start_prometheus(root, prom_port, metrics_port)
     except BaseException:
         stop(am)
         raise
