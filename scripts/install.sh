@@ -42,9 +42,10 @@ ROOT="$(pwd -P)"
 # "a|b": the first of the two that this distribution has (Debian's perf is linux-perf,
 # Ubuntu's linux-tools-common).
 PKGS="bpftrace stress-ng fio iproute2 iputils-ping prometheus-node-exporter linux-perf|linux-tools-common procps util-linux gcc libc6-dev binutils kmod nftables python3-dev python3-venv prometheus prometheus-alertmanager chromium|chromium-browser"
-# the image and chart tests build an OCI image (podman, runc, debootstrap) and render the
-# chart with Helm (scripts/install_helm.sh, from npm)
-[ "$TEST" -eq 0 ] || PKGS="$PKGS podman runc debootstrap npm"
+# the image's tests build an OCI image (podman, runc, debootstrap); the chart's render it
+# with Helm (scripts/install_helm.sh, below: it installs npm itself where the command is
+# missing, since a Node.js from elsewhere carries its own npm and conflicts with Debian's)
+[ "$TEST" -eq 0 ] || PKGS="$PKGS podman runc debootstrap"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi
