@@ -272,8 +272,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "medians of the repetitions; model_slowdown_pct = per-call cost x launch "
                    "rate; shared 2-CPU VM with other tenants: expect about +-1 point of noise"),
         "real_libcudart_first_instructions": real_prologues(),
-        "gpu": "no GPU in this session: the real-GPU run (PyTorch on CUDA) was not possible "
-               "here; stand-in libraries with the real CUDA/NCCL symbols were traced",
+        "gpu": "not used: stand-in libraries with the real CUDA/NCCL symbols are traced, on "
+               "any host (scripts/gpu_trace_check.py traces a real PyTorch job on a GPU)",
         "per_call": [], "loop": [],
     }
     n_calls = 20_000 if args.quick else 50_000
