@@ -15,9 +15,10 @@ its own byte-identical copy of the libraries (different inodes). The real ``Ebpf
 traces one copy only; the two servers take turns (T U, U T, ...) on every measurement, so
 both see the same machine, the same bpftrace and the same collector. The in-thread cost is
 traced / untraced - 1; bpftrace's own CPU and the collector's read time are given apart.
-Configurations: the traced function's first instruction either emulated by the kernel's
-uprobe code (``push %rbp``, built with -O0) or single-stepped (``xor %eax,%eax``, built
-with -O2; on this KVM guest the single-step trap dominates); launches traced with entry and
+Configurations: the traced function's first instruction emulated by the kernel's uprobe
+code (``push %rbp``, built with -O0), single-stepped (``xor %eax,%eax``, built with -O2; on
+this KVM guest the single-step trap dominates) or ``endbr64`` (-O2 with CET's
+-fcf-protection=full, as CET-built libraries begin); launches traced with entry and
 return probes (default) or counted at entry only (``launch_latency=False``). Every launch
 made on the traced server must be counted exactly (``launches_counted``). A measurement
 pair during which another bpftrace ran (another user's tracing attaches to these libraries
@@ -258,7 +259,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     (work / "server.c").write_text(SERVER)
     workload.gcc("-O2", "-o", exe, work / "server.c", "-ldl")
     delays = {k: 0 for k in workload.DELAYS_US}
-    variants = {"emulated": ("-O0",), "single_step": ("-O2",)}
+    # the first instruction fixed whatever the compiler's default (Ubuntu's GCC starts every
+    # function with endbr64 unless told not to): push %rbp, as the real libcuda's launch
+    # functions begin; xor %eax,%eax; and endbr64, as CET-built libraries begin
+    variants = {"emulated": ("-O0", "-fcf-protection=none"),
+                "single_step": ("-O2", "-fcf-protection=none"),
+                "endbr64": ("-O2", "-fcf-protection=full")}
     results: dict[str, Any] = {
         "benchmark": "ebpf probe cost on the traced program",
         "command": "python bench/bench_ebpf.py" + (" --quick" if args.quick else ""),
