@@ -281,8 +281,8 @@ def test_daemonset_reads_the_host_and_keeps_its_state(helm: str) -> None:
     assert "emptyDir" in found["/tmp"][1]  # the only other writable path
     assert not {"/sys/kernel/debug", "/sys/kernel/tracing", "/lib/modules"} & found.keys()
     resources = watch["resources"]
-    assert resources["requests"] == {"cpu": "100m", "memory": "256Mi"}
-    assert resources["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert resources["requests"] == {"cpu": "100m", "memory": "512Mi"}
+    assert resources["limits"] == {"cpu": "1", "memory": "2Gi"}
 
 
 def test_state_dir_value_moves_the_mount_and_the_argument(helm: str) -> None:
