@@ -373,6 +373,22 @@ def test_ebpf_adds_the_probe_and_the_tracing_mounts(helm: str) -> None:
     assert "--probes" not in container(render(helm))["args"]
     chosen = render(helm, "--set", "ebpf.enabled=true", "--set-json", 'probes=["cpu","ebpf"]')
     assert option(container(chosen)["args"], "--probes") == "cpu,ebpf"
+    # the low-cost tracing setting, as options the probe itself accepts
+    from reveal.collect.ebpf.probe import EbpfProbe
+
+    def probe_options(args: list[str]) -> dict[str, str]:
+        pairs = [args[i + 1] for i, a in enumerate(args) if a == "--probe-option"]
+        return dict(p.split("=", 1) for p in pairs)
+
+    options = probe_options(container(objects)["args"])
+    assert options == {"ebpf.skip": "cudaLaunchKernel*,cudaMemcpy*",
+                       "ebpf.launch_latency": "false"}
+    probe = EbpfProbe(**{k.split(".", 1)[1]: v for k, v in options.items()})
+    assert probe.skip == ("cudaLaunchKernel*", "cudaMemcpy*") and not probe.launch_latency
+    full = render(helm, "--set", "ebpf.enabled=true", "--set", "ebpf.skip=",
+                  "--set", "ebpf.launchLatency=true")
+    assert probe_options(container(full)["args"]) == {"ebpf.launch_latency": "true"}
+    assert not probe_options(container(render(helm))["args"])  # no ebpf, no options
 
 
 def test_service_monitor_only_when_enabled(helm: str) -> None:

@@ -73,6 +73,14 @@ cgroup,cpu,gpu,gpu_procs,interrupts,memory,netns,network,perf,power,pressure,qdi
 - --probes
 - {{ . | quote }}
 {{- end }}
+{{- if .Values.ebpf.enabled }}
+{{- with .Values.ebpf.skip }}
+- --probe-option
+- {{ printf "ebpf.skip=%s" . | quote }}
+{{- end }}
+- --probe-option
+- {{ printf "ebpf.launch_latency=%t" .Values.ebpf.launchLatency | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
