@@ -112,6 +112,29 @@ def test_the_image_is_labelled_runs_reveal_and_is_not_root_by_default(image):
     assert who.stdout.strip() == "65532"
 
 
+def test_an_analysis_in_the_image_as_its_own_user_equals_the_native_one(image, tmp_path):
+    """A kept recording (CPU contention on a distributed job, bench/recordings) analysed in
+    the image by its unprivileged default user, the data mounted read-only, gives the
+    verdicts the native analysis gives."""
+    import tarfile
+
+    with tarfile.open(ROOT / "bench/recordings/distributed_cpu_contention.tar.xz") as tar:
+        tar.extractall(tmp_path / "rec")  # the project's own file
+    runs = tmp_path / "rec" / "runs" / "distributed"
+    native = subprocess.run([sys.executable, "-m", "reveal.cli", "analyze", str(runs / "run1"),
+                             "--baseline", str(runs / "baseline1"), "--format", "none",
+                             "--json", "-"], capture_output=True, text=True, timeout=300)
+    assert native.returncode == 0, native.stderr[-2000:]
+    inside = podman("run", "--rm", "--runtime", "runc", *_limits(), "-v",
+                    f"{runs}:/data:ro", image["tag"], "analyze", "/data/run1", "--baseline",
+                    "/data/baseline1", "--format", "none", "--json", "-", timeout=300)
+    ours, theirs = json.loads(native.stdout), json.loads(inside.stdout)
+    assert theirs["summary"] == ours["summary"] and ours["summary"]["anomalous_windows"] > 0
+    assert theirs["windows"]["flagged"] == ours["windows"]["flagged"]
+    assert theirs["windows"]["start_ns"] == ours["windows"]["start_ns"]
+    assert [e["claim"] for e in theirs["episodes"]] == [e["claim"] for e in ours["episodes"]]
+
+
 @pytest.fixture
 def netns():
     name = f"{OWN}ns"
