@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import signal
 import statistics
@@ -40,22 +41,28 @@ from provenance import arguments, script_argv, write_result  # noqa: E402
 from reveal._version import __version__  # noqa: E402
 from reveal.inject.faults import FaultContext, make_fault  # noqa: E402
 
-#: the host's view for a watch in a container (docs/deploy.md, "The image")
-HOST_VIEW = ["--pid", "host", "--network", "host", "--cgroupns", "host", "--user", "0",
-             "--cap-add", "SYS_ADMIN,SYS_PTRACE,PERFMON,BPF,DAC_READ_SEARCH,SYS_RESOURCE,"
-             "SYS_NICE", "--security-opt", "seccomp=unconfined",
-             "-v", "/sys:/sys:ro", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
 
-
-def _ulimits() -> list[str]:
+def host_view() -> list[str]:
+    """``podman run`` options for a watch in the image with the host's view, as
+    docs/deploy.md gives them: runc, ulimits within this shell's hard limits (podman's
+    defaults can exceed them), the host's PID, network and cgroup namespaces, root with the
+    documented capabilities, and the mounts (``/run/netns`` made where it is missing)."""
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     files = 65536 if files == resource.RLIM_INFINITY else min(files, 65536)
-    return ["--ulimit", f"nofile={files}:{files}", "--ulimit", "nproc=4096:4096"]
+    os.makedirs("/run/netns", exist_ok=True)
+    return ["--runtime", "runc", "--ulimit", f"nofile={files}:{files}",
+            "--ulimit", "nproc=4096:4096", "--pid", "host", "--network", "host",
+            "--cgroupns", "host", "--user", "0",
+            "--cap-add", "SYS_ADMIN,SYS_PTRACE,PERFMON,BPF,DAC_READ_SEARCH,SYS_RESOURCE,"
+            "SYS_NICE", "--security-opt", "seccomp=unconfined",
+            "-v", "/sys:/sys:ro", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
+            "-v", "/run/netns:/run/netns:ro,rslave"]
 
 
-def _latency(receiver: Receiver, path: str, seen: int, t0: float) -> float | None:
+def _latency(receiver: Receiver, seen: int, t0: float) -> float | None:
+    """Seconds from ``t0`` to the first ``firing`` event after the ``seen`` first ones."""
     for t, event in receiver.events[seen:]:
-        if event.get("_path") == path and event["event"] == "firing":
+        if event["event"] == "firing":
             return round(t - t0, 3)
     return None
 
@@ -82,21 +89,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     image = json.loads(inspect.stdout)[0]
-    receiver = Receiver()
-    paths = {"native": "/native", "image": "/image"}
-    # the receiver keeps the path of each POST (one webhook per watch)
-    handler = receiver.server.RequestHandlerClass
-    original = handler.do_POST
-
-    def do_post(self):  # type: ignore[no-untyped-def]
-        before = len(receiver.events)
-        original(self)
-        for _, event in receiver.events[before:]:
-            event["_path"] = self.path
-
-    handler.do_POST = do_post
-    hook = receiver.url.rsplit("/", 1)[0]
-    ports = {k: _free_port() for k in paths}
+    receivers = {k: Receiver() for k in ("native", "image")}  # one webhook per watch
+    ports = {k: _free_port() for k in receivers}
     name = f"reveal-bench-image-{int(time.time())}"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reveal-image-bench-") as tmp:
@@ -109,15 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         native = subprocess.Popen(
             [sys.executable, "-m", "reveal.cli", "watch", "--state", str(work / "native"),
              *common, "--listen", f"127.0.0.1:{ports['native']}",
-             "--alert-webhook", f"{hook}{paths['native']}"],
+             "--alert-webhook", receivers["native"].url],
             stdout=subprocess.DEVNULL, stderr=native_log)
-        subprocess.run(["podman", "run", "-d", "--name", name, "--runtime", "runc",
-                        *_ulimits(), *HOST_VIEW, "-v", f"{work / 'image'}:/var/lib/reveal",
+        subprocess.run(["podman", "run", "-d", "--name", name, *host_view(),
+                        "-v", f"{work / 'image'}:/var/lib/reveal",
                         args.image, "watch", *common,
                         "--listen", f"127.0.0.1:{ports['image']}",
-                        "--alert-webhook", f"{hook}{paths['image']}"],
+                        "--alert-webhook", receivers["image"].url],
                        check=True, capture_output=True)
-        scrapers = {k: Scraper(ports[k]) for k in paths}
+        scrapers = {k: Scraper(ports[k]) for k in receivers}
         for s in scrapers.values():
             s.start()
         result: dict[str, Any] = {"bench": "image", "image": args.image,
@@ -157,15 +151,16 @@ def main(argv: list[str] | None = None) -> int:
                 reason = fault.check()
                 if reason:
                     raise RuntimeError(f"fault {kind} cannot run here: {reason}")
-                seen, t0 = len(receiver.events), time.time()
+                seen = {k: len(r.events) for k, r in receivers.items()}
+                t0 = time.time()
                 try:
                     fault.begin()
-                    wait(lambda n=seen, t=t0: all(_latency(receiver, p, n, t) is not None
-                                                  for p in paths.values()),
+                    wait(lambda n=seen, t=t0: all(_latency(r, n[k], t) is not None
+                                                  for k, r in receivers.items()),
                          args.fault_s, 0.05)
                 finally:
                     fault.end()
-                got = {k: _latency(receiver, p, seen, t0) for k, p in paths.items()}
+                got = {k: _latency(r, seen[k], t0) for k, r in receivers.items()}
                 faults.append({"kind": kind, "quiet_before": quiet, **got})
                 print(f"bench_image: fault {i + 1} ({kind}): {got}", file=sys.stderr)
                 time.sleep(5)
@@ -177,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
             result["fault_to_alert_s"] = {
                 k: {"alerted": sum(f[k] is not None for f in faults), "of": len(faults),
-                    "median": median(k)} for k in paths}
+                    "median": median(k)} for k in receivers}
             both = [f["image"] - f["native"] for f in faults
                     if f["image"] is not None and f["native"] is not None]
             result["fault_to_alert_s"]["image_minus_native_median"] = (
@@ -195,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 native.kill()
             (work / "image.log").write_text(logs.stdout + logs.stderr)
             result["logs_tail"] = {k: (work / f"{k}.log").read_text(errors="replace")[-1500:]
-                                   for k in paths}
+                                   for k in receivers}
     write_result(args.out, result, arguments(args), script_argv(__file__, argv),
                  started=started)
     print(json.dumps({k: result.get(k) for k in ("channels", "cpu", "fault_to_alert_s")},

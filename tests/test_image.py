@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from reveal.store.run_reader import open_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from bench_image import host_view
 from test_watch_service import (
     get_json,
     hog,
@@ -52,18 +54,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.alone,
 
 
 def _limits() -> list[str]:
-    """``--ulimit`` within this shell's hard limits (podman's defaults exceed them here)."""
-    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    files = 65536 if files == resource.RLIM_INFINITY else min(files, 65536)
-    return ["--ulimit", f"nofile={files}:{files}", "--ulimit", "nproc=4096:4096"]
-
-
-#: the host's view, as docs/deploy.md documents it for `reveal watch` in a container
-HOST_VIEW = ["--pid", "host", "--network", "host", "--cgroupns", "host", "--user", "0",
-             "--cap-add", "SYS_ADMIN,SYS_PTRACE,PERFMON,BPF,DAC_READ_SEARCH,SYS_RESOURCE,"
-             "SYS_NICE", "--security-opt", "seccomp=unconfined",
-             "-v", "/sys:/sys:ro", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
-             "-v", "/run/netns:/run/netns:ro,rslave"]
+    """``--runtime runc`` and ulimits within this shell's hard limits (podman's defaults
+    exceed them here): the first options of host_view()."""
+    return host_view()[:6]
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True
@@ -79,7 +72,7 @@ def run_in(image: str, *args: str, mounts: tuple[str, ...] = (), detach: str | N
     """``podman run`` of the image with the host's view; ``detach``: a named container."""
     how = ["-d", "--name", detach] if detach else ["--rm"]
     vols = [x for m in mounts for x in ("-v", m)]
-    return podman("run", *how, "--runtime", "runc", *_limits(), *HOST_VIEW, *vols, image,
+    return podman("run", *how, *host_view(), *vols, image,
                   *args, timeout=timeout)
 
 
@@ -105,9 +98,9 @@ def test_the_image_is_labelled_runs_reveal_and_is_not_root_by_default(image):
     assert labels["org.opencontainers.image.revision"].split("-")[0] == head
     assert config["Entrypoint"] == ["/opt/reveal/bin/reveal"] and config["User"] == "65532"
     assert image["built"]["size_bytes"] == info["Size"] < 700e6  # bench: build/image.json
-    version = podman("run", "--rm", "--runtime", "runc", *_limits(), image["tag"], "--version")
+    version = podman("run", "--rm", *_limits(), image["tag"], "--version")
     assert version.stdout.strip() == f"reveal {__version__}"
-    who = podman("run", "--rm", "--runtime", "runc", *_limits(), "--entrypoint", "id",
+    who = podman("run", "--rm", *_limits(), "--entrypoint", "id",
                  image["tag"], "-u")
     assert who.stdout.strip() == "65532"
 
@@ -125,7 +118,7 @@ def test_an_analysis_in_the_image_as_its_own_user_equals_the_native_one(image, t
                              "--baseline", str(runs / "baseline1"), "--format", "none",
                              "--json", "-"], capture_output=True, text=True, timeout=300)
     assert native.returncode == 0, native.stderr[-2000:]
-    inside = podman("run", "--rm", "--runtime", "runc", *_limits(), "-v",
+    inside = podman("run", "--rm", *_limits(), "-v",
                     f"{runs}:/data:ro", image["tag"], "analyze", "/data/run1", "--baseline",
                     "/data/baseline1", "--format", "none", "--json", "-", timeout=300)
     ours, theirs = json.loads(native.stdout), json.loads(inside.stdout)
@@ -228,7 +221,7 @@ def test_watch_in_the_container_is_scraped_alerts_and_a_newer_image_keeps_its_mo
     # the next release (the same image, its version raised) on the same state directory
     step, nxt = f"{OWN}-bump", f"localhost/reveal-test:{OWN}-next"
     version = "/opt/reveal/lib/python3.11/site-packages/reveal/_version.py"
-    podman("run", "--name", step, "--runtime", "runc", *_limits(), "--user", "0",
+    podman("run", "--name", step, *_limits(), "--user", "0",
            "--entrypoint", "sed", image["tag"], "-i",
            's/^__version__ = .*/__version__ = "99.0.0"/', version)
     podman("commit", "-q", "--change", "LABEL org.opencontainers.image.version=99.0.0",
@@ -242,7 +235,7 @@ def test_watch_in_the_container_is_scraped_alerts_and_a_newer_image_keeps_its_mo
         log = _logs(name)
         assert "model loaded" in log and "learning a model" not in log, log[-3000:]
         assert model.stat().st_mtime_ns == learned
-        assert podman("run", "--rm", "--runtime", "runc", *_limits(), nxt,
+        assert podman("run", "--rm", *_limits(), nxt,
                       "--version").stdout.strip() == "reveal 99.0.0"
     finally:
         podman("stop", "-t", "30", name, check=False, timeout=60)
