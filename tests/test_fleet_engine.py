@@ -117,6 +117,44 @@ def test_role_names_rank_interfaces_by_traffic():
                      "net.speed_mbps{iface=eth1}": "net.speed_mbps{iface=rank0}"}
 
 
+def test_a_devices_role_is_the_same_whichever_channels_are_compared():
+    """A device's role comes from the whole run: the default set (the job's namespaces only)
+    and every channel name it alike, even where host-wide traffic the default set leaves
+    out would reorder the devices (an interface seen in the host's namespace before a job
+    moved it into its own)."""
+    from reveal.frame import Telemetry
+
+    rng = np.random.default_rng(3)
+    n = 200
+    ts = np.arange(n, dtype=np.int64) * 100_000_000
+    rates = {  # bytes per second
+        "net.rx_bytes{iface=veth-a}": 9e8,  # briefly host-wide, busy, before the move
+        "net.rx_bytes{iface=veth-a,netns=job-a}": 1e5,
+        "net.rx_bytes{iface=veth-b,netns=job-b}": 2e5,
+        "net.rx_bytes{iface=eth0}": 1e6,
+    }
+    columns, channels = [], []
+    for name, rate in rates.items():
+        counter = np.cumsum(rng.poisson(rate * 0.1, n)).astype(float)
+        if "netns" not in name and "veth" in name:
+            counter[20:] = np.nan
+        columns.append(counter)
+        channels.append(name)
+    for iface, netns in (("veth-a", "job-a"), ("veth-b", "job-b"), ("eth0", None)):
+        labels = f"iface={iface}" + (f",netns={netns}" if netns else "")
+        columns.append(np.full(n, 1500.0))
+        channels.append(f"net.mtu{{{labels}}}")
+    columns.append(50.0 + rng.normal(0, 1, n))
+    channels.append("cgroup.cpu.usage_pct{cgroup=job}")
+    tel = Telemetry("h", ts, np.column_stack(columns), channels,
+                    {"interval_s": 0.1, "wall_offset_ns": 0})
+    default = host_features(tel, FleetConfig())
+    every = host_features(tel, FleetConfig(channels=None, job_network_only=False))
+    assert default.statics == every.statics
+    assert set(default.roles.items()) <= set(every.roles.items())
+    assert "net.mtu{iface=rank0,netns=job-a}" in default.statics
+
+
 def test_host_without_overlapping_time_is_a_warning():
     tels = fleet(6, 60, seed=9)
     late = fleet(1, 60, seed=10, names=("late-host",), start_s=(3600.0,))[0]

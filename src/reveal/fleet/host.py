@@ -18,13 +18,13 @@ from reveal.analysis.derive import derive
 from reveal.analysis.floors import SAMPLING_SE
 from reveal.analysis.percpu import BUSY_METRIC
 from reveal.analysis.pipeline import FittedAnalysis, rows_per_window, score_windows, window_config
-from reveal.catalog import default_catalog
+from reveal.catalog import Catalog, default_catalog
 from reveal.config import AnalyzeConfig
 from reveal.errors import InputError
 from reveal.fleet.channels import compared_channels
 from reveal.fleet.config import FleetConfig
 from reveal.fleet.records import HostFeatures, OwnVerdicts
-from reveal.fleet.roles import role_names
+from reveal.fleet.roles import device_ranks, ranking_channels, renamed
 from reveal.frame import Telemetry, channel_metric, parse_channel
 
 #: rows a channel's level (for its floor) is taken from, evenly spread over the run
@@ -67,7 +67,7 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
     window = window_config(AnalyzeConfig(window=config.window), interval)
     finite = frontend.finite_channels(d)
     kinds = [catalog.lookup(channel_metric(c)).kind for c in d.channels]
-    roles = role_names(d.channels, d.values)
+    roles = renamed(d.channels, _device_ranks(telemetry, catalog))
     statics = _statics(d, kinds, finite, roles)
     names = frontend.usable(d, catalog)
     if not names:
@@ -104,6 +104,16 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
         features=features, floors=floors, statics=statics,
         activity=_activity(d, windows.start, windows.size), roles=shown, source=source,
         warnings=warnings, own=own)
+
+
+def _device_ranks(telemetry: Telemetry, catalog: Catalog) -> dict[str, dict[str, str]]:
+    """Devices' roles from the traffic of the whole run, whichever channels are compared:
+    a role is the host's, so every channel set names a device alike."""
+    ranked = ranking_channels(telemetry.channels)
+    if not ranked:
+        return {}
+    d, _report = derive(telemetry.select(ranked), catalog)
+    return device_ranks(d.channels, d.values)
 
 
 def _statics(d: Telemetry, kinds: list[str], finite: np.ndarray,

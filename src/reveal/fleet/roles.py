@@ -27,11 +27,19 @@ RANK_PREFIX = "rank"
 KEEP_NAMES = {"iface": ("lo",)}
 
 
-def role_names(channels: list[str], values: np.ndarray) -> dict[str, str]:
-    """Role-matched name of every channel whose name changes (others keep their name).
+def ranking_channels(channels: list[str]) -> list[str]:
+    """The channels that name a ranked device (a ``RANKED_LABELS`` label): the input of
+    :func:`device_ranks`."""
+    return [name for name in channels
+            if any(label in parse_channel(name)[1] for label in RANKED_LABELS)]
+
+
+def device_ranks(channels: list[str], values: np.ndarray) -> dict[str, dict[str, str]]:
+    """label -> device -> role name (``rank0`` the busiest), from the traffic channels among
+    ``channels``.
 
     ``values`` (T, C): the derived telemetry (counters as per-second rates); a device's
-    traffic is the sum over its ``RANKED_LABELS`` channels of their mean.
+    traffic is the sum over its traffic channels of their mean (NaN samples left out).
     """
     parsed = [parse_channel(c) for c in channels]
     ranked = [i for i, (_m, labels) in enumerate(parsed)
@@ -55,12 +63,28 @@ def role_names(channels: list[str], values: np.ndarray) -> dict[str, str]:
     for label, devices in traffic.items():
         order = sorted(devices, key=lambda d: (-devices[d], d))
         rank[label] = {d: f"{RANK_PREFIX}{i}" for i, d in enumerate(order)}
+    return rank
+
+
+def renamed(channels: list[str], ranks: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Role-matched name of every channel whose name ``ranks`` changes (others keep their
+    name); a device ``ranks`` does not know keeps its name."""
     out: dict[str, str] = {}
-    for name, (metric, labels) in zip(channels, parsed, strict=True):
+    for name in channels:
+        metric, labels = parse_channel(name)
         new = dict(labels)
-        for label, table in rank.items():
+        for label, table in ranks.items():
             if label in labels and labels[label] in table:
                 new[label] = table[labels[label]]
         if new != labels:
             out[name] = format_channel(metric, new)
     return out
+
+
+def role_names(channels: list[str], values: np.ndarray) -> dict[str, str]:
+    """Role-matched name of every channel whose name changes (others keep their name).
+
+    ``values`` (T, C): the derived telemetry (counters as per-second rates); a device's
+    traffic is the sum over its ``RANKED_LABELS`` channels of their mean.
+    """
+    return renamed(channels, device_ranks(channels, values))
