@@ -97,26 +97,37 @@ umount "$root/proc"
 say "trimmed"
 rm -rf "$root/tmp/"* "$root/var/lib/apt/lists/"* "$root/var/cache/apt/"*.bin \
   "$root/var/cache/apt/archives/"*.deb "$root/usr/share/doc" "$root/usr/share/man" \
-  "$root/usr/share/info" "$root/usr/share/locale" "$root/var/log/"* "$root/etc/resolv.conf"
+  "$root/usr/share/info" "$root/usr/share/locale" "$root/var/log/"* "$root/etc/resolv.conf" \
+  "$root"/usr/lib/*-linux-gnu/gconv \
+  "$root"/usr/lib/python3*/lib2to3 "$root"/usr/lib/python3*/pydoc_data \
+  "$root"/usr/lib/python3*/ensurepip
+# (glibc's iconv charsets: Python has its own codecs; of Python's library, the 2to3
+# converter, pydoc's help topics and pip's bootstrap, the venv being made)
 site=$(echo "$root"/opt/reveal/lib/python3*/site-packages)
 # the libraries' own test suites, and the installers (the image installs nothing more)
 find "$site" -depth -type d \( -name tests -o -name __pycache__ \) -path "$site/*/*" \
   ! -path "$site/reveal/*" -exec rm -rf {} +
 rm -rf "$site"/pip "$site"/pip-* "$site"/setuptools "$site"/setuptools-* \
-  "$root/opt/reveal/bin/pip"*
+  "$site"/pkg_resources "$site"/_distutils_hack "$site"/distutils-precedence.pth \
+  "$root/opt/reveal/bin/pip"* "$root/usr/share/python-wheels"
 # pyarrow's parts Reveal never loads (Arrow Flight, the S3 filesystem, its C++ tests, the
 # headers), and each library's link-time and full-version copies beside the name it is
 # loaded by (a wheel holds copies, not links)
 pa="$site/pyarrow"
 rm -rf "$pa"/include "$pa"/src "$pa"/libarrow_flight.so* "$pa"/libarrow_python_flight.so* \
   "$pa"/_flight.*.so "$pa"/flight.py "$pa"/libarrow_s3.so* "$pa"/_s3fs.*.so \
-  "$pa"/_pyarrow_cpp_tests.*.so
+  "$pa"/_pyarrow_cpp_tests.*.so "$pa"/_substrait.*.so "$pa"/substrait.py \
+  "$pa"/_azurefs.*.so "$pa"/_gcsfs.*.so "$pa"/_hdfs.*.so "$pa"/_orc.*.so \
+  "$pa"/_dataset_orc.*.so "$pa"/orc.py
+# scikit-learn's sample data sets
+rm -rf "$site"/sklearn/datasets/data "$site"/sklearn/datasets/descr \
+  "$site"/sklearn/datasets/images
 for f in "$pa"/lib*.so.*.*.*; do [ -e "${f%.*.*}" ] && rm -f "$f"; done
 for f in "$pa"/lib*.so; do compgen -G "$f.*" >/dev/null && rm -f "$f"; done
-# the compiled extensions' sources and headers, and their symbol tables
+# the compiled extensions' sources and headers, type stubs, and their symbol tables
 find "$site" -path "$site/reveal" -prune -o -type f \( -name '*.pyx' -o -name '*.pxd' \
-  -o -name '*.pxi' -o -name '*.h' -o -name '*.hpp' -o -name '*.c' -o -name '*.cpp' \) -print0 \
-  | xargs -0 rm -f
+  -o -name '*.pxi' -o -name '*.h' -o -name '*.hpp' -o -name '*.c' -o -name '*.cpp' \
+  -o -name '*.pyi' \) -print0 | xargs -0 rm -f
 # (never those a wheel's repair rewrote, in its *.libs folder or with a run path: strip
 # misaligns their load segments)
 if command -v strip >/dev/null && command -v readelf >/dev/null; then
@@ -125,8 +136,25 @@ if command -v strip >/dev/null && command -v readelf >/dev/null; then
       readelf -d "$f" 2>/dev/null | grep -qE 'R(UN)?PATH' || strip --strip-unneeded "$f" 2>/dev/null || true
     done
 fi
-# compiled once here, so that each start of a read-only container does not compile again
-inroot /opt/reveal/bin/python -m compileall -q -j 0 /opt/reveal/lib >/dev/null || true
+# compiled once here, so that each start of a read-only container does not compile again.
+# Python's library and the libraries are kept as their compiled files alone, beside where
+# their sources were (nothing reads a library's source at run time; a traceback into one
+# names its file and line); Reveal's own modules keep their sources, and Python keeps
+# os.py, the file it finds its library by
+stdlib=$(echo "$root"/usr/lib/python3.[0-9]*)
+pyver=$(basename "$stdlib")
+inroot /opt/reveal/bin/python -m compileall -q -b -j 0 -x '/site-packages/reveal/' \
+  /opt/reveal/lib "/usr/lib/$pyver" >/dev/null || true
+for tree in "$site" "$stdlib"; do
+  find "$tree" -path "$site/reveal" -prune -o -type f -name '*.py' ! -path "$stdlib/os.py" \
+    -print0 | while IFS= read -r -d '' f; do [ -f "${f}c" ] && rm -f "$f"; done
+  find "$tree" -path "$site/reveal" -prune -o -type d -name __pycache__ -print0 |
+    xargs -0 rm -rf
+done
+inroot /opt/reveal/bin/python -m compileall -q -j 0 \
+  "/opt/reveal/lib/$pyver/site-packages/reveal" >/dev/null || true
+# files two wheels both carry (NumPy's and SciPy's copy of one libgfortran) stored once
+command -v hardlink >/dev/null && hardlink -c -q "$root/opt/reveal" >/dev/null 2>&1 || true
 echo "reveal:x:65532:65532:reveal:/home/reveal:/usr/sbin/nologin" >>"$root/etc/passwd"
 echo "reveal:x:65532:" >>"$root/etc/group"
 install -d -o 65532 -g 65532 "$root/home/reveal" "$root/var/lib/reveal"

@@ -124,7 +124,7 @@ PIP=("$VPY" -m pip install -q --disable-pip-version-check)
 if [ "$TEST" -eq 1 ]; then
   SPEC="${ROOT}[test]"; say "installing Reveal and its test extras into $VENV"
 else
-  SPEC="$ROOT"; say "installing Reveal into $VENV"
+  SPEC="${ROOT}[all]"; say "installing Reveal (with its report and fleet extras) into $VENV"
 fi
 "${PIP[@]}" -e "$SPEC"
 if [ "$TEST" -eq 1 ]; then

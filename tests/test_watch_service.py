@@ -307,6 +307,52 @@ def test_a_dead_webhook_never_stalls_and_its_queue_stays_bounded():
     sink.close(timeout=0.5)
 
 
+def test_closing_a_webhook_retries_what_is_in_flight_and_counts_what_it_could_not_send():
+    """The last event (a resolution at shutdown) is retried through close's time when its
+    first POST fails; a target that never answers has it counted and named, not lost."""
+    from reveal.live.sinks import WebhookSink
+
+    received: list[dict] = []
+
+    class FlakyHandler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            refuse = not getattr(self.server, "refused", False)
+            self.server.refused = True  # type: ignore[attr-defined]
+            self.send_response(503 if refuse else 200)
+            self.end_headers()
+            if not refuse:
+                received.append(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        delivered: list[str] = []
+        sink = WebhookSink(f"http://127.0.0.1:{server.server_address[1]}/hook",
+                           on_delivered=lambda _name, event: delivered.append(event["id"]),
+                           backoff_s=0.2)
+        sink.submit({"event": "resolved", "id": "last"})
+        sink.close(timeout=5.0)
+        assert [b["id"] for b in received] == ["last"] and delivered == ["last"]
+        assert sink.failed == 1 and sink.dropped == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    warnings: list[str] = []
+    dead = WebhookSink(f"http://127.0.0.1:{free_port()}/hook", backoff_s=0.1,
+                       notify=lambda level, text: warnings.append(f"{level}: {text}"))
+    dead.submit({"event": "resolved", "id": "lost"})
+    t0 = time.monotonic()
+    dead.close(timeout=1.0)
+    assert time.monotonic() - t0 < 3.0
+    assert dead.dropped == 1 and dead.failed >= 2
+    assert any("1 alert event(s) not delivered" in w for w in warnings)
+
+
 @pytest.mark.alone  # the model it loads is the first test's, which runs alone
 def test_watch_goes_on_scoring_with_dead_sinks(servers, tmp_path):
     """Unreachable Alertmanager and webhook: one warning each, scoring goes on."""

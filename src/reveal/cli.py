@@ -20,7 +20,7 @@ from types import ModuleType
 
 from reveal._version import __version__
 from reveal.commands import HelpFormatter
-from reveal.errors import RevealError, missing_package, with_log_reason
+from reveal.errors import EXTRA_OF, RevealError, missing_package, with_log_reason
 
 COMMANDS = (
     "analyze", "evaluate", "select", "collect", "profile", "probes", "watch",
@@ -29,7 +29,13 @@ COMMANDS = (
 
 
 def needs_package(package: str) -> str:
-    """What to say when a third-party Python package is missing."""
+    """What to say when a third-party Python package is missing: the extra of Reveal's
+    that brings it, where one does (the node agent and its image have none)."""
+    extra = EXTRA_OF.get(package)
+    if extra is not None:
+        return (f"needs the Python package {package!r} of Reveal's {extra!r} extra, which "
+                f"this installation (the node agent) does not have (pip install "
+                f"'reveal[{extra}]', or run scripts/install.sh)")
     return (f"needs the Python package {package!r}, which is not installed "
             f"(pip install {package}, or run scripts/install.sh)")
 

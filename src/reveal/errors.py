@@ -74,6 +74,12 @@ _DISTRIBUTIONS = {"sklearn": "scikit-learn", "pynvml": "nvidia-ml-py", "yaml": "
                   "prometheus_client": "prometheus-client", "google": "protobuf"}
 
 
+#: distribution -> Reveal's extra that brings it (pyproject.toml): the node agent (and its
+#: image) has none of them
+EXTRA_OF = {"matplotlib": "report", "bokeh": "report", "distributed": "fleet",
+            "dask": "fleet", "pandas": "pandas"}
+
+
 def missing_package(exc: ModuleNotFoundError) -> str | None:
     """The package to install for a failed import of a third-party module (None when the
     missing module is Reveal's own)."""

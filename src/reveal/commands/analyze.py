@@ -11,12 +11,10 @@ from typing import Any
 from reveal.analysis.presets import TELEMETRY, with_overrides
 from reveal.analysis.select import load_metric_set
 from reveal.commands._shared_options import comma_separated
-from reveal.commands.report import write_html
 from reveal.errors import InputError
 from reveal.model import Reveal, load_source, report_run
 from reveal.paths import check_writable_file
 from reveal.report.floors_text import render_floors
-from reveal.report.html import render_html
 from reveal.report.terminal import render_text
 from reveal.report.text import render_table
 from reveal.settings import parse_sets
@@ -70,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable_file(args.save_model)
     if args.html:
         check_writable_file(args.html)
+        import reveal.report.html  # noqa: F401  the report extra: missing, say so before the analysis
     if args.model:
         if args.baseline or metric_set or overrides(args) or args.preset != "auto":
             raise InputError("--model scores with the saved model's own settings: give no "
@@ -106,7 +105,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_html(report: Any, args: argparse.Namespace) -> None:
-    """The report as an HTML page, with the run's (and baseline's) implicated channels."""
+    """The report as an HTML page, with the run's (and baseline's) implicated channels
+    (Reveal's ``report`` extra: the node agent analyses without it)."""
+    from reveal.commands.report import write_html
+    from reveal.report.html import render_html
+
     baseline = args.baseline or (None if args.model else default_baseline(args.run))
     write_html(render_html(report, load_source(args.run),
                            load_source(baseline) if baseline else None), args.html)

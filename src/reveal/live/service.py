@@ -23,6 +23,7 @@ import resource
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,8 +275,9 @@ class Watch:
     def close(self) -> None:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(30)
-        for sink in self.sinks:
-            sink.close(timeout=3.0)
+        if self.sinks:  # side by side: one target that is down does not eat the others' time
+            with ThreadPoolExecutor(len(self.sinks), thread_name_prefix="reveal-close") as pool:
+                list(pool.map(lambda sink: sink.close(timeout=3.0), self.sinks))
         if self.tracker is not None:
             with contextlib.suppress(OSError):
                 self.tracker.save()

@@ -186,18 +186,26 @@ class HttpSink(Sink):
             except queue.Full:
                 with contextlib.suppress(queue.Empty):
                     self._queue.get_nowait()  # the oldest waiting gives way
+                    self._queue.task_done()
                     self.dropped += 1
 
     def queued(self) -> int:
         return self._queue.qsize()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Deliver what is queued for up to ``timeout`` s, then stop."""
+        """Deliver what is queued or being sent for up to ``timeout`` s (retrying as ever,
+        a failing target too), then stop; events still undelivered are counted in
+        ``dropped`` and named in a warning, never lost unsaid."""
         deadline = time.monotonic() + timeout
-        while self._queue.qsize() and time.monotonic() < deadline and not self._failing:
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.05)
         self._stop.set()
         self._thread.join(max(0.1, deadline - time.monotonic()))
+        left = self._queue.unfinished_tasks
+        if left:
+            self.dropped += left
+            self.notify("warning", f"alert sink {self.name}: {left} alert event(s) not "
+                                   f"delivered to {self.url} before it closed")
 
     def body(self, event: Event) -> Any:
         return event
@@ -215,22 +223,28 @@ class HttpSink(Sink):
                 event = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
-            started = time.monotonic()
-            delay = self.backoff_s
-            while not self._stop.is_set():
-                try:
-                    self._post(self.body(event))
-                except (OSError, urllib.error.URLError, ValueError) as exc:
-                    reason = getattr(exc, "reason", None) or exc
-                    self._failed(f"POST {self.url} failed ({reason})")
-                    if time.monotonic() - started > self.give_up_s:
-                        self.dropped += 1
-                        break
-                    self._stop.wait(delay)
-                    delay = min(delay * 2, self.max_backoff_s)
-                    continue
-                self._ok(event)
-                break
+            if self._deliver(event):
+                self._queue.task_done()  # an event stopped mid-retry stays unfinished
+
+    def _deliver(self, event: Event) -> bool:
+        """POST ``event`` until it is delivered or given up (True), or the sink stops."""
+        started = time.monotonic()
+        delay = self.backoff_s
+        while not self._stop.is_set():
+            try:
+                self._post(self.body(event))
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                self._failed(f"POST {self.url} failed ({reason})")
+                if time.monotonic() - started > self.give_up_s:
+                    self.dropped += 1
+                    return True
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.max_backoff_s)
+                continue
+            self._ok(event)
+            return True
+        return False
 
 
 @register
