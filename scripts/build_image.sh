@@ -2,8 +2,9 @@
 # Build Reveal's OCI image from Debian's packages and the project's wheel, with no base
 # image pulled from a registry: a Debian root filesystem made by debootstrap (minbase:
 # Python 3, its venv module, CA certificates, mount), a virtual environment at /opt/reveal
-# holding the wheel built from this clone (with its C extension) and its dependencies from
-# PyPI, trimmed (apt lists, documentation, tests of the libraries), then imported by podman
+# holding the wheel built from this clone (with its C extension) and the node agent's
+# dependencies from PyPI (no extras: docs/deploy.md), trimmed (apt lists, documentation,
+# tests of the libraries, sources of compiled libraries), then imported by podman
 # with `reveal` as its entrypoint, the user `reveal` (65532) by default and the OCI labels
 # of its version, revision and build date.
 #

@@ -53,6 +53,28 @@ def test_the_extras_message_names_the_extra() -> None:
     assert "pip install scikit-learn" in needs_package("scikit-learn")
 
 
+def test_the_extras_named_in_errors_are_those_of_pyproject() -> None:
+    """Every package the errors send to an extra is in that extra, and none of the node
+    agent's own dependencies is sent to one."""
+    import re
+    import tomllib
+
+    from reveal.errors import EXTRA_OF
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(specs: list[str]) -> set[str]:
+        return {re.split(r"[<>=\[; ]", spec, maxsplit=1)[0].lower() for spec in specs}
+
+    extras = {extra: names(specs) for extra, specs in project["optional-dependencies"].items()}
+    core = names(project["dependencies"])
+    for package, extra in EXTRA_OF.items():
+        assert package not in core
+        # dask comes with distributed (the fleet extra's Dask scheduler and workers)
+        assert package in extras[extra] or (package, extra) == ("dask", "fleet"), package
+    assert set(EXTRAS_MODULES) <= set(EXTRA_OF)
+
+
 def test_collect_and_an_analysis_to_json_need_no_extra(tmp_path: Path) -> None:
     if not RECORDING.is_file():
         pytest.fail(f"{RECORDING} is part of the repository and missing")
