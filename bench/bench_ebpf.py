@@ -154,14 +154,20 @@ def first_instruction(lib: Path, symbol: str) -> str:
     return " ".join(text.split(marker, 1)[1].splitlines()[0].split(":", 1)[1].split())
 
 
-def real_prologues() -> dict[str, str]:
-    """First instruction of the traced functions in the real libcudart of the
-    nvidia-cuda-runtime-cu12 wheel (what PyTorch maps), when it is installed."""
+def wheel_cudart() -> Path | None:
+    """The real libcudart of the nvidia-cuda-runtime-cu12 wheel (what PyTorch maps), when
+    it is installed."""
     spec = importlib.util.find_spec("nvidia.cuda_runtime")
     if spec is None or not spec.submodule_search_locations:
-        return {}
+        return None
     lib = Path(next(iter(spec.submodule_search_locations))) / "lib" / "libcudart.so.12"
-    if not lib.exists():
+    return lib if lib.exists() else None
+
+
+def real_prologues() -> dict[str, str]:
+    """First instruction of the traced functions in :func:`wheel_cudart`."""
+    lib = wheel_cudart()
+    if lib is None:
         return {}
     names = ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaMalloc")
     try:

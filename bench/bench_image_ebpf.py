@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_ebpf import wheel_cudart  # noqa: E402
 from bench_image import host_view  # noqa: E402
 from provenance import arguments, script_argv, write_result  # noqa: E402
 
@@ -46,16 +47,6 @@ with open(sys.argv[4], "w") as out:
         out.flush()
         time.sleep(float(sys.argv[3]))
 """
-
-
-def cudart() -> Path:
-    """The CUDA runtime library of the ``nvidia-cuda-runtime-cu12`` wheel."""
-    import nvidia.cuda_runtime  # the test extra
-
-    found = sorted(Path(next(iter(nvidia.cuda_runtime.__path__))).rglob("libcudart.so.12*"))
-    if not found:
-        raise SystemExit("bench_image_ebpf: no libcudart.so.12 in nvidia-cuda-runtime-cu12")
-    return found[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
               f"--with-bpftrace --tag {args.image} first", file=sys.stderr)
         return 2
     image = json.loads(inspect.stdout)[0]
-    library = cudart()
+    library = wheel_cudart()
+    if library is None:
+        print("bench_image_ebpf: no libcudart.so.12: pip install nvidia-cuda-runtime-cu12 "
+              "(a test extra)", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="reveal-image-ebpf-") as tmp:
         work = Path(tmp)
         work.chmod(0o777)

@@ -67,7 +67,7 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
     window = window_config(AnalyzeConfig(window=config.window), interval)
     finite = frontend.finite_channels(d)
     kinds = [catalog.lookup(channel_metric(c)).kind for c in d.channels]
-    roles = renamed(d.channels, _device_ranks(telemetry, catalog))
+    roles = renamed(d.channels, _device_ranks(telemetry, compared, d, catalog))
     statics = _statics(d, kinds, finite, roles)
     names = frontend.usable(d, catalog)
     if not names:
@@ -106,13 +106,14 @@ def host_features(telemetry: Telemetry, config: FleetConfig | None = None, *,
         warnings=warnings, own=own)
 
 
-def _device_ranks(telemetry: Telemetry, catalog: Catalog) -> dict[str, dict[str, str]]:
+def _device_ranks(telemetry: Telemetry, compared: Telemetry, d: Telemetry,
+                  catalog: Catalog) -> dict[str, dict[str, str]]:
     """Devices' roles from the traffic of the whole run, whichever channels are compared:
-    a role is the host's, so every channel set names a device alike."""
+    a role is the host's, so every channel set names a device alike. ``d``: the compared
+    channels derived, used as they are where they hold every device channel."""
     ranked = ranking_channels(telemetry.channels)
-    if not ranked:
-        return {}
-    d, _report = derive(telemetry.select(ranked), catalog)
+    if not set(ranked) <= set(compared.channels):
+        d, _report = derive(telemetry.select(ranked), catalog)
     return device_ranks(d.channels, d.values)
 
 
