@@ -369,3 +369,45 @@ def test_a_model_that_judges_surprise_alone_is_never_scored_early():
     scorer = LiveScorer(model)
     assert live and all(at[i] != scorer.rows_of(x.window_id)[1] or (x.window_id + 1) % 5 == 0
                         for i, x in enumerate(live))
+
+
+def _with_kill_and_job(tel: Telemetry, kill_s: float | None, hang_s: float | None,
+                       seed: int) -> Telemetry:
+    """``tel`` with an OOM kill count (one kill at ``kill_s``) and a job's CPU time read every
+    half second and repeated between reads (a held counter: 1 CPU, a tenth of one from
+    ``hang_s``)."""
+    rng = np.random.default_rng(seed)
+    t = (tel.timestamps_ns - tel.timestamps_ns[0]) / 1e9
+    kills = (t >= kill_s).astype(float) if kill_s is not None else np.zeros(len(t))
+    cpus = 1.0 + rng.normal(0, 0.05, len(t))
+    if hang_s is not None:
+        cpus[t >= hang_s] = 0.1
+    used = np.cumsum(cpus * 0.1e6)  # µs
+    read = np.arange(len(t)) // 5 * 5  # the value of the last half-second read
+    values = np.column_stack([tel.values, kills, used[read]])
+    return Telemetry(tel.host, tel.timestamps_ns, values,
+                     [*tel.channels, "vmstat.oom_kill", "cgroup.cpu.usage_usec{cgroup=job}"],
+                     dict(tel.meta))
+
+
+def test_a_rare_event_and_a_held_counters_fall_are_scored_as_their_windows_close():
+    """The look between scoring calls judges what the rules judge: one OOM kill (a rare
+    event, whose least change as CPU work is thousands) and a job's CPU time read every
+    half second (a held counter, whose window median is 0 whatever it counts, its mean the
+    level) ask for their windows to be scored at once, as a CPU hog's median does."""
+    model = Reveal().fit(_with_kill_and_job(_synthetic(600, seed=1), None, None, seed=1))
+    run = _with_kill_and_job(_synthetic(120, seed=3), kill_s=40.05, hang_s=80.0, seed=2)
+    run.meta.update(mem_total_bytes=24 * 2**30, n_cpus=2)
+    report = model.report(run)
+    at: list[int] = []
+    live = replay(model, run, chunk_rows=1, score_every=5, early=True, scored_at=at)
+    _assert_same(live, report)
+    scorer = LiveScorer(model)
+    start = (np.array([x.start_ns for x in live]) - run.timestamps_ns[0]) / 1e9
+    for since, subsystem in ((40.0, "memory"), (80.0, "cpu")):
+        # the first window above the threshold: persistence waits on the next one, which
+        # is scored at once because this one was above
+        first = next(i for i, x in enumerate(live) if x.above and start[i] >= since - 3)
+        assert start[first] < since + 3 and live[first + 1].flagged, (since, start[first])
+        assert live[first].evidence.subsystems[0] == subsystem, live[first].claim
+        assert at[first] == scorer.rows_of(live[first].window_id)[1], since  # as it closed

@@ -26,7 +26,13 @@ from reveal.analysis.attribute import attribute
 from reveal.analysis.baseline_health import UnhealthyChannel, baseline_health
 from reveal.analysis.constants import MAD_TO_SIGMA
 from reveal.analysis.derive import derive
-from reveal.analysis.direct import baseline_levels, direct_signs, lead_with, merge_signs
+from reveal.analysis.direct import (
+    DirectSigns,
+    baseline_levels,
+    direct_signs,
+    lead_with,
+    merge_signs,
+)
 from reveal.analysis.ensemble import (
     MIN_BASELINE_WINDOWS,
     Ensemble,
@@ -693,17 +699,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         if getattr(fitted, "matters_alone", False):
             decided = decided | (cells & _deciding_columns(fitted)).any(axis=1)
         above = decided & ~held
-    signs = direct_signs(d_run, fm.windows.start_ns, fm.windows.size,
-                         getattr(fitted, "direct_levels", {}),
-                         settings=getattr(fitted, "configuration", {}),
-                         subsystem_of=lambda metric: catalog.lookup(metric).subsystem,
-                         significance=significance_of(config))
-    envelopes = getattr(fitted, "event_envelopes", None)
-    if envelopes is not None and config.detect.rare_events:
-        signs = merge_signs(signs, rare_event_signs(
-            d_run, fm.windows.start_ns, fm.windows.size, envelopes,
-            config.detect.rare_event_least, config.detect.rare_event_p,
-            subsystem_of=lambda metric: catalog.lookup(metric).subsystem))
+    signs = window_signs(fitted, d_run, fm.windows.start_ns, fm.windows.size)
     flagged = _persistent_after(above_before, above, persistence)
     if signs.shown.any():
         flagged = flagged | _persistent_after(signs_before, signs.shown, persistence)
@@ -742,6 +738,28 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,
                     scored_fm, dict(run.meta), steady, above=above,
                     signs=np.asarray(signs.shown, dtype=bool))
+
+
+def window_signs(fitted: FittedAnalysis, d_run: Telemetry, start_ns: np.ndarray,
+                 size: int) -> DirectSigns:
+    """The direct evidence of each window (``size`` samples from ``start_ns``) of a derived
+    run: the catalog's signs and configuration changes (:func:`direct_signs`), then the
+    rare events (:func:`rare_event_signs`) where the model judges them."""
+    config = fitted.config
+    catalog = default_catalog()
+
+    def subsystem_of(metric: str) -> str:
+        return catalog.lookup(metric).subsystem
+
+    signs = direct_signs(d_run, start_ns, size, getattr(fitted, "direct_levels", {}),
+                         settings=getattr(fitted, "configuration", {}),
+                         subsystem_of=subsystem_of, significance=significance_of(config))
+    envelopes = getattr(fitted, "event_envelopes", None)
+    if envelopes is not None and config.detect.rare_events:
+        signs = merge_signs(signs, rare_event_signs(
+            d_run, start_ns, size, envelopes, config.detect.rare_event_least,
+            config.detect.rare_event_p, subsystem_of=subsystem_of))
+    return signs
 
 
 def _persistent_after(before: np.ndarray, states: np.ndarray, persistence: int) -> np.ndarray:

@@ -10,12 +10,12 @@ falls behind (a slow call), the windows that closed meanwhile are scored togethe
 call, in the same way.
 
 Between scoring calls, :meth:`LiveScorer.change_seen` looks at each newly closed window
-for a change that matters (a channel's window median, or an event count's sum, moved by
-its least change that matters and ``significance.significant_z``
-robust σ): a window can be flagged only when it holds one, and the watch then scores at
-once instead of waiting for its batch. The look costs a derive and a median of one
-window's rows (about a tenth of a scoring call) and changes no verdict, only when it is
-given.
+for a change that matters (a channel's level that lasts through a window, as the
+significance rule judges it: its window median, an event count's sum, a held counter's
+mean, moved by its least change that matters and ``significance.significant_z`` robust σ):
+a window can be flagged only when it holds one, and the watch then scores at once instead
+of waiting for its batch. The look costs a derive and a median of one window's rows (about
+a tenth of a scoring call) and changes no verdict, only when it is given.
 
 The persistence rule is applied across calls as :func:`reveal.analysis.ensemble.persistent`
 applies it to a whole run: a window is flagged when its combined score and those of the
@@ -50,8 +50,9 @@ from reveal.analysis.pipeline import (
     stride_seconds,
     usable_channels,
     window_config,
+    window_signs,
 )
-from reveal.analysis.significance import gate_active, significant_cells
+from reveal.analysis.significance import gate_active, lasts, significant_cells
 from reveal.catalog import default_catalog
 from reveal.config import significance_of
 from reveal.errors import InputError
@@ -210,10 +211,16 @@ class LiveScorer:
         return bool(changed) and (new or self._last_above)
 
     def _changes(self, tel: Telemetry) -> frozenset[str]:
-        """Channels whose window median (or sum, for event counts) moved by a change that
-        matters in ``tel`` (one window's rows and the one before)."""
+        """Channels whose lasting level moved by a change that matters in ``tel`` (one
+        window's rows and the one before), and those that show direct evidence in it (a
+        catalog sign, a configuration change, a rare event: :func:`window_signs`)."""
         assert self._watched is not None
         derived, _ = derive(tel, default_catalog())
+        signed = frozenset()
+        if derived.n_samples >= self.size:
+            signs = window_signs(self.fitted, derived,
+                                 derived.timestamps_ns[-self.size:][:1], self.size)
+            signed = frozenset(r.channel for r in signs.reasons.get(0, []))
         if derived.channels != self._layout[0]:  # the buffer's layout changed: map again
             index = {c: i for i, c in enumerate(derived.channels)}
             pairs = [(k, index[c]) for k, c in enumerate(self._watched.channels)
@@ -223,16 +230,20 @@ class LiveScorer:
             self._layout = (list(derived.channels), cols, where)
         _, cols, where = self._layout
         if not len(cols) or derived.n_samples == 0:
-            return frozenset()
+            return signed
         rows = derived.values[-self.size:, where]
         w = self._watched
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            now = np.where(w.is_sum[cols], np.nansum(rows, axis=0), np.nanmedian(rows, axis=0))
+            stat = w.features[cols]
+            now = np.nanmedian(rows, axis=0)
+            for code, reduce in ((1, np.nansum), (2, np.nanmean)):
+                if (stat == code).any():
+                    now = np.where(stat == code, reduce(rows, axis=0), now)
         moved = significant_cells(now[None, :], w.median[cols], w.scale[cols], w.least[cols],
                                   significance_of(self.fitted.config).significant_z,
                                   direction=w.direction[cols])[0]
-        return frozenset(w.channels[k] for k in cols[moved])
+        return signed | frozenset(w.channels[k] for k in cols[moved])
 
     # -- scoring -----------------------------------------------------------------------
     def score(self, read: Callable[[int, int], Telemetry], total: int,
@@ -331,20 +342,26 @@ class LiveScorer:
 
 @dataclass(frozen=True)
 class _Watched:
-    """The columns :meth:`LiveScorer.change_seen` looks at: one per channel, its window
-    median (its sum for event counts), with the baseline median, the least change that
-    matters and the scale a change must exceed ``significance.significant_z`` times."""
+    """The columns :meth:`LiveScorer.change_seen` looks at: each channel's level that lasts
+    through a window, as the significance rule judges it (:func:`lasts`: its window median,
+    an event count's sum, a held counter's mean), with the baseline median, the least change
+    that matters and the scale a change must exceed ``significance.significant_z`` times.
+    A channel may have more than one (an event count's median and sum)."""
 
     channels: list[str]
-    is_sum: np.ndarray
+    features: np.ndarray  # per column, one of LASTING_STATS
     median: np.ndarray
     least: np.ndarray
     scale: np.ndarray
     direction: np.ndarray
 
 
+#: The window statistics :meth:`LiveScorer.change_seen` computes, by feature name.
+LASTING_STATS = ("median", "sum", "mean")
+
+
 def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
-    """The median and sum columns of channels as recorded (CPU ranks are left out: their
+    """The lasting level columns of channels as recorded (CPU ranks are left out: their
     channel names exist only after ranking), or None where significance is not judged."""
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(np.asarray(least, dtype=np.float64)):
@@ -352,21 +369,16 @@ def _watched_columns(fitted: FittedAnalysis) -> _Watched | None:
     least = np.asarray(least, dtype=np.float64)
     scale = significance_scales(fitted)
     median = np.asarray(fitted.median, dtype=np.float64)
-    picked: dict[str, int] = {}
-    for k, (channel, feature) in enumerate(zip(fitted.column_channels,
-                                               fitted.column_features, strict=True)):
-        if feature not in ("median", "sum") or not np.isfinite(least[k]) or least[k] <= 0:
-            continue
-        if f"cpu={RANK_PREFIX}" in channel:  # a CPU rank
-            continue
-        if channel not in picked or feature == "median":
-            picked[channel] = k
-    if not picked:
+    ks = np.array([k for k, (channel, feature) in enumerate(zip(
+        fitted.column_channels, fitted.column_features, strict=True))
+        if feature in LASTING_STATS and lasts(channel, feature)
+        and np.isfinite(least[k]) and least[k] > 0
+        and f"cpu={RANK_PREFIX}" not in channel], dtype=np.intp)  # not a CPU rank
+    if not len(ks):
         return None
-    ks = np.array(list(picked.values()), dtype=np.intp)
-    return _Watched(list(picked), np.array([fitted.column_features[k] == "sum" for k in ks]),
-                    median[ks], least[ks], scale[ks],
-                    directions_of(fitted)[ks])
+    return _Watched([fitted.column_channels[k] for k in ks],
+                    np.array([LASTING_STATS.index(fitted.column_features[k]) for k in ks]),
+                    median[ks], least[ks], scale[ks], directions_of(fitted)[ks])
 
 
 def replay(model: Reveal, tel: Telemetry, chunk_rows: int | list[int] = 10,
