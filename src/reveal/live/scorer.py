@@ -12,10 +12,11 @@ call, in the same way.
 Between scoring calls, :meth:`LiveScorer.change_seen` looks at each newly closed window
 for a change that matters (a channel's level that lasts through a window, as the
 significance rule judges it: its window median, an event count's sum, a held counter's
-mean, moved by its least change that matters and ``significance.significant_z`` robust σ):
+mean, moved by its least change that matters and ``significance.significant_z`` robust σ)
+or direct evidence (a catalog sign, a setting changed, a rare event such as one OOM kill):
 a window can be flagged only when it holds one, and the watch then scores at once instead
-of waiting for its batch. The look costs a derive and a median of one window's rows (about
-a tenth of a scoring call) and changes no verdict, only when it is given.
+of waiting for its batch. The look costs a derive, a median and the signs of one window's
+rows (about an eighth of a scoring call) and changes no verdict, only when it is given.
 
 The persistence rule is applied across calls as :func:`reveal.analysis.ensemble.persistent`
 applies it to a whole run: a window is flagged when its combined score and those of the
