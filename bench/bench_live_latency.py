@@ -123,6 +123,21 @@ def measure(kept: Path, score_every: int) -> dict[str, Any]:
             "suite_settings": suite.get("settings"), "faults": rows}
 
 
+def figures(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures ``bench/rescore.py`` compares: per kept scenario and fault, the slowest
+    phase's time to score its first window above the threshold and its first flagged window,
+    with the look and by batches alone (None: no such window)."""
+    out: dict[str, Any] = {}
+    for scenario in scenarios:
+        for fault in scenario["faults"]:
+            where = f"{scenario['recording']}:{fault['kind']}-{fault['intensity']}"
+            for name in ("above", "flagged"):
+                out[f"{where}:{name}_scored_s"] = fault[name]["slowest_scored_s"]
+                out[f"{where}:batches_only_{name}_scored_s"] = \
+                    fault["batches_only"][name]["slowest_scored_s"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", type=Path, required=True, help="the JSON to write")
     args = parser.parse_args(argv)
     started = time.monotonic()
+    scenarios = [measure(k, args.score_every) for k in args.kept]
     result = {"benchmark": "live_latency", "lead_s": LEAD_S, "after_s": AFTER_S,
-              "scenarios": [measure(k, args.score_every) for k in args.kept]}
+              "score_every": args.score_every,
+              "recordings": [s["recording"] for s in scenarios],
+              "total": figures(scenarios), "scenarios": scenarios}
     write_result(args.result, result, arguments(args), script_argv(__file__, argv), started)
     return 0
 

@@ -3,7 +3,8 @@
 Each result under ``bench/results/`` that names kept recordings (``recordings``: archives
 under ``bench/recordings/``, see ``bench/recordings.py``) is made again from them, with the
 settings it was made with (its ``settings`` and ``after_s``), and compared with what it
-holds: every figure of its ``total`` and, per run, the counts and verdicts. A figure that
+holds: every figure of its ``total`` and, per run, the counts and verdicts (a kept live
+scenario of ``bench/bench_live_latency.py`` is replayed through the watch's scorer). A figure that
 moved is listed with its stored value, its value now and the difference.
 
     python bench/rescore.py                      # every result that names a recording
@@ -92,6 +93,26 @@ def _rescore_recall(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
             "wall_s": round(time.monotonic() - started, 1)}
 
 
+def _rescore_live_latency(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
+    """A live-latency result (``bench/bench_live_latency.py``) made again: each kept live
+    scenario replayed through today's scorer with the watch's own model."""
+    import bench_live_latency
+
+    archives = [ROOT / name for name in stored["recordings"]]
+    absent = [str(a) for a in archives if not a.is_file()]
+    if absent:
+        return {"result": str(path), "missing": absent}
+    started = time.monotonic()
+    scenarios = [bench_live_latency.measure(a, int(stored.get("score_every", 5)))
+                 for a in archives]
+    now = bench_live_latency.figures(scenarios)
+    moved = [{"where": "total", **m} for m in compare(stored.get("total", {}), now)]
+    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
+                          else path),
+            "recordings": stored["recordings"], "runs": len(scenarios), "moved": moved,
+            "total_now": now, "wall_s": round(time.monotonic() - started, 1)}
+
+
 def _flat(total: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``total`` with nested figures named by their path (``before.share``)."""
     out: dict[str, Any] = {}
@@ -110,6 +131,8 @@ def rescore(path: Path) -> dict[str, Any]:
     stored = json.loads(path.read_text())
     if stored.get("benchmark") == "recall":
         return _rescore_recall(path, stored)
+    if stored.get("benchmark") == "live_latency":
+        return _rescore_live_latency(path, stored)
     if stored.get("benchmark") != "alarms":
         return {"result": str(path), "skipped": f"not an alarms result ({stored.get('benchmark')})"}
     archives = [ROOT / name for name in stored["recordings"]]
