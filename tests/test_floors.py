@@ -189,22 +189,45 @@ def test_sampling_floors_are_what_chance_gives_one_window():
         10.0 * np.sqrt((rows - 1.0) / (4 * rows)))
 
 
-def test_a_held_counters_mean_is_floored_by_one_reads_worth():
-    """A cgroup's CPU time read every 5th sample: 0 between reads, 5 CPUs' worth on them.
-    Its window mean moves by chance only by a read at the window's edge: with level L and
-    spread σ, one read's worth (L² + σ²) / (L·n), a sixth of L over 30 samples, not σ/√n
-    (a third of it). A counter read every sample keeps σ/√n."""
-    from reveal.analysis.floors import sampling_floors
+def _held_windows(read_at: np.ndarray, n: int, rows: int = 30, stride: int = 10,
+                  per_read: float = 5e9) -> np.ndarray:
+    """(W, 2) window mean and spread of a held counter's per-sample rate over ``n``
+    samples: ``per_read`` on the samples in ``read_at`` (the reads), 0 between them."""
+    rate = np.zeros(n)
+    rate[read_at] = per_read
+    starts = range(0, n - rows + 1, stride)
+    return np.array([[rate[a:a + rows].mean(), rate[a:a + rows].std()] for a in starts])
 
-    rows = 30
+
+def test_a_held_counters_mean_is_floored_by_how_far_its_reads_per_window_stray():
+    """A cgroup's CPU time read every 5th sample: 0 between reads, 5 CPUs' worth on them.
+    Its window mean moves by chance only by a read that falls in or out at a window's
+    edge. Read on a fixed grid of ticks, every window of 30 samples holds 6 reads and
+    chance moves the mean by nothing (no floor: the baseline's spread between windows
+    holds the job's own changes); read when due by the clock, the reads slip by a tick now
+    and then, a window holds 5 or 6, and the floor is one read's worth, a sixth of the
+    level (not σ/√n, a third). A counter read every sample keeps σ/√n."""
+    from reveal.analysis.floors import reads_per_window, sampling_floors
+
+    rows, n = 30, 3000
     held = "cgroup.cpuacct.usage_ns{cgroup=job}"
     channels = [held, held, "vmstat.nr_dirtied", "vmstat.nr_dirtied"]
     features = ["mean", "std", "mean", "std"]
-    level, spread = 1e9, 2e9  # one read in 5 samples: σ = L·√((1 − f)/f) = 2L
-    values = np.tile(np.array([[level, spread, level, spread]]), (20, 1))
+    on_grid = _held_windows(np.arange(0, n, 5), n)
+    np.testing.assert_allclose(reads_per_window(on_grid[:, 0], on_grid[:, 1], rows), 6.0)
+    level, spread = float(np.median(on_grid[:, 0])), float(np.median(on_grid[:, 1]))
+    assert level == pytest.approx(1e9)  # one CPU
+    values = np.column_stack([on_grid, on_grid])
     floors = sampling_floors(channels, features, values, rows)
-    assert floors[0] == pytest.approx(level / 6.0)  # 6 reads in a window
+    assert floors[0] == 0.0
     assert floors[2] == pytest.approx(spread / np.sqrt(rows))
+    # by the clock: every 5th tick, and one tick later every 7th read (a slow tick)
+    gaps = np.where(np.arange(n // 5) % 7 == 6, 6, 5)
+    slipping = _held_windows(np.cumsum(gaps)[np.cumsum(gaps) < n], n)
+    counts = reads_per_window(slipping[:, 0], slipping[:, 1], rows)
+    assert set(np.round(counts).astype(int)) == {5, 6}
+    floors = sampling_floors(channels, features, np.column_stack([slipping, slipping]), rows)
+    assert floors[0] == pytest.approx(np.median(slipping[:, 0]) / 6.0, rel=0.2)
     idle = values.copy()
     idle[:, 0] = 0.0  # a held counter idle in the baseline: chance as before
     assert sampling_floors(channels, features, idle, rows)[0] == pytest.approx(

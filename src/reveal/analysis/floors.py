@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reveal.analysis.constants import TAIL_QUANTILE
 from reveal.catalog import Catalog, default_catalog
 from reveal.frame import channel_metric, parse_channel
 
@@ -237,6 +238,31 @@ SAMPLING_SE = {"mean": (lambda n, k: 1.0 / np.sqrt(n), 1),
                "max": (lambda n, k: 1.0 / np.sqrt(2.0 * np.log(n)), 1),
                "sum": (lambda n, k: np.sqrt(n), 1)}
 
+def reads_per_window(mean: np.ndarray, std: np.ndarray, rows: float) -> np.ndarray:
+    """(W,) how many of a held counter's ``rows`` samples per window are reads, from its
+    window ``mean`` and ``std`` (population): reads of equal size c among zeros give
+    m = r·c / n and m² + s² = r·c² / n, so r = n·m² / (m² + s²) (NaN where m is 0)."""
+    m2 = np.asarray(mean, dtype=np.float64) ** 2
+    with np.errstate(all="ignore"):
+        return np.where(m2 > 0, rows * m2 / (m2 + np.asarray(std, dtype=np.float64) ** 2),
+                        np.nan)
+
+
+def read_floor(level: float, reads: np.ndarray, one_read: float) -> float:
+    """The floor of a held counter's window mean at ``level``: one read's worth (the
+    level over the baseline's median count of ``reads`` per window) times how far a
+    window's count strays from that median (its :data:`TAIL_QUANTILE` quantile), at most
+    ``one_read`` (the worth of one read where the counts cannot be told)."""
+    counts = reads[np.isfinite(reads)]
+    if counts.size == 0:
+        return one_read
+    typical = float(np.median(counts))
+    if typical <= 0:
+        return one_read
+    strays = float(np.quantile(np.abs(counts - typical), TAIL_QUANTILE))
+    return min(one_read, level / typical * min(strays, 1.0))
+
+
 #: the statistics :func:`sampling_floors` floors in one host's analysis
 SAMPLED_FEATURES = ("mean", "median", "std", "variance", "slope", "kurtosis", "skewness")
 
@@ -257,13 +283,20 @@ def sampling_floors(column_channels: Sequence[str], column_features: Sequence[st
     whose channel has no ``std`` column get 0.
 
     A held counter's window mean (:func:`is_held_counter`) is no average of independent
-    values: it is the count over the window, and chance moves it only by the read that
-    falls in or out at the window's edges. With level L (the median of its ``mean``
-    column) carried by a share f = L² / (L² + σ²) of the samples (the reads: 0 between
-    them, L / f on them), a window holds f·n reads and its floor is one read's worth,
-    L / (f·n) = (L² + σ²) / (L·n). Taken as σ/√n instead, a job's CPU time read twice a
-    second had a floor of a third of its level, and a hung job (its CPU time at zero) stood
-    under 3 σ from its baseline.
+    values: it is the count over the window, and chance moves it only by a read that
+    falls in or out at the window's edges. A window's reads are counted from its own mean
+    m and spread s: the reads carry the count (0 between them, equal on them), so they are
+    a share m² / (m² + s²) of its n samples (:func:`reads_per_window`). One read's worth is
+    the level L (the median of the ``mean`` column) over the baseline's median count r;
+    the floor is that worth times how far a window's count strayed from r in the baseline
+    (its 99th percentile, at most one read). A collector that reads on a fixed grid of
+    ticks (the C sampler: every 5th tick) puts the same count in every window, and chance
+    moves the mean by nothing but the job's own changes, which the baseline's spread
+    between windows holds; one whose reads slip by a tick (read when due by the clock)
+    strays by a read, and the floor is one read's worth, (L² + σ²) / (L·n) with σ the
+    median spread. Taken as one read's worth always, a job's CPU time read twice a second
+    had a floor of a sixth of its level, and a job stopped half of every second stood at
+    3 σ; taken as σ/√n, a third, and a hung job stood under 3 σ.
     """
     catalog = catalog or default_catalog()
     n = max(float(rows_per_window), 2.0)
@@ -274,11 +307,13 @@ def sampling_floors(column_channels: Sequence[str], column_features: Sequence[st
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
         medians = np.nan_to_num(np.nanmedian(values, axis=0), nan=0.0)
     std_of: dict[str, float] = {}
+    std_at: dict[str, int] = {}
     kurt_of: dict[str, float] = {}
     mean_of: dict[str, float] = {}
     for k, (channel, feature) in enumerate(zip(column_channels, column_features, strict=True)):
         if feature == "std":
             std_of[channel] = abs(float(medians[k]))
+            std_at[channel] = k
         elif feature == "kurtosis":
             kurt_of[channel] = float(medians[k]) + 3.0
         elif feature == "mean":
@@ -290,7 +325,8 @@ def sampling_floors(column_channels: Sequence[str], column_features: Sequence[st
             continue
         level = mean_of.get(channel, 0.0)
         if feature == "mean" and level > 0 and is_held_counter(channel):
-            out[k] = (level * level + sigma * sigma) / (level * n)  # one read's worth
+            reads = reads_per_window(values[:, k], values[:, std_at[channel]], n)
+            out[k] = read_floor(level, reads, (level * level + sigma * sigma) / (level * n))
             continue
         kappa = min(max(kurt_of.get(channel, 3.0), 3.0), n)
         se, power = SAMPLING_SE[feature]
