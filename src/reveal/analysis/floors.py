@@ -238,6 +238,7 @@ SAMPLING_SE = {"mean": (lambda n, k: 1.0 / np.sqrt(n), 1),
                "max": (lambda n, k: 1.0 / np.sqrt(2.0 * np.log(n)), 1),
                "sum": (lambda n, k: np.sqrt(n), 1)}
 
+
 def reads_per_window(mean: np.ndarray, std: np.ndarray, rows: float) -> np.ndarray:
     """(W,) how many of a held counter's ``rows`` samples per window are reads, from its
     window ``mean`` and ``std`` (population): reads of equal size c among zeros give
