@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
               "skipped": sum(p["skipped"] for p in parts.values()),
               "parts": parts, "log_tail": tail}
     write_result(args.result, result, {**arguments(args), "where": str(where)},
-                 script_argv(__file__, argv), started)
+                 script_argv(__file__, argv), started, repo=Path(where))  # the code that ran
     print(f"suite: {wall:.0f} s wall (target {TARGET_S:.0f} s), {passed} passed, "
           f"{result['failed']} failed, exit {done.returncode}")
     return 0 if done.returncode == 0 else 1

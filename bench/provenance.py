@@ -46,9 +46,9 @@ LIBRARIES = ("numpy", "scipy", "scikit-learn", "pandas", "pyarrow")
 STARTED = time.monotonic()
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, repo: Path = ROOT) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
                               timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -56,11 +56,13 @@ def _git(*args: str) -> str | None:
     return done.stdout.rstrip() if done.returncode == 0 else None
 
 
-def revision() -> dict[str, Any]:
-    """The code's commit and the paths where the work tree differs from it (results under
+def revision(repo: Path = ROOT) -> dict[str, Any]:
+    """The commit of the code in ``repo`` (this checkout by default; a clone a benchmark
+    ran) and the paths where its work tree differs from it (results under
     ``bench/results`` not counted: writing them is what a benchmark does)."""
-    commit = _git("rev-parse", "HEAD")
-    changed = changed_paths(_git("status", "--porcelain", "--untracked-files=no") or "")
+    commit = _git("rev-parse", "HEAD", repo=repo)
+    changed = changed_paths(_git("status", "--porcelain", "--untracked-files=no",
+                                 repo=repo) or "")
     return {"commit": commit, "dirty": bool(changed), "changed": changed[:50]}
 
 
@@ -182,11 +184,12 @@ def dataclass_settings(config: Any) -> dict[str, Any]:
 
 
 def provenance(settings: Mapping[str, Any], argv: Sequence[str] | None = None,
-               started: float | None = None) -> dict[str, Any]:
-    """The ``provenance`` block: revision, date, host, command, ``settings`` and the wall
-    time since ``started`` (monotonic seconds; default: this module's import)."""
+               started: float | None = None, repo: Path = ROOT) -> dict[str, Any]:
+    """The ``provenance`` block: revision (of the code in ``repo``), date, host, command,
+    ``settings`` and the wall time since ``started`` (monotonic seconds; default: this
+    module's import)."""
     args = list(sys.argv if argv is None else argv)
-    return {"revision": revision(),
+    return {"revision": revision(repo),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - (STARTED if started is None else started), 1),
             "host": host(),
@@ -203,14 +206,15 @@ def _json_default(value: Any) -> Any:
 
 def write_result(path: Path | str, result: Mapping[str, Any], settings: Mapping[str, Any],
                  argv: Sequence[str] | None = None, started: float | None = None,
-                 indent: int | None = 1, default: Callable[[Any], Any] | None = None) -> Path:
+                 indent: int | None = 1, default: Callable[[Any], Any] | None = None,
+                 repo: Path = ROOT) -> Path:
     """Write ``result`` as JSON to ``path`` with its ``provenance`` (see :func:`provenance`);
     the file is written whole or not at all: the JSON text is made first (a value it cannot
     hold raises ``TypeError`` before anything is written; ``default`` converts such values
     instead, as ``json.dumps`` takes it), then written to a temporary file renamed over
     ``path``."""
     path = Path(path)
-    payload = {**result, "provenance": provenance(settings, argv, started)}
+    payload = {**result, "provenance": provenance(settings, argv, started, repo)}
     text = json.dumps(payload, indent=indent, default=default or _json_default) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -82,6 +82,22 @@ def test_write_result_records_revision_host_command_and_full_settings(tmp_path: 
     assert analysis["preset"] == "telemetry"
 
 
+def test_a_result_names_the_code_of_the_clone_it_ran(tmp_path: Path) -> None:
+    """A benchmark that runs another checkout (``bench_suite.py --clone``) names that
+    checkout's commit, not the one of the tree it was started from."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "another commit"], check=True)
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert head != _git("rev-parse", "HEAD")
+    target = provenance.write_result(tmp_path / "r.json", {"benchmark": "example"}, {},
+                                     argv=["bench/bench_example.py"], repo=clone)
+    revision = json.loads(target.read_text())["provenance"]["revision"]
+    assert revision["commit"] == head and revision["dirty"] is False
+
+
 def test_fleet_and_dataclass_settings_are_whole_trees() -> None:
     from reveal.fleet.config import FleetConfig
     from reveal.inject.validation import SuiteOptions
