@@ -63,7 +63,8 @@ def fault_latency(model: Reveal, tel: Any, fault: dict[str, Any], score_every: i
     the scoring batches (a watch's batches fall where its scoring began: the replay starts
     on each of ``score_every`` consecutive windows in turn), and the slowest of them."""
     ts = tel.timestamps_ns
-    stride = LiveScorer(model).stride
+    scorer = LiveScorer(model)  # where each window closes (the same in every slice)
+    stride = scorer.stride
     # a slice starting on the recording's own window grid (multiples of the stride)
     base = int(np.searchsorted(ts, fault["start_ns"] - LEAD_S * 1e9))
     base -= base % stride
@@ -73,7 +74,6 @@ def fault_latency(model: Reveal, tel: Any, fault: dict[str, Any], score_every: i
         out[name] = {"closed_s": [], "scored_s": [], "claim": None}
     for phase in range(score_every):
         part = tel.slice_rows(base + phase * stride, last)
-        scorer = LiveScorer(model)
         at: list[int] = []
         windows = replay(model, part, chunk_rows=1, score_every=score_every, early=early,
                          scored_at=at)

@@ -238,7 +238,8 @@ class LiveScorer:
             warnings.simplefilter("ignore", RuntimeWarning)
             stat = w.features[cols]
             now = np.nanmedian(rows, axis=0)
-            for code, reduce in ((1, np.nansum), (2, np.nanmean)):
+            for name, reduce in (("sum", np.nansum), ("mean", np.nanmean)):
+                code = LASTING_STATS.index(name)
                 if (stat == code).any():
                     now = np.where(stat == code, reduce(rows, axis=0), now)
         moved = significant_cells(now[None, :], w.median[cols], w.scale[cols], w.least[cols],
