@@ -627,6 +627,35 @@ def test_memory_freed_is_no_change_that_matters_and_memory_taken_is():
     assert {a.reasons[0].metric for a in report.anomalies} == {"mem.AnonPages"}
 
 
+def test_an_allocation_is_named_by_its_memory_not_the_kernel_time_that_zeroes_it():
+    """A process takes 4 GiB over 10 s (17 % of a 24 GiB host) and keeps it; while its pages
+    are faulted in, the kernel spends one of the two CPUs zeroing them. Kernel time follows
+    what the kernel serves, as interrupt time does: every window of the allocation is named
+    by its memory, the kernel time among its reasons."""
+    rng = np.random.default_rng(31)
+
+    def host(tel: Telemetry, taken: bool) -> Telemetry:
+        n = tel.n_samples
+        anon = np.full(n, 2.0 * GIB)
+        kernel = np.full(n, 2.0)  # USER_HZ ticks per 100 ms sample: 20 % of a CPU
+        if taken:
+            anon[200:300] += np.linspace(0.0, 4.0 * GIB, 100)
+            anon[300:] += 4.0 * GIB
+            kernel[200:300] = 12.0  # 1.2 CPUs
+        return _with(tel, {"mem.AnonPages": anon + rng.normal(0.0, 4e6, n),
+                           "cpu.system": np.cumsum(kernel + rng.normal(0.0, 0.3, n))})
+
+    base = host(ar1_host(120.0, seed=31), taken=False)
+    run = host(ar1_host(60.0, seed=32, start_s=200.0), taken=True)
+    flagged, report = _flagged(base, run, significance=True)
+    assert flagged > 5
+    growing = [a for a in report.anomalies if a.start_ns < 230e9]
+    assert growing
+    assert {a.reasons[0].metric for a in growing} == {"mem.AnonPages"}
+    assert all(a.subsystems[0] == "memory" for a in growing)
+    assert any(r.metric == "cpu.system" for a in growing for r in a.reasons)
+
+
 def test_the_direction_that_matters_applies_to_levels_and_trends_not_spreads():
     from reveal.analysis.significance import matter_directions, significant_cells
 

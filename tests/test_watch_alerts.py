@@ -116,6 +116,21 @@ def test_an_alert_is_never_named_by_a_subsystem_its_claim_does_not_speak_of(tmp_
     assert t.open()[0].weights["memory"] > t.open()[0].weights["gpu"]
 
 
+def test_the_label_alertmanager_keeps_is_the_subsystem_the_firing_event_names(tmp_path):
+    """A window with no claim opens the episode: it is named by the heaviest subsystem of
+    its evidence, and Alertmanager's fixed label (``opened_subsystem``) says the same."""
+    t = tracker(tmp_path / "alerts.json")
+    t.load()
+    reason = Reason("psi.cpu.some.total", "psi.cpu.some.total", "variance", "cpu", 0.2,
+                    9.0, 1.0, 12.0)
+    evidence = WindowEvidence(0, 0, 3 * S, 6.0, ["Z"], ["cpu", "storage"],
+                              {"storage": 0.7, "cpu": 0.3}, [reason])
+    events = t.observe(LiveWindow(0, 0, 3 * S, 6.0, 1.0, True, True, {"Z": 1.0},
+                                  {"Z": 0.5}, ["Z"], evidence, None))
+    assert [e["event"] for e in events] == ["firing"]
+    assert events[0]["subsystem"] == events[0]["opened_subsystem"] == "storage"
+
+
 def test_a_state_from_before_relabelling_sends_no_update_for_it(tmp_path):
     """An open episode saved without the subsystem last sent (an older watch) is taken as
     having sent its subsystem: the next window of that subsystem sends nothing."""

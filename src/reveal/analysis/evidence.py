@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass
@@ -42,6 +42,19 @@ class WindowEvidence:
     subsystems: list[str]  # by evidence, strongest first
     subsystem_shares: dict[str, float]
     reasons: list[Reason]  # strongest first; CPU channels named by CPU, not by rank
+
+
+def named_by_claim(evidence: WindowEvidence) -> WindowEvidence:
+    """``evidence`` with the subsystem of its first reason (the one its claim speaks of)
+    first among its subsystems: a window, and the alert it opens, is named by what its claim
+    says, whichever path ordered the reasons (a direct sign, a change that matters, or the
+    detectors' contributions alone)."""
+    if not evidence.reasons:
+        return evidence
+    lead = evidence.reasons[0].subsystem
+    if evidence.subsystems[:1] == [lead]:
+        return evidence
+    return replace(evidence, subsystems=[lead, *(s for s in evidence.subsystems if s != lead)])
 
 
 def weigh_subsystems(weights: dict[str, float], shares: Mapping[str, float],

@@ -41,7 +41,7 @@ from reveal.analysis.ensemble import (
     persistence_windows,
     persistent,
 )
-from reveal.analysis.evidence import WindowEvidence
+from reveal.analysis.evidence import WindowEvidence, named_by_claim
 from reveal.analysis.features import FeatureMatrix
 from reveal.analysis.floors import (
     blank_flat_shapes,
@@ -733,6 +733,7 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
                                      _column_subsystems(tuple(columns), catalog,
                                                         tuple(sorted(irqs.items()))),
                                      led_by_sign(evidence, signs.reasons), ranks, cells)
+        evidence = [named_by_claim(e) for e in evidence]
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)
     return Analysis(describe(run), fm.windows, verdicts, persistence, evidence, warnings,

@@ -328,6 +328,7 @@ class EpisodeTracker:
             wall_offset_ns=self.wall_offset_ns)
         ep.keep_lead(window)
         ep.follow_lead()
+        ep.opened_subsystem = ep.sent_subsystem = ep.subsystem  # as the firing event says
         if ep.subsystem not in ep.leads:  # a window with no claim still has its reasons
             ep.reasons = reasons_of(window)
         self.episodes.append(ep)
