@@ -243,3 +243,29 @@ def test_the_allowed_json_writes_are_still_there() -> None:
     seen = {(script.name, name) for script in _scripts()
             for name in _json_writes(ast.parse(script.read_text(encoding="utf-8")))}
     assert seen == OWN_JSON_WRITES
+
+
+def test_the_suite_benchmark_sums_each_modules_time_from_real_junit_xml(tmp_path: Path) -> None:
+    """``bench_suite.junit_figures`` on the JUnit XML of a real pytest run of two modules:
+    every test counted by its outcome, each module's time summed, slowest module first."""
+    import bench_suite
+
+    (tmp_path / "test_slow.py").write_text(
+        "import time\nimport pytest\n"
+        "def test_a():\n    time.sleep(0.3)\n"
+        "def test_b():\n    time.sleep(0.3)\n"
+        "def test_c():\n    pytest.skip('no')\n")
+    (tmp_path / "test_fast.py").write_text("def test_d():\n    assert 1 + 1 == 3\n")
+    xml = tmp_path / "part.xml"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--junitxml", str(xml),
+                           str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout[-2000:]
+    figures = bench_suite.junit_figures(xml)
+    assert (figures["passed"], figures["failed"], figures["skipped"]) == (2, 1, 1)
+    slow, fast = figures["modules"]
+    assert slow["module"].endswith("test_slow") and slow["tests"] == 3 and slow["s"] >= 0.6
+    assert fast["module"].endswith("test_fast") and fast["tests"] == 1
+    assert slow["s"] + fast["s"] == pytest.approx(figures["test_seconds"], abs=0.2)
+    assert not bench_suite.junit_figures(tmp_path / "absent.xml")["present"]
