@@ -47,3 +47,37 @@ def test_a_stop_request_ends_the_child(tmp_path):
         fit_in_child(run, int(tel.timestamps_ns[0]), int(tel.timestamps_ns[-1]) + 1,
                      tmp_path / "model.reveal", should_stop=lambda: True)
     assert not (tmp_path / "model.reveal").exists()
+
+
+def test_the_spans_of_the_watchs_own_work_are_left_out_of_the_fit(tmp_path):
+    """A learn holding 20 s of the watch's own fit (CPU busy +45 points): left out, the
+    windows that overlap it are not in the model, and the same 45 points in a run to score
+    are flagged; learned with them, that level is the baseline's own and is not."""
+    tel = ar1_host(240, seed=4, fault=(100, 120))  # the burst inside the learn
+    run = write_run(tel, tmp_path / "run")
+    start, end = int(tel.timestamps_ns[0]), int(tel.timestamps_ns[-1]) + 1
+    burst = (start + 100 * 10**9, start + 120 * 10**9)
+    left_out = Reveal.load(fit_in_child(run, start, end, tmp_path / "left_out.reveal",
+                                        skip_ns=[burst]))
+    learned = Reveal.load(fit_in_child(run, start, end, tmp_path / "learned.reveal"))
+    assert learned.fitted_.baseline_windows - left_out.fitted_.baseline_windows >= 20
+    assert any("overlap the analysis' own work" in w for w in left_out.fitted_.warnings)
+    assert not any("own work" in w for w in learned.fitted_.warnings)
+    scored = ar1_host(60, seed=9, fault=(20, 40), start_s=400)
+    assert left_out.score_windows(scored).verdicts.flagged.sum() >= 10
+    assert learned.score_windows(scored).verdicts.flagged.sum() \
+        < left_out.score_windows(scored).verdicts.flagged.sum()
+
+
+def test_spans_that_are_not_pairs_of_integers_are_a_one_line_reason(tmp_path):
+    import subprocess
+    import sys
+
+    tel = ar1_host(30, seed=4)
+    run = write_run(tel, tmp_path / "run")
+    done = subprocess.run([sys.executable, "-m", "reveal.live.fitproc", str(run), "0",
+                           str(10**18), str(tmp_path / "m.reveal"), "{}", '[["a", 1]]'],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("error: the spans to leave out must be a JSON list of "
+                                   "[start_ns, end_ns]")

@@ -18,6 +18,7 @@ exactly on a tie, where that last bit decides the rank.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -280,7 +281,8 @@ def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
     """With a 40 s learn and a learn floor of 15 s (``watch.learn_floor_s``, 63 s by
     default), a provisional model scores from 15 s on (the floor: a third of the span is
     less) with its verdicts dropped (no alert fires while learning), then the model is
-    fitted on the whole span."""
+    fitted on the whole span but the windows of the provisional fit: that burst of the
+    watch's own CPU is no part of the host's normal."""
     import signal
     import subprocess
     import sys
@@ -308,6 +310,12 @@ def test_a_watch_scores_with_a_provisional_model_while_it_learns(tmp_path):
     assert "scoring with a provisional model from 15 s" in text, text[-2000:]
     assert text.index("scoring with a provisional model") < text.index("model learned in")
     assert not alerts.exists() or '"firing"' not in alerts.read_text()
+    own = re.search(r"fitting the model on 40 s of .*, leaving out the (\d+) s of its own "
+                    r"earlier fits", text)
+    assert own and int(own[1]) >= 1, text[-2000:]
+    fitted = Reveal.load(tmp_path / "state" / "model.reveal").fitted_
+    assert fitted.baseline_windows < 38  # 3 s windows sliding by 1 s over 40 s
+    assert any("overlap the analysis' own work" in w for w in fitted.warnings)
 
 
 def test_a_new_steady_state_is_adopted_live_as_in_the_batch():

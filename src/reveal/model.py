@@ -137,14 +137,17 @@ class Reveal(BaseEstimator):
 
     # -- fitting ---------------------------------------------------------------------
     def fit(self, baseline: Source, *, channels: Sequence[str] | None = None,
-            robust: bool = False, progress: Progress | None = None) -> Self:
+            robust: bool = False, progress: Progress | None = None,
+            skip_ns: Sequence[tuple[int, int]] = ()) -> Self:
         """Fit on a clean ``baseline``; ``channels``: only these derived channels (those of
-        the run to score); ``robust``: the baseline may hold anomalies."""
+        the run to score); ``robust``: the baseline may hold anomalies; ``skip_ns``:
+        ``[start, end)`` spans (monotonic ns of the baseline's clock) whose windows are left
+        out, such as a live watch's own model fits."""
         tel = load_source(baseline)
         self.config_ = self.resolve_config(tel.interval_s)
         self.fitted_ = fit_analysis(tel, self.config_, channels=channels,
                                     metric_set=self.metric_set, robust=robust,
-                                    progress=progress)
+                                    progress=progress, skip_ns=skip_ns)
         self.consensus_ = None
         self.scale_consensus_ = None
         self.quiet_ = None

@@ -310,9 +310,28 @@ def _check_decision_settings(config: AnalyzeConfig) -> None:
         raise InputError("; ".join(bad))
 
 
+def without_spans(fm: FeatureMatrix, spans_ns: Sequence[tuple[int, int]]) -> FeatureMatrix:
+    """``fm`` without the windows that overlap any of ``spans_ns`` (``[start, end)``,
+    monotonic ns of the recording host: work of the analysis itself, such as a live
+    watch's own model fits, that its baseline must not learn as the host's normal)."""
+    if not spans_ns or not len(fm.values):
+        return fm
+    w = fm.windows
+    spans = np.asarray(spans_ns, dtype=np.int64).reshape(-1, 2)
+    hit = ((w.start_ns[:, None] < spans[None, :, 1])
+           & (w.end_ns[:, None] > spans[None, :, 0])).any(axis=1)
+    if not hit.any():
+        return fm
+    keep = ~hit
+    windows = dataclasses.replace(w, start=w.start[keep], start_ns=w.start_ns[keep],
+                                  end_ns=w.end_ns[keep])
+    return FeatureMatrix(fm.values[keep], list(fm.channels), list(fm.features), windows)
+
+
 def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
          metric_set: Sequence[str] | None, robust: bool,
-         say: Progress) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, CpuRanks]:
+         say: Progress, skip_ns: Sequence[tuple[int, int]] = ()
+         ) -> tuple[FittedAnalysis, FeatureMatrix, Telemetry, CpuRanks]:
     catalog = default_catalog()
     _check_decision_settings(config)
     warnings: list[str] = [str(w) for w in base.meta.get("warnings", [])]
@@ -360,6 +379,11 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     ranks = CpuRanks()
     if config.rank_cpus:
         fm, ranks = frontend.ranked(fm, s_base, named_by=d_base)
+    before_skip = len(fm.values)
+    fm = without_spans(fm, skip_ns)
+    if len(fm.values) < before_skip:
+        warnings.append(f"{before_skip - len(fm.values)} windows of the baseline left out: "
+                        f"they overlap the analysis' own work (a model fit)")
     stride_s = stride_seconds(window, interval)
     if fm.values.shape[0] < MIN_BASELINE_WINDOWS:
         what = "the run" if robust else "the baseline"
@@ -442,17 +466,20 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
 def fit_analysis(baseline: Telemetry, config: AnalyzeConfig, *,
                  channels: Sequence[str] | None = None,
                  metric_set: Sequence[str] | None = None, robust: bool = False,
-                 progress: Progress | None = None) -> FittedAnalysis:
+                 progress: Progress | None = None,
+                 skip_ns: Sequence[tuple[int, int]] = ()) -> FittedAnalysis:
     """Fit on ``baseline``; ``channels``: only these derived channels (those of the run to
-    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`).
+    score); ``robust``: the baseline may hold anomalies (self-fit, see :class:`Ensemble`);
+    ``skip_ns``: spans (monotonic ns) whose windows are left out (:func:`without_spans`).
     Extra window sizes (``config.extra_window_rows``) are fitted too, on the same
     channels."""
     say = progress or (lambda _m: None)
     scales = scale_configs(config)  # a wrong extra size fails before any work
-    fitted = _fit(baseline, config, channels, metric_set, robust, say)[0]
+    fitted = _fit(baseline, config, channels, metric_set, robust, say, skip_ns)[0]
     for scale in scales:
         say(f"fitting windows of {scale.window.size_rows} rows beside them")
-        fitted.scales.append(_fit(baseline, scale, fitted.channels, None, robust, say)[0])
+        fitted.scales.append(_fit(baseline, scale, fitted.channels, None, robust, say,
+                                  skip_ns)[0])
     return fitted
 
 

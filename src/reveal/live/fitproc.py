@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,19 @@ FIT_TIMEOUT_S = 1800.0
 def fit_in_child(run: Path, start_ns: int, end_ns: int, out: Path,
                  should_stop: Callable[[], bool] = lambda: False,
                  timeout_s: float = FIT_TIMEOUT_S,
-                 settings: Mapping[str, Any] | None = None) -> Path:
+                 settings: Mapping[str, Any] | None = None,
+                 skip_ns: Sequence[tuple[int, int]] = ()) -> Path:
     """Fit the recorded ``[start_ns, end_ns)`` of ``run`` in a child process, the model
-    saved to ``out``; returns ``out``. ``settings``: analysis settings by dotted name.
+    saved to ``out``; returns ``out``. ``settings``: analysis settings by dotted name;
+    ``skip_ns``: spans (monotonic ns) whose windows the fit leaves out.
     InputError with the child's reason when it could not fit; InterruptedError when
     ``should_stop()`` became true meanwhile (the child is ended)."""
     argv = [sys.executable, "-m", "reveal.live.fitproc", str(run), str(int(start_ns)),
             str(int(end_ns)), str(out)]
-    if settings:
-        argv.append(json.dumps(dict(settings)))
+    if settings or skip_ns:
+        argv.append(json.dumps(dict(settings or {})))
+    if skip_ns:
+        argv.append(json.dumps([[int(a), int(b)] for a, b in skip_ns]))
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     err: list[str] = []
@@ -78,9 +82,9 @@ def fit_in_child(run: Path, start_ns: int, end_ns: int, out: Path,
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (4, 5):
+    if len(args) not in (4, 5, 6):
         print("error: usage: python -m reveal.live.fitproc RUN START_NS END_NS OUT "
-              "[SETTINGS_JSON]", file=sys.stderr)
+              "[SETTINGS_JSON [SKIP_SPANS_JSON]]", file=sys.stderr)
         return 2
     from reveal.model import Reveal
     from reveal.store.run_reader import read_run
@@ -88,13 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     run, out = Path(args[0]), Path(args[3])
     try:
         start_ns, end_ns = int(args[1]), int(args[2])
-        settings = json.loads(args[4]) if len(args) == 5 else {}
+        settings = json.loads(args[4]) if len(args) >= 5 else {}
         if not isinstance(settings, dict):
             raise InputError("the settings must be a JSON object")
+        spans = json.loads(args[5]) if len(args) == 6 else []
+        if not (isinstance(spans, list) and all(
+                isinstance(x, list) and len(x) == 2 and all(isinstance(v, int) for v in x)
+                for x in spans)):
+            raise InputError("the spans to leave out must be a JSON list of [start_ns, end_ns]")
         with warnings.catch_warnings():  # the journal being written may end mid-record
             warnings.simplefilter("ignore", UserWarning)
             tel = read_run(run, start_ns=start_ns, end_ns=end_ns)
-        Reveal(overrides=settings or None).fit(tel).save(out)
+        Reveal(overrides=settings or None).fit(
+            tel, skip_ns=[(a, b) for a, b in spans]).save(out)
     except (InputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 #: setting ``watch.learn_floor_s`` (:class:`reveal.live.config.WatchConfig`), which the
 #: watch reads instead (``WatchOptions.learn_floor_s``)
 RECOMMENDED_LEARN_S = 63.0
+#: seconds after one of the watch's own fits still counted as its work: the child's exit
+#: and the model's load in the watch (left out of every later learn with the fit)
+OWN_FIT_TAIL_S = 2.0
 #: the least learning span at all (``--allow-short-learn``): enough windows to fit the
 #: detectors (the ensemble's minimum of 10) with some margin
 ABSOLUTE_MIN_LEARN_S = 15.0
@@ -127,6 +130,9 @@ class ModelKeeper:
         self.quiet = QuietSpan(span_ns=int(options.learn_s * 1e9),
                                every_ns=int(options.refit_every_s * 1e9),
                                retry_ns=int(options.resolve_after_s * 1e9))
+        #: the spans (monotonic ns, the samples' clock) of the watch's own model fits: a
+        #: burst of its CPU that no later learn may take as the host's normal
+        self.own_fits: list[tuple[int, int]] = []
         self.buffer: SampleBuffer | None = None
         self.collector: Collector | None = None
 
@@ -231,10 +237,11 @@ class ModelKeeper:
             return
         scratch = self.statedir.provisional
         try:
-            fit_in_child(self.collector.run_dir, self.learn_start_ns,
-                         self.learn_start_ns + int(start_s * 1e9), scratch, self.stopping,
-                         settings=learn_settings(self.options.settings))
-            provisional = Reveal.load(scratch)
+            with self._own_fit():
+                fit_in_child(self.collector.run_dir, self.learn_start_ns,
+                             self.learn_start_ns + int(start_s * 1e9), scratch, self.stopping,
+                             settings=learn_settings(self.options.settings))
+                provisional = Reveal.load(scratch)
         except InterruptedError:
             return
         except InputError as exc:  # too little data after all: learn without rehearsal
@@ -370,10 +377,15 @@ class ModelKeeper:
         as the next generation; returns it and its path."""
         assert self.collector is not None
         run = self.collector.run_dir
-        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of {run}")
-        path = fit_in_child(run, start_ns, end_ns, self.statedir.model, self.stopping,
-                            settings=learn_settings(self.options.settings))
-        model = Reveal.load(path)
+        skip = [(a, b) for a, b in self.own_fits if a < end_ns and b > start_ns]
+        own_s = sum(min(b, end_ns) - max(a, start_ns) for a, b in skip) / 1e9
+        left_out = f", leaving out the {own_s:.0f} s of its own earlier fits" if skip else ""
+        self.notify("info", f"fitting the model on {(end_ns - start_ns) / 1e9:g} s of "
+                            f"{run}{left_out}")
+        with self._own_fit():
+            path = fit_in_child(run, start_ns, end_ns, self.statedir.model, self.stopping,
+                                settings=learn_settings(self.options.settings), skip_ns=skip)
+            model = Reveal.load(path)
         self.generation += 1
         self.learned_at = time.time()
         self.learned_mono = time.monotonic()
@@ -384,6 +396,20 @@ class ModelKeeper:
             "windows": int(model.fitted_.baseline_windows),
             "windows_left_out": int(left_out_windows(model).size)})
         return model, path
+
+    @contextlib.contextmanager
+    def _own_fit(self) -> Iterator[None]:
+        """Keep the span of a fit this watch makes (with :data:`OWN_FIT_TAIL_S` after it:
+        the child's exit, the model's load), so that every later learn leaves its windows
+        out; spans no learn can reach any more are forgotten."""
+        began = time.monotonic_ns()
+        try:
+            yield
+        finally:
+            now = time.monotonic_ns()
+            horizon = now - int((self.options.learn_s + OWN_FIT_TAIL_S) * 1e9)
+            self.own_fits = [(a, b) for a, b in self.own_fits if b > horizon]
+            self.own_fits.append((began, now + int(OWN_FIT_TAIL_S * 1e9)))
 
     def _adopt(self, model: Reveal, span_end_ns: int) -> None:
         """Score with ``model`` from the first sample after the fit: the samples between
