@@ -4,7 +4,8 @@ Each result under ``bench/results/`` that names kept recordings (``recordings``:
 under ``bench/recordings/``, see ``bench/recordings.py``) is made again from them, with the
 settings it was made with (its ``settings`` and ``after_s``), and compared with what it
 holds: every figure of its ``total`` and, per run, the counts and verdicts (a kept live
-scenario of ``bench/bench_live_latency.py`` is replayed through the watch's scorer). A figure that
+scenario of ``bench/bench_live_latency.py`` is replayed through the watch's scorer, one of
+``bench/bench_learn_own_fit.py`` learned again both ways). A figure that
 moved is listed with its stored value, its value now and the difference.
 
     python bench/rescore.py                      # every result that names a recording
@@ -113,6 +114,28 @@ def _rescore_live_latency(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
             "total_now": now, "wall_s": round(time.monotonic() - started, 1)}
 
 
+def _rescore_learn_own_fit(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
+    """A learn-own-fit result (``bench/bench_learn_own_fit.py``) made again: each kept live
+    scenario learned both ways, the provisional fit's span as stored."""
+    import bench_learn_own_fit
+
+    archives = [ROOT / name for name in stored["recordings"]]
+    absent = [str(a) for a in archives if not a.is_file()]
+    if absent:
+        return {"result": str(path), "missing": absent}
+    started = time.monotonic()
+    spans = [(s["provisional_fit"]["at_s"], s["provisional_fit"]["seconds"])
+             for s in stored["scenarios"]]
+    scenarios = [bench_learn_own_fit.measure(a, s) for a, s in zip(archives, spans, strict=True)]
+    now = bench_learn_own_fit.figures(scenarios)
+    moved = [{"where": "total", **m}
+             for m in compare(_flat(stored.get("total", {})), _flat(now))]
+    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
+                          else path),
+            "recordings": stored["recordings"], "runs": len(scenarios), "moved": moved,
+            "total_now": now, "wall_s": round(time.monotonic() - started, 1)}
+
+
 def _flat(total: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``total`` with nested figures named by their path (``before.share``)."""
     out: dict[str, Any] = {}
@@ -133,6 +156,8 @@ def rescore(path: Path) -> dict[str, Any]:
         return _rescore_recall(path, stored)
     if stored.get("benchmark") == "live_latency":
         return _rescore_live_latency(path, stored)
+    if stored.get("benchmark") == "learn_own_fit":
+        return _rescore_learn_own_fit(path, stored)
     if stored.get("benchmark") != "alarms":
         return {"result": str(path), "skipped": f"not an alarms result ({stored.get('benchmark')})"}
     archives = [ROOT / name for name in stored["recordings"]]
