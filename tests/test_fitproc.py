@@ -81,3 +81,22 @@ def test_spans_that_are_not_pairs_of_integers_are_a_one_line_reason(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == ("error: the spans to leave out must be a JSON list of "
                                    "[start_ns, end_ns]")
+
+
+def test_bursts_left_out_are_named_by_their_place_in_the_whole_span():
+    """A burst at 150–160 s of a 240 s learn is left out of the fit (the watch's learn
+    settings) and named "at 148–159 s" whether or not the watch's own fit at 50–70 s was
+    left out before it: the times count every window of the span."""
+    from reveal.live.keeper import learn_settings, left_out_text, left_out_windows
+
+    tel = ar1_host(240, seed=4, fault=(150, 160))
+    first = int(tel.timestamps_ns[0])
+    plain = Reveal(overrides=learn_settings(None)).fit(tel)
+    skipped = Reveal(overrides=learn_settings(None)).fit(
+        tel, skip_ns=[(first + 50 * 10**9, first + 70 * 10**9)])
+    assert len(skipped.fitted_.skipped_windows) >= 20
+    assert skipped.fitted_.skipped_windows[0] >= 47 and skipped.fitted_.skipped_windows[-1] < 70
+    for model in (plain, skipped):
+        rows = left_out_windows(model)
+        assert rows.size >= 8 and rows.min() >= 147 and rows.max() <= 160, rows
+        assert "of 237 windows of the span" in left_out_text(model)

@@ -206,6 +206,10 @@ class FittedAnalysis:
     # channels whose level lay outside their healthy range (catalog) through much of the
     # baseline, worst first (reveal.analysis.baseline_health; empty in models saved before)
     health: tuple[UnhealthyChannel, ...] = ()
+    # windows of the baseline (indices among all of its windows) left out before the fit
+    # because they overlap the analysis' own work (fit_analysis' skip_ns; empty in models
+    # saved before): the fitted windows are the others, in order
+    skipped_windows: tuple[int, ...] = ()
 
     @functools.cached_property
     def shape_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -379,11 +383,12 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
     ranks = CpuRanks()
     if config.rank_cpus:
         fm, ranks = frontend.ranked(fm, s_base, named_by=d_base)
-    before_skip = len(fm.values)
+    all_starts = fm.windows.start_ns
     fm = without_spans(fm, skip_ns)
-    if len(fm.values) < before_skip:
-        warnings.append(f"{before_skip - len(fm.values)} windows of the baseline left out: "
-                        f"they overlap the analysis' own work (a model fit)")
+    skipped = tuple(int(i) for i in np.flatnonzero(~np.isin(all_starts, fm.windows.start_ns)))
+    if skipped:
+        warnings.append(f"{len(skipped)} windows of the baseline left out: they overlap the "
+                        f"analysis' own work (a model fit)")
     stride_s = stride_seconds(window, interval)
     if fm.values.shape[0] < MIN_BASELINE_WINDOWS:
         what = "the run" if robust else "the baseline"
@@ -459,7 +464,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
         matters={c: (m.least, m.rule) for c, m in per_channel.items()},
         configuration=configuration(base),
         level_tails=None if robust else level_tails(fit_values, tuple(fm.features)),
-        health=health)
+        health=health, skipped_windows=skipped)
     return fitted, fm, d_base, ranks
 
 

@@ -61,9 +61,15 @@ def learn_settings(settings: dict[str, object] | None) -> dict[str, object]:
 
 def left_out_windows(model: Reveal) -> np.ndarray:
     """The learn's windows (indices from the span's first) the fit left out as bursts
-    (``baseline_trim_mads``); empty when none was."""
-    ensemble = model.fitted_.ensemble
-    return np.asarray(getattr(ensemble, "baseline_left_out_", ()), dtype=np.int64)
+    (``baseline_trim_mads``); empty when none was. Counted among all of the span's
+    windows: those of the watch's own fits, left out before the fit, are skipped over."""
+    fitted = model.fitted_
+    rows = np.asarray(getattr(fitted.ensemble, "baseline_left_out_", ()), dtype=np.int64)
+    skipped = np.asarray(getattr(fitted, "skipped_windows", ()), dtype=np.int64)
+    if rows.size == 0 or skipped.size == 0:
+        return rows
+    fitted_rows = np.setdiff1d(np.arange(fitted.baseline_windows + skipped.size), skipped)
+    return fitted_rows[rows]
 
 
 def left_out_text(model: Reveal) -> str:
@@ -80,7 +86,8 @@ def left_out_text(model: Reveal) -> str:
     spans = [f"{a * stride_s:g} s" if a == b else f"{a * stride_s:g}–{b * stride_s:g} s"
              for a, b in zip(starts, ends, strict=True)]
     more = f", +{len(spans) - 8} more" if len(spans) > 8 else ""
-    return (f"; {rows.size} of {fitted.baseline_windows} windows of the span left out of "
+    windows = fitted.baseline_windows + len(getattr(fitted, "skipped_windows", ()))
+    return (f"; {rows.size} of {windows} windows of the span left out of "
             f"the fit as bursts (at {', '.join(spans[:8])}{more})")
 
 
