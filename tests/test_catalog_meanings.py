@@ -37,7 +37,7 @@ DEFAULTS = {name: MetricInfo.__dataclass_fields__[name].default for name in MEAN
 #: meanings changed in the catalog since the name lists, each for a measured reason:
 #: kernel-mode CPU time follows what the kernel serves (page faults, I/O, packets) as the
 #: time spent on interrupts does: a 4 GiB allocation's first windows led with it, naming
-#: memory pressure a CPU fault (docs/validation.md, "Kernel time follows what it serves")
+#: memory pressure a CPU fault (docs/detectors.md, "The claim names the cause")
 CHANGED_SINCE: dict[str, dict[str, object]] = {"cpu.system": {"follows": True}}
 
 
