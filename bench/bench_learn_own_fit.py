@@ -20,7 +20,6 @@ and its ``settle_s``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from provenance import arguments, script_argv, write_result
-from recordings import name_of, opened
+from recordings import kept_parser, name_of, opened
 from reveal.live.keeper import OWN_FIT_TAIL_S, RECOMMENDED_LEARN_S, rehearsal_start_s
 from reveal.model import Reveal
 from reveal.store.run_reader import read_run
@@ -167,11 +166,7 @@ def figures(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kept", type=Path, nargs="+",
-                        help="kept live scenarios (archives or directories)")
-    parser.add_argument("--result", type=Path, required=True, help="the JSON to write")
+    parser = kept_parser(__doc__)
     args = parser.parse_args(argv)
     started = time.monotonic()
     scenarios = [measure(k) for k in args.kept]

@@ -21,7 +21,6 @@ A kept live scenario (``bench/recordings.py``) holds the run (``runs/``), the wa
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from provenance import arguments, script_argv, write_result
-from recordings import name_of, opened, pack
+from recordings import kept_parser, name_of, opened, pack
 from reveal.live.scorer import LiveScorer, replay
 from reveal.model import Reveal, load_source
 
@@ -139,14 +138,10 @@ def figures(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kept", type=Path, nargs="+",
-                        help="kept live scenarios (archives or directories)")
+    parser = kept_parser(__doc__)
     parser.add_argument("--score-every", type=int, default=5,
                         help="windows per scoring call, as the watch's --score-every "
                              "(default 5)")
-    parser.add_argument("--result", type=Path, required=True, help="the JSON to write")
     args = parser.parse_args(argv)
     started = time.monotonic()
     scenarios = [measure(k, args.score_every) for k in args.kept]

@@ -80,6 +80,17 @@ def opened(path: Path) -> Iterator[Path]:
         yield Path(where)
 
 
+def kept_parser(description: str | None) -> argparse.ArgumentParser:
+    """The command line of a benchmark that scores kept live scenarios: the scenarios
+    (archives or directories) and ``--result``, the JSON to write."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kept", type=Path, nargs="+",
+                        help="kept live scenarios (archives or directories)")
+    parser.add_argument("--result", type=Path, required=True, help="the JSON to write")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from provenance import ROOT, arguments, script_argv, write_result
+from recordings import name_of
 
 RESULTS = ROOT / "bench" / "results"
 #: per-run figures compared (counts and verdicts; claims' wording is not a figure)
@@ -70,14 +71,21 @@ def compare(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[dict[str,
     return out
 
 
+def _kept(path: Path, stored: Mapping[str, Any]) -> tuple[list[Path], dict[str, Any] | None]:
+    """The archives the result at ``path`` names, and its comparison when some are missing
+    (None when all are there)."""
+    archives = [ROOT / name for name in stored["recordings"]]
+    absent = [str(a) for a in archives if not a.is_file()]
+    return archives, ({"result": str(path), "missing": absent} if absent else None)
+
+
 def _rescore_recall(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
     """A recall result (``bench/bench_recall.py``) made again: each variant's totals."""
     import bench_recall
 
-    archives = [ROOT / name for name in stored["recordings"]]
-    absent = [str(a) for a in archives if not a.is_file()]
-    if absent:
-        return {"result": str(path), "missing": absent}
+    archives, missing = _kept(path, stored)
+    if missing:
+        return missing
     started = time.monotonic()
     variants = [(name, dict(v.get("settings") or {}))
                 for name, v in stored["variants"].items()]
@@ -87,8 +95,7 @@ def _rescore_recall(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
         flat_then = _flat(stored["variants"][name]["total"])
         flat_now = _flat(now[name]["total"])
         moved += [{"where": name, **m} for m in compare(flat_then, flat_now)]
-    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
-                          else path),
+    return {"result": name_of(path),
             "recordings": stored["recordings"], "runs": len(variants), "moved": moved,
             "total_now": {name: now[name]["total"] for name, _ in variants},
             "wall_s": round(time.monotonic() - started, 1)}
@@ -99,17 +106,15 @@ def _rescore_live_latency(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
     scenario replayed through today's scorer with the watch's own model."""
     import bench_live_latency
 
-    archives = [ROOT / name for name in stored["recordings"]]
-    absent = [str(a) for a in archives if not a.is_file()]
-    if absent:
-        return {"result": str(path), "missing": absent}
+    archives, missing = _kept(path, stored)
+    if missing:
+        return missing
     started = time.monotonic()
     scenarios = [bench_live_latency.measure(a, int(stored.get("score_every", 5)))
                  for a in archives]
     now = bench_live_latency.figures(scenarios)
     moved = [{"where": "total", **m} for m in compare(stored.get("total", {}), now)]
-    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
-                          else path),
+    return {"result": name_of(path),
             "recordings": stored["recordings"], "runs": len(scenarios), "moved": moved,
             "total_now": now, "wall_s": round(time.monotonic() - started, 1)}
 
@@ -119,10 +124,9 @@ def _rescore_learn_own_fit(path: Path, stored: dict[str, Any]) -> dict[str, Any]
     scenario learned both ways, the provisional fit's span as stored."""
     import bench_learn_own_fit
 
-    archives = [ROOT / name for name in stored["recordings"]]
-    absent = [str(a) for a in archives if not a.is_file()]
-    if absent:
-        return {"result": str(path), "missing": absent}
+    archives, missing = _kept(path, stored)
+    if missing:
+        return missing
     started = time.monotonic()
     spans = [(s["provisional_fit"]["at_s"], s["provisional_fit"]["seconds"])
              for s in stored["scenarios"]]
@@ -130,8 +134,7 @@ def _rescore_learn_own_fit(path: Path, stored: dict[str, Any]) -> dict[str, Any]
     now = bench_learn_own_fit.figures(scenarios)
     moved = [{"where": "total", **m}
              for m in compare(_flat(stored.get("total", {})), _flat(now))]
-    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
-                          else path),
+    return {"result": name_of(path),
             "recordings": stored["recordings"], "runs": len(scenarios), "moved": moved,
             "total_now": now, "wall_s": round(time.monotonic() - started, 1)}
 
@@ -160,10 +163,9 @@ def rescore(path: Path) -> dict[str, Any]:
         return _rescore_learn_own_fit(path, stored)
     if stored.get("benchmark") != "alarms":
         return {"result": str(path), "skipped": f"not an alarms result ({stored.get('benchmark')})"}
-    archives = [ROOT / name for name in stored["recordings"]]
-    absent = [str(a) for a in archives if not a.is_file()]
-    if absent:
-        return {"result": str(path), "missing": absent}
+    archives, missing = _kept(path, stored)
+    if missing:
+        return missing
     started = time.monotonic()
     rows = bench_alarms.analyse(archives, float(stored.get("after_s", 30.0)),
                                 dict(stored.get("settings") or {}))
@@ -180,8 +182,7 @@ def rescore(path: Path) -> dict[str, Any]:
         moved += [{"where": row["run"], **m} for m in compare(*pick)]
     moved += [{"where": run, "figure": "run", "stored": "kept", "now": None, "by": None}
               for run in old_rows]
-    return {"result": str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT)
-                          else path),
+    return {"result": name_of(path),
             "recordings": stored["recordings"], "runs": len(rows), "moved": moved,
             "total_now": total, "wall_s": round(time.monotonic() - started, 1)}
 
