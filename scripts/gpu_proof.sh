@@ -110,9 +110,11 @@ step "eBPF capture against the training job's own counts ($steps steps per phase
 grep -E '^(ok|FAILED)' "$out/trace.txt" || tail -5 "$out/trace.txt"
 
 step "fault kinds ($kinds) against a live watch and in batch"
+rc=0
 "$py" "$here/scripts/gpu_alarms.py" "$out/alarms" ${cpu:+--cpu} --kinds "$kinds" \
   --learn-s "$learn_s" --clean-s "$clean_s" --fault-s "$fault_s" --warmup-s "$warmup_s" \
-  --gap-s "$gap_s" --resolve-after-s "$resolve_s" > "$out/alarms/run.txt" 2>&1 || true
+  --gap-s "$gap_s" --resolve-after-s "$resolve_s" > "$out/alarms/run.txt" 2>&1 || rc=$?
+echo "$rc" > "$out/alarms/exit_status"
 grep -E '^== ' "$out/alarms/run.txt" || tail -5 "$out/alarms/run.txt"
 restore
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -63,15 +65,24 @@ def test_report_dir_has_figures_tables_and_escapes_tenant_names(tmp_path: Path) 
     assert traces and all(p.read_bytes().startswith(PNG) for p in traces)
 
 
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``reveal demo --duration 30`` made once: its output directory and what it printed."""
+    if os.geteuid() != 0 or shutil.which("stress-ng") is None or shutil.which("fio") is None:
+        pytest.skip("needs root, stress-ng and fio")
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["demo", "--out", str(out), "--duration", "30", "--quiet"])
+    assert code == 0, printed.getvalue()[-3000:]
+    return out, printed.getvalue()
+
+
 @pytest.mark.alone  # its CPU fault must be seen on a host no other test keeps busy
 @pytest.mark.slow
 @pytest.mark.root
-def test_demo_end_to_end(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    if os.geteuid() != 0 or shutil.which("stress-ng") is None or shutil.which("fio") is None:
-        pytest.skip("needs root, stress-ng and fio")
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--duration", "30", "--quiet"]) == 0
-    printed = capsys.readouterr().out
+def test_demo_end_to_end(demo: tuple[Path, str]) -> None:
+    out, printed = demo
     assert "injected cpu_contention (high)" in printed
     assert "injected disk_burst (high)" in printed
     for name in ("report.md", "report.json", "report.html", "timeline.png", "subsystems.png"):
@@ -97,3 +108,36 @@ def test_demo_end_to_end(tmp_path: Path, capsys) -> None:  # type: ignore[no-unt
                   if injected["start_ns"] <= a["start_ns"] < injected["end_ns"]]
         if verdicts[injected["kind"]]["detected"] and within:
             assert within[0]["reasons"][0]["subsystem"] == injected["subsystem"], within[0]
+
+
+@pytest.mark.alone  # the demo it scores again is recorded alone
+@pytest.mark.slow
+@pytest.mark.root
+def test_the_quick_suite_scores_the_demos_recording(demo: tuple[Path, str], tmp_path: Path,
+                                                    capsys) -> None:  # type: ignore[no-untyped-def]
+    """``reveal validate --quick`` holds the demo's two faults (a CPU contention and a disk
+    burst on the single job, high intensity, once each): its scoring of them, from the
+    demo's recording, finds the CPU fault that the demo recorded on a quiet host. (The
+    suite's own recording is the same ``run_scenario`` the demo ran; a small suite records
+    and scores end to end in tests/test_validate_cli.py.)"""
+    recorded, _ = demo
+    out = tmp_path / "validate"
+    assert main(["validate", "--quick", "--reanalyse", str(recorded), "--quiet", "--out",
+                 str(out)]) == 0
+    result = json.loads((out / "validate.json").read_text())
+    assert result["schema"] == "reveal-validate" and result["quick"] is True
+    assert set(result["summary"]["total"]) >= {"episodes", "detected", "recall", "median_ttd_s",
+                                               "attribution_accuracy", "clean_flag_share"}
+    assert set(result["met"]) == {"recall", "median_ttd_s", "attribution_accuracy",
+                                  "clean_flag_share"}
+    kinds = {e["kind"]: e for e in result["episodes"]}
+    assert set(kinds) == {"cpu_contention", "disk_burst"}
+    cpu = kinds["cpu_contention"]
+    assert cpu["detected"], cpu
+    assert cpu["ttd_s"] is not None and cpu["ttd_s"] >= 0
+    [run] = result["runs"]
+    assert Path(run["path"], "events.jsonl").is_file()
+    assert (out / "reports" / "demo" / "run1.report.json").is_file()
+    assert run["windows"] > 0 and run["clean_windows"] > 0
+    assert (out / "validate.md").read_text().startswith("# Reveal validation")
+    assert "cpu_contention" in capsys.readouterr().out

@@ -20,6 +20,9 @@ from reveal.inject.groundtruth import EventLog
 from reveal.inject.jobcgroup import JobCgroup
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups, namespaces)")
+#: a test on the tiny fleet runs in the alone part, where the fleet is recorded (its
+#: alignment needs the host to itself): so it is recorded once, not once in each part
+on_the_tiny_fleet = pytest.mark.alone
 
 
 def test_plan_puts_each_fault_in_its_own_host_at_its_own_time() -> None:
@@ -164,6 +167,7 @@ def test_tiny_fleet_hosts_alignment_and_ground_truth(tiny_fleet: Path) -> None:
     assert [h.host for h in load_fleet(tiny_fleet, clean_only=True).hosts] == ["node-c"]
 
 
+@on_the_tiny_fleet
 def test_recording_leaves_nothing_behind(tiny_fleet: Path) -> None:
     from reveal.inject.cleanup import netns_names
     from reveal.inject.jobcgroup import leftover_cgroups
@@ -174,6 +178,7 @@ def test_recording_leaves_nothing_behind(tiny_fleet: Path) -> None:
     assert not [p for p in leftover_cgroups() if p.name.startswith(mine)]
 
 
+@on_the_tiny_fleet
 def test_bootstrap_host_from_a_recorded_clean_host(tiny_fleet: Path) -> None:
     from reveal.catalog import default_catalog
     from reveal.fleet.simulate import bootstrap_host, load_fleet
@@ -244,6 +249,7 @@ def test_synthetic_hosts_for_scale_are_named_and_distinct() -> None:
         synthetic_hosts([], 3)
 
 
+@on_the_tiny_fleet
 def test_default_fleet_channels_of_a_recorded_host_are_the_jobs(tiny_fleet: Path) -> None:
     """On a real recording the default set keeps the job's cgroup and the job's network
     namespaces, and leaves out the host-wide network and the host's own history."""

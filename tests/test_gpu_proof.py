@@ -12,6 +12,7 @@ stricter ones: each must fail, and only in its own checks."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROOF = ROOT / "scripts" / "gpu_proof.sh"
 JUDGE = ROOT / "scripts" / "gpu_proof.py"
 TRACE = ROOT / "scripts" / "gpu_trace_check.py"
+ALARMS = ROOT / "scripts" / "gpu_alarms.py"
 
 
 def _why_not() -> str | None:
@@ -43,6 +45,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.root,
 DRY = ["--alarm-verdicts", "recorded", "--max-cost", "100", "--max-alert-s", "1000",
        "--max-clean-alerts", "100", "--max-clean-share", "1", "--min-clean-s", "5",
        "--max-total-s", "600"]
+#: what a busy loop meets anywhere: every figure there, none judged by its size
+ANY_HOST = ["--min-alerted", "0", "--max-alert-s", "1000", "--max-clean-alerts", "100",
+            "--max-clean-share", "1", "--min-fault-episodes", "0"]
 
 
 def _run(*argv: str, **kw) -> subprocess.CompletedProcess[str]:
@@ -116,6 +121,62 @@ def test_dry_run_makes_every_step_and_keeps_one_judged_json(dry_run):
     for kept in ("trace.json", "trace.txt", "nvml/pytest.txt", "alarms/summary.json",
                  "alarms/run.txt"):
         assert (out / kept).is_file(), kept
+
+
+def _alarms(*argv: str) -> subprocess.CompletedProcess[str]:
+    return _run(sys.executable, str(ALARMS), *argv, timeout=60)
+
+
+def test_the_alarms_step_is_a_whole_gpu_alarms_run_and_exits_as_it_judged(dry_run):
+    """``gpu_alarms.py --cpu`` as the proof runs it: a live watch, its clean span, each
+    stand-in contention and both batch analyses; what the summary counts is what the watch
+    sent; and it exits 0 exactly when its own targets are met (a busy 2-CPU host may not
+    meet them: the figures are measured here, their judging checked below)."""
+    _, out = dry_run
+    alarms = out / "alarms"
+    summary = json.loads((alarms / "summary.json").read_text())
+    assert summary["cpu"] is True
+    assert [c["name"] for c in summary["checks"]] == [
+        "live alert episodes in the clean span", "contentions alerted",
+        "time from a contention's start to its first alert, slowest (s)",
+        "batch clean run: share of windows flagged", "batch fault run: episodes"]
+    status = int((alarms / "exit_status").read_text())
+    judged = _alarms("--judge", str(alarms / "summary.json"))  # its own (default) targets
+    assert status == judged.returncode and status in (0, 1), judged.stdout
+    assert summary["ok"] is (status == 0)
+    said = (alarms / "run.txt").read_text()
+    assert ("done: every check met" in said) == (status == 0) != (
+        "a check failed (exit 1)" in said)
+    assert summary["live_clean"]["seconds"] >= 5.0
+    faults = summary["live_faults"]
+    assert [f["kind"] for f in faults] == ["tenant", "h2d", "loader"]  # in order, refused out
+    offsets = summary["fault_offsets_s"]
+    assert offsets["tenant"] > 0  # after the clean span
+    for a, b in itertools.pairwise(faults):  # a contention, then the gap (5 s)
+        assert offsets[b["kind"]] - offsets[a["kind"]] >= a["seconds"] + 5.0 - 0.1, offsets
+    for name in ("batch_clean", "batch_fault"):
+        batch = summary[name]
+        assert batch["windows"] > 0 and 0 <= batch["anomalous_windows"] <= batch["windows"]
+        assert batch["flagged_share"] == round(batch["anomalous_windows"] / batch["windows"], 4)
+    assert (alarms / "train.log").stat().st_size > 0
+    events = [json.loads(line) for line in (alarms / "alerts.jsonl").read_text().splitlines()]
+    firing = {e["id"] for e in events if e["event"] == "firing"}
+    heard = {a["id"] for f in faults for a in f["firing"]} | {
+        a["id"] for a in summary["live_clean"]["firing"]}
+    assert heard <= firing  # what the summary counts is what the watch sent
+
+
+def test_gpu_alarms_exits_1_on_a_target_it_does_not_meet(dry_run):
+    summary = str(dry_run[1] / "alarms" / "summary.json")
+    proc = _alarms("--judge", summary, *ANY_HOST)
+    assert proc.returncode == 0, proc.stdout  # every figure there
+    for target, failed in ((["--max-clean-share", "-1"], "batch clean run"),
+                           (["--max-clean-alerts", "-1"], "live alert episodes"),
+                           (["--min-fault-episodes", "1000"], "batch fault run")):
+        proc = _alarms("--judge", summary, *ANY_HOST, *target)  # the later option wins
+        assert proc.returncode == 1, (target, proc.stdout)
+        failures = [x for x in proc.stdout.splitlines() if x.startswith("FAILED")]
+        assert len(failures) == 1 and failures[0].startswith(f"FAILED {failed}"), failures
 
 
 def test_the_kept_proof_fails_the_gpu_targets_and_each_stricter_one_alone(dry_run):
