@@ -7,17 +7,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from reveal.cli import build_parser, main
 from reveal.commands.validate import suite_options
+from reveal.inject import processes
+from reveal.inject.alertmanager import LocalAlertmanager, find_alertmanager
 from reveal.inject.groundtruth import Episode, load_episodes
 from reveal.inject.live_suite import (
     Alert,
     CleanSpan,
     LiveScenario,
+    Receiver,
+    from_alertmanager,
     met,
     render_live_markdown,
     score_live,
@@ -158,11 +163,67 @@ def test_the_clean_span_counts_its_own_alert_episodes_and_the_watch_memory() -> 
 
 @pytest.mark.parametrize("argv", [["--live", "--reanalyse", "."], ["--score-every", "5"],
                                   ["--live", "--score-every", "0"],
-                                  ["--clean-seconds", "60"]])
+                                  ["--clean-seconds", "60"], ["--via-alertmanager"],
+                                  ["--benign", "--live", "--via-alertmanager"]])
 def test_live_option_errors_are_one_line(argv: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["validate", *argv, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("--live" in err[0] or "--score-every" in err[0]), err
+
+
+def test_alertmanagers_notifications_are_heard_as_the_watchs_own_events() -> None:
+    """A group's notifications repeat the alerts already heard: only an episode's first
+    firing and its resolution are kept, with the opening subsystem and the claim."""
+    def note(*alerts: tuple[str, str]) -> dict:
+        return {"status": "firing", "alerts": [
+            {"status": status, "labels": {"episode": episode, "subsystem": "cpu"},
+             "annotations": {"claim": f"claim of {episode}"}} for episode, status in alerts]}
+
+    heard: set[str] = set()
+    first = from_alertmanager(note(("e1", "firing")), 1, heard)
+    assert [(a.event, a.id, a.subsystem, a.claim) for a in first] == [
+        ("firing", "e1", "cpu", "claim of e1")]
+    again = from_alertmanager(note(("e1", "firing"), ("e2", "firing")), 2, heard)
+    assert [(a.event, a.id) for a in again] == [("firing", "e2")]  # e1 heard already
+    assert [(a.event, a.id, a.received_ns) for a in from_alertmanager(
+        note(("e1", "resolved"), ("e2", "firing")), 3, heard)] == [("resolved", "e1", 3)]
+    assert from_alertmanager(note(("e1", "resolved")), 4, heard) == []  # resolved once
+    assert heard == {"e2"} and from_alertmanager({}, 5, heard) == []
+
+
+@pytest.mark.skipif(find_alertmanager() is None,
+                    reason="needs the Debian package prometheus-alertmanager")
+def test_an_alert_the_watch_sends_reaches_the_suite_through_a_real_alertmanager() -> None:
+    """``--via-alertmanager``'s path with the real parts: the watch's Alertmanager sink
+    posts an episode to a real Alertmanager started with the suite's route, which notifies
+    the suite's webhook once when it fires and once when it resolves."""
+    from reveal.live.alerts import iso
+    from reveal.live.sinks import AlertmanagerSink
+
+    receiver = Receiver()
+    manager = None
+    sink = None
+    try:
+        manager = LocalAlertmanager(receiver.alertmanager_url)
+        sink = AlertmanagerSink.open(manager.url)
+        event = {"event": "firing", "id": "rv-test-1", "host": "h<1>", "subsystem": "memory",
+                 "opened_subsystem": "cpu", "severity": "warning", "claim": "CPU busy rose",
+                 "reasons": [], "peak_score": 5.0, "start": iso(time.time()), "end": None}
+        sink.submit(event)
+        assert processes.wait_until(lambda: receiver.open_alerts() == {"rv-test-1"}, 30, 0.1)
+        sink.submit({**event, "event": "resolved", "end": iso(time.time())})
+        assert processes.wait_until(lambda: not receiver.open_alerts(), 30, 0.1)
+        time.sleep(2.5)  # a repeat of either would have arrived by now (group_interval 1 s)
+        heard = [(a.event, a.id, a.subsystem, a.claim) for a in receiver.alerts]
+        assert heard == [("firing", "rv-test-1", "cpu", "CPU busy rose"),
+                         ("resolved", "rv-test-1", "cpu", "CPU busy rose")]
+    finally:
+        if sink is not None:
+            sink.close()
+        if manager is not None:
+            manager.close()
+        receiver.close()
+    assert not manager.root.exists() and manager.proc.poll() is not None
 
 
 @pytest.mark.parametrize(("argv", "learn_s"), [
@@ -185,9 +246,22 @@ def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> Non
         pytest.skip("needs root (the collector's perf/eBPF probes, fault cleanup)")
     if shutil.which("stress-ng") is None:
         pytest.skip("stress-ng not installed")
-    assert main(["validate", "--quick", "--live", "--quiet", "--out", str(tmp_path)]) == 0
+    if find_alertmanager() is None:
+        pytest.skip("needs the Debian package prometheus-alertmanager")
+    # through a real Alertmanager, as an operator is paged (the benign live suite's test
+    # takes the watch's own webhook)
+    assert main(["validate", "--quick", "--live", "--via-alertmanager", "--quiet", "--out",
+                 str(tmp_path)]) == 0
     result = json.loads((tmp_path / "validate.json").read_text())
     assert result["mode"] == "live" and result["quick"] is True
+    assert result["settings"]["via_alertmanager"] is True
+    assert (tmp_path / "live" / "single" / "alertmanager.log").is_file()
+    # the watch delivered its alerts to Alertmanager only: every episode it opened went
+    # there, firing, and none to a webhook of its own
+    state = json.loads((tmp_path / "live" / "single" / "state" / "alerts.json").read_text())
+    assert state["episodes"] and all(
+        set(e["delivered"]) == {"alertmanager"} and "firing" in e["delivered"]["alertmanager"]
+        for e in state["episodes"]), state["episodes"]
     verdicts = {v["kind"]: v for v in result["summary"]["episodes"]}
     assert set(verdicts) == {"cpu_contention", "disk_burst"}
     cpu = verdicts["cpu_contention"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from reveal.analysis.presets import TELEMETRY, with_overrides
 from reveal.errors import RevealError
+from reveal.inject.alertmanager import find_alertmanager
 from reveal.inject.benign import BENIGN, LIVE_ONLY, live
 from reveal.inject.benign.leftovers import remove_leftovers as benign_leftovers
 from reveal.inject.benign.live import LEARN_S, QUICK_LEARN_S
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"reveal validate: {message}", file=sys.stderr, flush=True)
 
     for given, flag in ((args.score_every, "--score-every"),
-                        (args.clean_seconds, "--clean-seconds")):
+                        (args.clean_seconds, "--clean-seconds"),
+                        (args.via_alertmanager or None, "--via-alertmanager")):
         if given is not None and not args.live:
             raise RevealError(f"{flag} applies to --live only")
     if options.clean_s < 0:
@@ -71,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         raise RevealError("--score-every must be at least 1")
     if args.live and args.reanalyse is not None:
         raise RevealError("--live scores a running watch; it cannot --reanalyse recorded runs")
+    if options.via_alertmanager and find_alertmanager() is None:
+        raise RevealError("--via-alertmanager needs Alertmanager on PATH "
+                          "(apt-get install prometheus-alertmanager)")
     if args.live:
         result = run_live_suite(options, args.out, say)
         out = args.out
@@ -110,6 +115,9 @@ def _run_benign(args: argparse.Namespace) -> int:
                         (args.score_every, "--score-every")):
         if given is not None and not args.live:
             raise RevealError(f"{flag} applies to --benign with --live only")
+    if args.via_alertmanager:
+        raise RevealError("--via-alertmanager applies to the fault suite with --live, "
+                          "not to --benign")
     if args.live and args.reanalyse is not None:
         raise RevealError("--live scores a running watch; it cannot --reanalyse recorded runs")
     options = BenignOptions.quick_suite() if args.quick else BenignOptions()
@@ -178,6 +186,7 @@ def suite_options(args: argparse.Namespace) -> SuiteOptions:
                "episode_s": args.episode_seconds, "gap_s": args.gap_seconds,
                "workload": args.workload,
                "score_every": args.score_every, "clean_s": args.clean_seconds,
+               "via_alertmanager": args.via_alertmanager or None,
                "settings": _settings(args)}
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if args.live and args.baseline_seconds is None and not args.quick:

@@ -16,6 +16,10 @@ such event's arrival (collection, windowing, scoring, persistence and delivery i
 it is **attributed** when that event's subsystem is the fault's. A ``firing`` event that
 arrives outside every such span is a **false alert**, counted per hour of clean time.
 
+With ``via_alertmanager`` the watch sends its alerts to a real Alertmanager started for the
+suite, whose webhook notifications are what is scored (an episode's first ``firing`` and
+its ``resolved``; :mod:`reveal.inject.alertmanager` names its route's waits).
+
 With ``clean_s`` the first scenario first runs that long with no fault after the learn,
 the run an operator's pager sees most: its alert episodes (``firing`` events) are counted
 on their own, and the watch's resident memory is read every :data:`RSS_EVERY_S`.
@@ -39,6 +43,7 @@ from typing import Any
 
 from reveal.errors import RevealError
 from reveal.inject import processes
+from reveal.inject.alertmanager import GROUP_WAIT, LocalAlertmanager
 from reveal.inject.cleanup import make_temp_dir
 from reveal.inject.faults import FaultContext, make_fault, run_episode
 from reveal.inject.groundtruth import Episode, EventLog
@@ -85,12 +90,36 @@ class Alert:
         return asdict(self)
 
 
+def from_alertmanager(body: Any, received_ns: int, open_ids: set[str]) -> list[Alert]:
+    """The events in one notification of Alertmanager's webhook (``{"alerts": [{"status",
+    "labels", "annotations"}, ...]}``), as the watch's own events: an episode's first
+    ``firing`` and its ``resolved``. A group's later notifications repeat alerts already
+    heard; only a change of state is kept. ``open_ids``: the episodes heard firing and not
+    resolved yet (updated in place)."""
+    events = []
+    for alert in body.get("alerts") or []:
+        labels, notes = alert.get("labels") or {}, alert.get("annotations") or {}
+        episode = str(labels.get("episode", ""))
+        status = str(alert.get("status", ""))
+        if status == "firing" and episode not in open_ids:
+            open_ids.add(episode)
+        elif status == "resolved" and episode in open_ids:
+            open_ids.discard(episode)
+        else:
+            continue
+        events.append(Alert(received_ns, status, episode, str(labels.get("subsystem", "")),
+                            str(notes.get("claim", ""))))
+    return events
+
+
 class Receiver:
-    """A webhook on 127.0.0.1 that keeps every event with its arrival time."""
+    """A webhook on 127.0.0.1 that keeps every event with its arrival time: the watch's
+    own events at ``url``, Alertmanager's notifications at ``alertmanager_url``."""
 
     def __init__(self) -> None:
         self.alerts: list[Alert] = []
         alerts = self.alerts
+        open_ids: set[str] = set()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -98,12 +127,15 @@ class Receiver:
                 received = time.monotonic_ns()
                 try:
                     body = json.loads(self.rfile.read(length))
-                    alerts.append(Alert(received, str(body.get("event", "")),
-                                        str(body.get("id", "")),
-                                        str(body.get("subsystem", "")),
-                                        str(body.get("claim", ""))))
+                    if self.path == "/alertmanager":
+                        alerts.extend(from_alertmanager(body, received, open_ids))
+                    else:
+                        alerts.append(Alert(received, str(body.get("event", "")),
+                                            str(body.get("id", "")),
+                                            str(body.get("subsystem", "")),
+                                            str(body.get("claim", ""))))
                     self.send_response(200)
-                except (ValueError, AttributeError):
+                except (ValueError, AttributeError, TypeError):
                     self.send_response(400)
                 self.end_headers()
 
@@ -112,6 +144,7 @@ class Receiver:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        self.alertmanager_url = f"http://127.0.0.1:{self.server.server_address[1]}/alertmanager"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
                                        name="reveal-validate-webhook")
         self.thread.start()
@@ -169,10 +202,14 @@ class CleanSpan:
 
 
 def _watch_argv(state: Path, learn_s: float, interval_s: float, url: str,
-                score_every: int, settings: Mapping[str, Any] | None = None) -> list[str]:
+                score_every: int, settings: Mapping[str, Any] | None = None,
+                alertmanager: str | None = None) -> list[str]:
+    """The watch's command line: its alerts to the webhook ``url``, or to Alertmanager's
+    API at ``alertmanager`` (which routes them to the suite's webhook)."""
+    sink = ["--alertmanager", alertmanager] if alertmanager else ["--alert-webhook", url]
     return [sys.executable, "-m", "reveal.cli", "watch", "--state", str(state),
             "--learn", f"{learn_s:g}s", "--allow-short-learn", "--interval", f"{interval_s:g}",
-            "--resolve-after", f"{RESOLVE_AFTER_S:g}s", "--alert-webhook", url,
+            "--resolve-after", f"{RESOLVE_AFTER_S:g}s", *sink,
             "--score-every", str(score_every), *set_arguments(settings)]
 
 
@@ -223,10 +260,12 @@ def _clean_span(watch: subprocess.Popen[bytes], seconds: float, say: Say) -> Cle
 def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                       settle_s: float, workload: str | None = None,
                       score_every: int = 5, clean_s: float = 0.0,
-                      settings: Mapping[str, Any] | None = None) -> LiveScenario:
+                      settings: Mapping[str, Any] | None = None,
+                      via_alertmanager: bool = False) -> LiveScenario:
     """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``,
     after ``clean_s`` with no fault (0: none); ``settings``: the watch's analysis settings
-    by dotted name."""
+    by dotted name; ``via_alertmanager``: the watch's alerts go through a real Alertmanager
+    (:mod:`reveal.inject.alertmanager`) to the suite's webhook."""
     name = workload or default_workload(scenario.distributed)
     reason = unavailable_reason(name)
     if reason:
@@ -243,11 +282,17 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
     cgroup = JobCgroup().create()
     job = WorkloadRun(name, workdir, total, netns=netns, cgroup=cgroup)
     receiver = Receiver()
+    manager: LocalAlertmanager | None = None
     watch: subprocess.Popen[bytes] | None = None
     episodes: list[Episode] = []
     skipped: list[str] = []
     clean: CleanSpan | None = None
     try:
+        if via_alertmanager:
+            manager = LocalAlertmanager(receiver.alertmanager_url,
+                                        log=here / "alertmanager.log")
+            say(f"live scenario {scenario.name}: alerts through Alertmanager at "
+                f"{manager.url}")
         say(f"live scenario {scenario.name}: starting workload {name}")
         job.start()
         time.sleep(WARMUP_S)
@@ -257,7 +302,8 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         shutil.rmtree(here / "state", ignore_errors=True)
         watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
                                             scenario.interval_s, receiver.url,
-                                            score_every, settings), stdout=log)
+                                            score_every, settings,
+                                            manager.url if manager else None), stdout=log)
         say(f"live scenario {scenario.name}: reveal watch learns for "
             f"{scenario.baseline_s:g} s")
         _wait_scoring(log, watch, scenario.baseline_s + LEARN_SLACK_S)
@@ -279,7 +325,9 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
             again = here / f"watch-restart{restarts}.log"
             watch = processes.start(_watch_argv(here / "state", scenario.baseline_s,
                                                 scenario.interval_s, receiver.url,
-                                                score_every, settings), stdout=again)
+                                                score_every, settings,
+                                                manager.url if manager else None),
+                                    stdout=again)
             _wait_scoring(again, watch, RESTART_WAIT_S)
 
         context = FaultContext(workdir, netns, restart_watch=restart_watch)
@@ -315,6 +363,8 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                 watch.kill()
                 watch.wait()
         receiver.close()
+        if manager is not None:
+            manager.close()
         job.stop()
         cgroup.close()
         if netns is not None:
@@ -459,7 +509,9 @@ def render_live_markdown(result: dict[str, Any]) -> str:
     lines = [f"# Reveal live validation on {markdown(result['host'])}", "",
              f"Started {result['started']}, {result['elapsed_s']:.0f} s. `reveal watch` "
              f"learned {result['settings']['baseline_s']:g} s of each scenario, then scored "
-             "live; alerts were received at a webhook.", "",
+             "live; alerts were received at a webhook"
+             + (f", through Alertmanager (group_wait {GROUP_WAIT})"
+                if result["settings"].get("via_alertmanager") else "") + ".", "",
              "| Fault | Intensity | Episodes | Alerted | Median fault → alert (s) | "
              "p95 (s) | Right subsystem |", "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:

@@ -73,6 +73,7 @@ class SuiteOptions:
     workload: str | None = None
     score_every: int = 5  # with --live: the watch scores this many windows per call
     clean_s: float = 0.0  # with --live: a span with no fault after the learn, seconds
+    via_alertmanager: bool = False  # with --live: alerts through a real Alertmanager
     # analysis settings by dotted name (``--set``), for the analysis and the watch
     settings: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -242,7 +243,7 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
                                      if not scenario.distributed else None,
                                      options.score_every,
                                      options.clean_s if n == 0 else 0.0,
-                                     options.settings)
+                                     options.settings, options.via_alertmanager)
         except RevealError as exc:
             if not scenario.distributed:
                 raise

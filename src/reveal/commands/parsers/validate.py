@@ -64,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "false alerts per hour")
     parser.add_argument("--score-every", type=int, default=None, metavar="N",
                         help="with --live: the watch's --score-every (default 5)")
+    parser.add_argument("--via-alertmanager", action="store_true",
+                        help="with --live (the fault suite): the watch's alerts go through "
+                             "a real Alertmanager started for the suite (its route waits "
+                             "1 s before a group's first notification) and are scored as "
+                             "its webhook receives them, as an operator is paged")
     _add_seconds(parser, "--clean-seconds",
                  "with --live: after the learn, run S seconds with no fault first; its alert "
                  "episodes and the watch's memory (RSS every 10 s) are reported on their own")
