@@ -9,7 +9,7 @@ from pathlib import Path
 
 from reveal.analysis.presets import TELEMETRY, with_overrides
 from reveal.errors import RevealError
-from reveal.inject.alertmanager import find_alertmanager
+from reveal.inject.alertmanager import MISSING, find_alertmanager
 from reveal.inject.benign import BENIGN, LIVE_ONLY, live
 from reveal.inject.benign.leftovers import remove_leftovers as benign_leftovers
 from reveal.inject.benign.live import LEARN_S, QUICK_LEARN_S
@@ -74,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.live and args.reanalyse is not None:
         raise RevealError("--live scores a running watch; it cannot --reanalyse recorded runs")
     if options.via_alertmanager and find_alertmanager() is None:
-        raise RevealError("--via-alertmanager needs Alertmanager on PATH "
-                          "(apt-get install prometheus-alertmanager)")
+        raise RevealError(MISSING)
     if args.live:
         result = run_live_suite(options, args.out, say)
         out = args.out

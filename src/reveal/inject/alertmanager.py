@@ -25,6 +25,8 @@ from reveal.errors import RevealError
 #: notifications (seconds, in Alertmanager's duration syntax)
 GROUP_WAIT = "1s"
 GROUP_INTERVAL = "1s"
+#: What a suite that needs Alertmanager says when it is not installed.
+MISSING = "--via-alertmanager needs Alertmanager on PATH (apt-get install prometheus-alertmanager)"
 #: Longest wait for Alertmanager to answer after it starts (seconds).
 START_WAIT_S = 60.0
 
@@ -59,19 +61,18 @@ class LocalAlertmanager:
                  log: Path | None = None) -> None:
         found = binary or find_alertmanager()
         if found is None:
-            raise RevealError("--via-alertmanager needs Alertmanager "
-                              "(apt-get install prometheus-alertmanager)")
+            raise RevealError(MISSING)
         self.root = Path(tempfile.mkdtemp(prefix="reveal-validate-am-"))
         (self.root / "am.yml").write_text(route_config(webhook_url), encoding="utf-8")
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log = log or self.root / "alertmanager.log"
-        with open(self.log, "wb") as log:
+        with open(self.log, "wb") as handle:
             self.proc = subprocess.Popen(
                 [found, f"--config.file={self.root / 'am.yml'}",
                  f"--storage.path={self.root / 'data'}",
                  f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=handle, stderr=subprocess.STDOUT)
         try:
             self._wait_ready()
         except BaseException:
