@@ -8,6 +8,8 @@ a new run with a reference run (``reveal analyze RUN --baseline BASE``), and sco
 - ``before``: share of windows that end before the fault starts that are flagged;
 - ``after`` (``after10``): share of windows that start more than ``--after-s`` seconds
   (default 30; and 10) after the fault ended that are flagged (the host has settled);
+- ``coverage``: the share of the windows wholly within the fault that are flagged (an
+  alert that lasts as long as the fault);
 - detection, attribution (the heaviest subsystem over the fault's flagged windows), and
   whether the first claim during the fault names a channel of the injected subsystem;
 - report episodes that start after the fault ended (its aftermath should be at most one).
@@ -72,6 +74,7 @@ def record(out: Path, faults: tuple[str, ...], intensity: str, baseline_s: float
         {"workloads": {"distributed": recorded.workload}, "faults": list(faults),
          "intensity": intensity, "baseline_s": baseline_s, "run_s": run_s,
          "fault_s": fault_s, "one_baseline": one_baseline, "host": platform.node(),
+         "skipped": [s for run in recorded.runs for s in run.skipped],
          "recorded_s": round(time.monotonic() - started, 1)}, indent=1) + "\n")
 
 
@@ -88,6 +91,7 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
     after = start >= episode.end_ns + int(after_s * 1e9)
     after10 = start >= episode.end_ns + int(10e9)
     overlapping = (start < episode.end_ns) & (end > episode.start_ns)
+    inside = (start >= episode.start_ns) & (end <= episode.end_ns)
     scored, _ = score_report(report, [episode])
     first_subsystem, claim = first_claim(report, overlapping & flagged)
     later = [e for e in report.episodes if e.start_ns >= episode.end_ns]
@@ -98,6 +102,7 @@ def score_run(report: Any, episode: Any, after_s: float) -> dict[str, Any]:
         "windows_after": int(after.sum()), "flagged_after": int((after & flagged).sum()),
         "windows_after10": int(after10.sum()),
         "flagged_after10": int((after10 & flagged).sum()),
+        "windows_inside": int(inside.sum()), "flagged_inside": int((inside & flagged).sum()),
         "detected": bool(scored[0].detected), "ttd_s": scored[0].ttd_s,
         "attributed": scored[0].attributed, "attribution_ok": bool(scored[0].attribution_ok),
         "first_claim_subsystem": first_subsystem,
@@ -158,6 +163,10 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "attributed": round(sum(r["attribution_ok"] for r in rows) / n, 3),
         "first_claim_in_subsystem": round(sum(r["first_claim_ok"] for r in rows) / n, 3),
         "median_ttd_s": float(np.median(ttd)) if ttd else None,
+        # the share of the windows wholly within a fault that are flagged (an alert that
+        # lasts as long as the fault), over the runs that count them
+        "coverage": round(sum(r.get("flagged_inside", 0) for r in rows)
+                          / max(sum(r.get("windows_inside", 0) for r in rows), 1), 4),
         "max_episodes_after_fault": max(r["episodes_after_fault"] for r in rows),
         "windows_before": wb, "windows_after": wa, "windows_after10": wa10,
     }

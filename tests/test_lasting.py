@@ -50,6 +50,28 @@ def test_a_level_held_where_the_baseline_only_touched_matters_a_short_touch_does
     assert not cells[100:].any()  # ended: the average of the windows that held it no more
 
 
+def test_a_pace_the_job_held_for_a_lasting_span_in_all_is_one_of_its_levels() -> None:
+    """A job that spends a fifth of its learn at a lower pace of its own (a rate cap, spells
+    of 10 s) has that pace among its levels, however long it holds it later; the averages'
+    reach alone was tighter than the pace. A hang, far below any level it held, matters."""
+    rng = np.random.default_rng(3)
+    n = 600
+    base = 110.0 + rng.normal(0, 0.5, (n, 1))
+    for start in range(0, n, 50):  # 10 of every 50 windows at the lower pace
+        base[start + 20:start + 30] = 87.7
+    means_only = np.array([[np.median(base) - np.quantile(
+        trailing_means(base, 30)[29:], 0.01)]])
+    reach = lasting_reach(base, 30, ("median",))
+    assert reach is not None and reach[1, 0] >= np.median(base) - 87.7 > means_only[0, 0]
+    run = 110.0 + rng.normal(0, 0.5, (200, 1))
+    run[20:120] = 87.7  # the lower pace held for 100 s
+    run[150:] = 0.0  # then the job hangs
+    median, scale, least = np.median(base, axis=0), np.array([0.5]), np.array([1.25])
+    cells = lasting_cells(run, None, 30, median, scale, least, np.array([-1]), reach)[:, 0]
+    assert not cells[:150].any()
+    assert cells[179:].all()
+
+
 def _host(seed: int, seconds: float, held: tuple[float, float] | None = None) -> Telemetry:
     """Memory in use on a 16 GiB host at 10 samples/s, swinging by 0.6 GiB for 2 s
     every 40 s as a job loads data; ``held``: 0.9 GiB more held from/to (s)."""

@@ -4,11 +4,12 @@ A window's level is judged against the levels the baseline's own windows reached
 reach, :func:`reveal.analysis.significance.level_tails`): a job that swings its memory by
 4 points while it loads data reaches 8 % for a window now and then, and a fault that holds
 memory at 8 % is within that reach window by window. Held for :data:`lasting_s` seconds,
-it is not: the baseline's levels averaged over that long never reached it. So every level
-is judged twice: window by window against the baseline's window reach, and averaged over
-the last ``lasting_s`` seconds of windows against the reach of the baseline's own averages
-over as long (``DetectConfig.lasting_s``; 0: off), while the window's own level is still
-past that reach by as much. Either is a change that matters.
+it is not: the baseline's levels averaged over that long never reached it, and its windows
+held it for less than that long in all. So every level is judged twice: window by window
+against the baseline's window reach, and averaged over the last ``lasting_s`` seconds of
+windows against the reach of the baseline's own averages over as long and of the levels
+its windows held for as long in all (``DetectConfig.lasting_s``; 0: off), while the
+window's own level is still past that reach by as much. Either is a change that matters.
 """
 
 from __future__ import annotations
@@ -51,14 +52,18 @@ def trailing_means(values: np.ndarray, windows: int,
 def lasting_reach(base_values: np.ndarray, windows: int, features: tuple[str, ...],
                   min_spans: int = 4) -> np.ndarray | None:
     """(2, K) how far the baseline's own levels averaged over ``windows`` windows reached
-    above and below their median (None: the baseline holds fewer than ``min_spans`` spans
-    of that many windows end to end, ``DetectConfig.lasting_min_spans``: the reach of a
-    few overlapping averages would be too tight, and a fault's recovery would look like a
-    lasting change)."""
+    above and below their median, and at least how far the levels its windows held for as
+    long in all reached (the quantile at ``windows`` over the baseline's windows: a job that
+    spends a fifth of its learn at a lower pace of its own, in spells shorter than a
+    lasting span, has that pace among its levels, however long it holds it later). None:
+    the baseline holds fewer than ``min_spans`` spans of that many windows end to end,
+    ``DetectConfig.lasting_min_spans``: the reach of a few overlapping averages would be
+    too tight, and a fault's recovery would look like a lasting change."""
     if windows < 2 or len(base_values) < max(int(min_spans), 1) * windows:
         return None
     means = trailing_means(base_values, windows)[windows - 1:]
-    return level_tails(means, features)
+    held = level_tails(base_values, features, quantile=1.0 - windows / len(base_values))
+    return np.maximum(level_tails(means, features), held)
 
 
 def lasting_cells(values: np.ndarray, history: np.ndarray | None, windows: int,

@@ -575,15 +575,16 @@ def tail_matters(least: np.ndarray, column_channels: Sequence[str],
     return out
 
 
-def _spread_from_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of ``x`` (n, k): the :data:`TAIL_QUANTILE` quantile's distance above the
-    median and the opposite quantile's below it (NaN for a column with no value)."""
+def _spread_from_median(x: np.ndarray, quantile: float = TAIL_QUANTILE
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ``x`` (n, k): the ``quantile`` quantile's distance above the median
+    and the opposite quantile's below it (NaN for a column with no value)."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: none
         x = np.asarray(x, dtype=np.float64)
         mid = np.nanmedian(x, axis=0)
-        return (np.nanquantile(x, TAIL_QUANTILE, axis=0) - mid,
-                mid - np.nanquantile(x, 1.0 - TAIL_QUANTILE, axis=0))
+        return (np.nanquantile(x, quantile, axis=0) - mid,
+                mid - np.nanquantile(x, 1.0 - quantile, axis=0))
 
 
 def lasts(channel: str, feature: str) -> bool:
@@ -693,16 +694,17 @@ def _reach_columns(features: tuple[str, ...]) -> np.ndarray:
     return np.flatnonzero([f in REACH_FEATURES for f in features])
 
 
-def level_tails(values: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
+def level_tails(values: np.ndarray, features: tuple[str, ...],
+                quantile: float = TAIL_QUANTILE) -> np.ndarray:
     """``(2, K)``: how far the baseline's window values ``values`` (n, K) of each level
-    column (:data:`REACH_FEATURES`) reach above their median (the :data:`TAIL_QUANTILE`
-    quantile) and below it (the opposite quantile); 0 for the other columns and where
-    there is no value."""
+    column (:data:`REACH_FEATURES`) reach above their median (the ``quantile`` quantile,
+    :data:`TAIL_QUANTILE` unless given) and below it (the opposite quantile); 0 for the
+    other columns and where there is no value."""
     out = np.zeros((2, values.shape[1]))
     cols = _reach_columns(tuple(features))
     if not cols.size or not len(values):
         return out
-    out[0, cols], out[1, cols] = _spread_from_median(values[:, cols])
+    out[0, cols], out[1, cols] = _spread_from_median(values[:, cols], quantile)
     with np.errstate(invalid="ignore"):
         return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
 

@@ -141,10 +141,12 @@ def record(run_dir: Path, duration_s: float, interval_s: float,
             reason = fault.check()
             if reason:
                 recorded.skipped.append(f"{plan.kind}: {reason}")
+                say(f"  {plan.kind}: skipped: {reason}")
                 continue
             left = duration_s - (time.monotonic() - t0) - 1.0
             if left < 1.0:
                 recorded.skipped.append(f"{plan.kind}: no time left in the run")
+                say(f"  {plan.kind}: skipped: no time left in the run")
                 continue
             say(f"  {plan.kind} ({plan.intensity}) for {plan.duration_s:g} s")
             recorded.episodes.append(run_episode(fault, min(plan.duration_s, left), events,
