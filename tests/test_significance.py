@@ -101,6 +101,14 @@ def test_the_jobs_own_channels_are_also_judged_against_the_jobs_use():
     # waiting is no use: a job stalled 0.1 % of the time is judged against wall time
     stall = _matter("cgroup.psi.io.some.total{cgroup=job}", level=1_000.0)
     assert stall.least == pytest.approx(0.05 * 1e6) and "job" not in stall.rule
+    # nor is an error or fault count: a job that retransmits 57 segments/s has no "use" of
+    # retransmissions a quarter of which matters; they are judged by their cost, sign or
+    # rarity, as the host's are
+    for event in ("snmp.Tcp.RetransSegs{netns=job}", "netstat.TcpExt.TCPLostRetransmit{netns=job}",
+                  "cgroup.memory.events.high{cgroup=job}"):
+        on_job = _matter(event, level=57.0)
+        on_host = _matter(event.split("{")[0], level=57.0)
+        assert on_job == on_host and "job" not in on_job.rule, (event, on_job)
 
 
 def test_labelled_data_has_no_capacity_and_shapes_never_matter_alone():

@@ -482,9 +482,11 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         out = Matter(sig.relative_share * level, f"{sig.relative_share:.0%} {RELATIVE_RULE}")
     whole = level if job_level is None else job_level
     # a GPU is judged against itself; time spent waiting is no use of the job's (its
-    # stall is judged against wall time, whatever share of it the job stalled before)
+    # stall is judged against wall time, whatever share of it the job stalled before);
+    # an error or fault count (catalog kind ``event``: retransmissions, drops, OOM kills)
+    # is no use either: it is judged by its cost, its sign or how rare it was
     if any(_label(channel, k) for k in JOB_LABELS) and math.isfinite(whole) and whole > 0 \
-            and not metric.startswith("gpu.") and not info.waiting:
+            and not metric.startswith("gpu.") and not info.waiting and kind != "event":
         job = sig.job_share * abs(whole)
         if job < out.least:
             out = Matter(job, f"{sig.job_share:.0%} of the job's own use")
