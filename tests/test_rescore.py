@@ -127,4 +127,5 @@ def test_the_smallest_kept_recording_is_scored_again(tmp_path: Path) -> None:
     assert "missing" not in outcome and outcome["runs"] == len(stored["rows"]) > 0
     assert {m["where"] for m in outcome["moved"]} <= {"total"} | {r["run"] for r in
                                                                    stored["rows"]}
-    assert set(outcome["total_now"]) == set(stored["total"])
+    # every stored figure is made again (a figure new since is listed as moved from None)
+    assert set(stored["total"]) <= set(outcome["total_now"])
