@@ -38,7 +38,17 @@ DEFAULTS = {name: MetricInfo.__dataclass_fields__[name].default for name in MEAN
 #: kernel-mode CPU time follows what the kernel serves (page faults, I/O, packets) as the
 #: time spent on interrupts does: a 4 GiB allocation's first windows led with it, naming
 #: memory pressure a CPU fault (docs/detectors.md, "The claim names the cause")
-CHANGED_SINCE: dict[str, dict[str, object]] = {"cpu.system": {"follows": True}}
+#: A cgroup v1 file means what its v2 twin means (test below): the job's CPU time falling
+#: is where it waits, not the cause (a memory hog's page population on the 10-minute
+#: reference's host, cgroup v1, led with the job's CPU time; v2 hosts led with memory)
+CHANGED_SINCE: dict[str, dict[str, object]] = {
+    "cpu.system": {"follows": True},
+    "cgroup.cpuacct.usage_ns": {"fall": "symptom"},
+    "cgroup.cpu.throttled_time": {"fall": "relief"},
+    # pages allocated, like page faults and CPU time, are work done: a job that stopped
+    # had led its first window with the host's pages freed falling (docs/detectors.md)
+    "vmstat.pgalloc_normal": {"fall": "symptom"},
+}
 
 
 def _expected(metric: str) -> dict[str, object]:
@@ -241,3 +251,24 @@ def test_no_metric_name_lists_are_left_in_the_analysis() -> None:
             for name, names in _metric_names_in_module_collections(path).items()}
     assert {key: names for key, names in left.items() if key not in NOT_MEANINGS} == {}
     assert set(NOT_MEANINGS) <= set(left)  # each exception still exists
+
+
+#: what a channel means to the analysis, past its name, unit and priority
+MEANING_FIELDS = ("subsystem", "kind", *ALL_MEANINGS, "healthy")
+
+
+def test_twins_of_the_collector_mean_the_same() -> None:
+    """Entries of the collector that measure the same thing (one description, subsystem
+    and kind: a cgroup v1 file and its v2 twin, ``container CPU time``) carry the same
+    meanings: which one a host has must not change a verdict or a claim. The scaled
+    benchmark columns (``smd.*``) are another source's and left out."""
+    twins: dict[tuple[str, str, str], list[MetricInfo]] = {}
+    for entry in default_catalog().entries():
+        if entry.description and not entry.name.startswith("smd."):
+            twins.setdefault((entry.description, entry.subsystem, entry.kind), []).append(entry)
+    groups = [group for group in twins.values() if len(group) > 1]
+    assert any(e.name == "cgroup.cpuacct.usage_ns" for group in groups for e in group)
+    for group in groups:
+        for field in MEANING_FIELDS:
+            seen = {e.name: getattr(e, field) for e in group}
+            assert len({repr(v) for v in seen.values()}) == 1, (field, seen)

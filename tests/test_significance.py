@@ -520,6 +520,44 @@ def test_time_stolen_by_the_hypervisor_is_waiting_and_follows_the_use():
     assert alone.reasons[0].channel == steal and alone.subsystems[0] == "cpu"
 
 
+@pytest.mark.parametrize("state", ["cpu.system", "cpu.user"])
+def test_a_busy_rise_made_of_kernel_time_is_the_memory_s_it_served(state):
+    """A process populates 4 GiB on a 2-CPU host: one CPU is busy for seconds zeroing pages
+    in kernel mode (host busy 50 -> 100 %, the second CPU 0 -> 100 %) while memory used
+    climbs 3.3 of its least changes. Kernel time follows what it serves (catalog
+    ``follows``): memory leads, the CPUs' rise is sized by the tasks' own work (none). The
+    same rise in user mode is the CPU's (a hog), and leads."""
+    from reveal.analysis.evidence import WindowEvidence
+    from reveal.analysis.served import served_share
+    from reveal.analysis.significance import lead_with_cause
+
+    host, one, used = "derived.cpu_busy_pct", "derived.cpu_busy_pct{cpu=r1}", \
+        "derived.mem_used_pct"
+    channels = [host, one, used, state]
+    features = ["median"] * 4
+    row = np.array([100.0, 100.0, 7.3, 110.0])
+    median = np.array([50.0, 0.0, 4.0, 10.0])
+    least, scale = np.array([5.0, 10.0, 1.0, np.inf]), np.array([5.0, 5.0, 0.4, 10.0])
+    evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "memory"],
+                              {"cpu": 0.7, "memory": 0.3},
+                              [_reason(host, "median", "cpu", 100.0, 50.0, 10.0, 0.4),
+                               _reason(one, "median", "cpu", 100.0, 0.0, 20.0, 0.3),
+                               _reason(used, "median", "memory", 7.3, 4.0, 8.2, 0.2)])
+    cells = np.array([True, True, True, False])
+    subsystems = ["cpu", "cpu", "memory", "cpu"]
+    served = served_share(row, median, channels, features, n_cpus=2)
+    kernel = state == "cpu.system"
+    assert served.tolist() == ([50.0, 100.0, 0.0, 0.0] if kernel else [0.0] * 4)
+    led = lead_with_cause(evidence, row, cells, least, scale, median, channels, features,
+                          subsystems, n_cpus=2)
+    assert led.subsystems[0] == ("memory" if kernel else "cpu")
+    assert led.reasons[0].channel == (used if kernel else host)
+    # the host's CPU count unknown: the rise cannot be split, and the CPU leads as before
+    unknown = lead_with_cause(evidence, row, cells, least, scale, median, channels,
+                              features, subsystems)
+    assert unknown.subsystems[0] == "cpu"
+
+
 def _held(rate_per_s: np.ndarray, every: int, start: float = 0.0) -> np.ndarray:
     """A counter at ``rate_per_s`` (per 100 ms sample) read every ``every`` samples and
     repeated between reads, as the collector records a cgroup's or a namespace's files."""

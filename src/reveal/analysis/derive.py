@@ -300,8 +300,8 @@ _RATIOS = (  # derived metric, numerator, denominator, scale
     ("derived.l3_stall_ratio", "perf.stalls_l3_miss", "perf.cycles", 1.0),
     ("derived.llc_miss_ratio", "perf.llc_load_misses", "perf.llc_loads", 1.0),
 )
-_CPU_BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
-_CPU_IDLE_FIELDS = ("idle", "iowait")
+CPU_BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+CPU_IDLE_FIELDS = ("idle", "iowait")
 
 
 def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
@@ -317,9 +317,9 @@ def _derived_metrics(idx: _Index) -> list[tuple[str, np.ndarray]]:
     # CPU busy %, from /proc/stat jiffies rates, per label set (cpu=N and the unlabelled total)
     label_sets = set(idx.by_metric.get("cpu.idle", {}))
     for key in sorted(label_sets):
-        parts = [idx.get(f"cpu.{f}", key) for f in _CPU_BUSY_FIELDS + _CPU_IDLE_FIELDS]
+        parts = [idx.get(f"cpu.{f}", key) for f in CPU_BUSY_FIELDS + CPU_IDLE_FIELDS]
         present = [p for p in parts if p is not None]
-        idle = [idx.get(f"cpu.{f}", key) for f in _CPU_IDLE_FIELDS]
+        idle = [idx.get(f"cpu.{f}", key) for f in CPU_IDLE_FIELDS]
         idle = [p for p in idle if p is not None]
         if len(present) >= 3 and idle:
             total = np.sum(present, axis=0)

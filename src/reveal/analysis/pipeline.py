@@ -677,7 +677,8 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,
                             name=functools.partial(ranks.name, window=int(w)),
-                            settings=significance_of(fitted.config))
+                            settings=significance_of(fitted.config),
+                            n_cpus=int(getattr(fitted, "capacity", {}).get("n_cpus", 0)))
             for i, (e, w) in enumerate(zip(evidence, rows, strict=True))]
 
 

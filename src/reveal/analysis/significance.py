@@ -120,6 +120,7 @@ from reveal.analysis.constants import (
 )
 from reveal.analysis.evidence import Reason
 from reveal.analysis.floors import SHAPE_FEATURES, UNFLOORED_UNITS, is_held_counter
+from reveal.analysis.served import served_share
 from reveal.catalog import Catalog, MetricInfo, default_catalog
 from reveal.config import SignificanceConfig, significance_of
 from reveal.frame import Telemetry, channel_metric, parse_channel
@@ -804,7 +805,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
                     keep_first: bool = False, name: Any = None,
-                    settings: SignificanceConfig | None = None) -> Any:
+                    settings: SignificanceConfig | None = None, n_cpus: int = 0) -> Any:
     """``evidence`` (a :class:`reveal.analysis.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
@@ -816,7 +817,10 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     of it matters; the window's subsystems are led by the claim's. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window).
-    ``settings``: the model's significance settings (the code's defaults when None)."""
+    ``settings``: the model's significance settings (the code's defaults when None).
+    ``n_cpus``: the host's CPUs, to split a rise of its CPU busy share (0: unknown); a rise
+    made of kernel time (:func:`reveal.analysis.served.served_share`) is sized by the
+    rest."""
 
     if not evidence.reasons:
         return evidence
@@ -850,6 +854,11 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     if (cause & ~waiting).any():
         cause &= ~waiting
     size = change_size(row, median, least, features)
+    # a rise of the host's CPU busy share made of kernel time served what else moved
+    # (page faults, I/O, packets): it is sized by the work the tasks did themselves
+    served = served_share(row, median, channels, features, n_cpus)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size = np.where(served > 0, np.maximum(row - median - served, 0.0) / least, size)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
     # a change that lasts through most of the window (its median moved), or that began
     # within it and holds at its end, before a burst
