@@ -139,6 +139,26 @@ def _rescore_learn_own_fit(path: Path, stored: dict[str, Any]) -> dict[str, Any]
             "total_now": now, "wall_s": round(time.monotonic() - started, 1)}
 
 
+def _rescore_first_claims(path: Path, stored: dict[str, Any]) -> dict[str, Any]:
+    """A first-claims result (``bench/bench_first_claims.py``) made again: each kept live
+    run's faults replayed with its own model."""
+    import bench_first_claims
+
+    archives, missing = _kept(path, stored)
+    if missing:
+        return missing
+    started = time.monotonic()
+    scenarios = [bench_first_claims.first_claims(a) for a in archives]
+    claimed = sum(s["claimed"] for s in scenarios)
+    now = {"faults": sum(len(s["faults"]) for s in scenarios), "claimed": claimed,
+           "in_subsystem": sum(s["in_subsystem"] for s in scenarios)}
+    moved = [{"where": "total", **m}
+             for m in compare(_flat({k: stored.get("total", {}).get(k) for k in now}), now)]
+    return {"result": name_of(path), "recordings": stored["recordings"],
+            "runs": len(scenarios), "moved": moved, "total_now": now,
+            "wall_s": round(time.monotonic() - started, 1)}
+
+
 def _flat(total: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``total`` with nested figures named by their path (``before.share``)."""
     out: dict[str, Any] = {}
@@ -161,6 +181,8 @@ def rescore(path: Path) -> dict[str, Any]:
         return _rescore_live_latency(path, stored)
     if stored.get("benchmark") == "learn_own_fit":
         return _rescore_learn_own_fit(path, stored)
+    if stored.get("benchmark") == "first_claims":
+        return _rescore_first_claims(path, stored)
     if stored.get("benchmark") != "alarms":
         return {"result": str(path), "skipped": f"not an alarms result ({stored.get('benchmark')})"}
     archives, missing = _kept(path, stored)
