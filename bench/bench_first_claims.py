@@ -1,13 +1,15 @@
 """Which subsystem each fault's first claim names, replayed from kept live runs.
 
 A kept live scenario (``reveal validate --live --out OUT``, packed with
-``bench/recordings.py``) holds the watch's own model (``model.reveal``), its run and the
-faults it injected (``events.jsonl``). Each fault is scored again with that model from a
-minute before it to its end, and its first flagged window (one that ends after the fault
-began and starts at most a window before it) gives the claim: its first reason's channel
-and the window's leading subsystem, against the fault's own. This is the batch scorer on
-the watch's model, not the watch's stream: a window can differ by a second from the alert
-the live run received, but the claim is made by the same code.
+``bench/recordings.py``) holds the watch's run and the faults it injected
+(``events.jsonl``). The model is fitted again with today's code on the run's learn, the
+watch's own provisional fit left out as the watch leaves it out
+(:func:`bench_learn_own_fit.learned`), so that what the fit now keeps is there. Each fault
+is scored from a minute before it to its end, and its first flagged window (one that ends
+after the fault began and starts at most a window before it) gives the claim: its first
+reason's channel and the window's leading subsystem, against the fault's own. This is the
+batch scorer, not the watch's stream: a window can differ by a second from the alert the
+live run received, but the claim is made by the same code.
 
     python bench/bench_first_claims.py bench/recordings/live_via_alertmanager_alone.tar.xz \\
         --result bench/results/first_claims_live.json
@@ -22,9 +24,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from bench_learn_own_fit import learned
 from provenance import arguments, script_argv, write_result
 from recordings import kept_parser, name_of, opened
-from reveal.model import Reveal
 from reveal.store.run_reader import read_run
 
 #: seconds of the run scored before each fault (the windows' history)
@@ -41,7 +43,7 @@ def first_claims(kept: Path) -> dict[str, Any]:
                   (where / "events.jsonl").read_text().splitlines() if line.strip()]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            model = Reveal.load(where / "model.reveal")
+            model, _ = learned(where)
             rows = []
             for fault in faults:
                 part = read_run(run, start_ns=fault["start_ns"] - int(LEAD_S * 1e9),

@@ -109,6 +109,23 @@ def own_fit_span(tel: Any, at_s: float, lead_s: float = 60.0, more_cpus: float =
     return float(t[first]), float(held) + OWN_FIT_TAIL_S
 
 
+def learned(where: Path) -> tuple[Reveal, Path]:
+    """The model the watch of an unpacked kept live scenario ``where`` learns, fitted with
+    today's code on its run's learn with the provisional fit's span (read from the
+    recording) left out; and the run."""
+    suite = json.loads((where / "validate.json").read_text())
+    learn_s = float(suite.get("settings", {}).get("baseline_s", 600.0))
+    run = sorted((where / "runs").iterdir())[-1]
+    first = int(read_run(run, end_ns=None).timestamps_ns[0])
+    base = read_run(run, start_ns=first, end_ns=first + int(learn_s * 1e9))
+    rehearsal = rehearsal_start_s(learn_s, RECOMMENDED_LEARN_S)
+    if rehearsal is None:
+        return Reveal().fit(base), run
+    at_s, seconds = own_fit_span(base, rehearsal + 2.0)
+    span = (first + int(at_s * 1e9), first + int((at_s + seconds) * 1e9))
+    return Reveal().fit(base, skip_ns=[span]), run
+
+
 def measure(kept: Path, own_fit: tuple[float, float] | None = None) -> dict[str, Any]:
     """Both learns of one kept live scenario, scored on the rest of its run; ``own_fit``:
     the provisional fit's start and length in seconds (None: read from the recording,

@@ -520,42 +520,67 @@ def test_time_stolen_by_the_hypervisor_is_waiting_and_follows_the_use():
     assert alone.reasons[0].channel == steal and alone.subsystems[0] == "cpu"
 
 
-@pytest.mark.parametrize("state", ["cpu.system", "cpu.user"])
-def test_a_busy_rise_made_of_kernel_time_is_the_memory_s_it_served(state):
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_busy_rise_made_of_kernel_time_is_the_memory_s_it_served(kernel):
     """A process populates 4 GiB on a 2-CPU host: one CPU is busy for seconds zeroing pages
-    in kernel mode (host busy 50 -> 100 %, the second CPU 0 -> 100 %) while memory used
-    climbs 3.3 of its least changes. Kernel time follows what it serves (catalog
-    ``follows``): memory leads, the CPUs' rise is sized by the tasks' own work (none). The
-    same rise in user mode is the CPU's (a hog), and leads."""
+    in kernel mode (host busy 50 -> 100 %, the second CPU 0 -> 100 %, kernel time up 100
+    ticks/s) while memory used climbs 3.3 of its least changes. Kernel time follows what
+    it serves (catalog ``follows``): memory leads, the CPUs' rise is sized by the tasks'
+    own work (none). The same rise in user mode (kernel time as before) is the CPU's (a
+    hog), and leads."""
     from reveal.analysis.evidence import WindowEvidence
     from reveal.analysis.served import served_share
     from reveal.analysis.significance import lead_with_cause
 
     host, one, used = "derived.cpu_busy_pct", "derived.cpu_busy_pct{cpu=r1}", \
         "derived.mem_used_pct"
-    channels = [host, one, used, state]
-    features = ["median"] * 4
-    row = np.array([100.0, 100.0, 7.3, 110.0])
-    median = np.array([50.0, 0.0, 4.0, 10.0])
-    least, scale = np.array([5.0, 10.0, 1.0, np.inf]), np.array([5.0, 5.0, 0.4, 10.0])
+    channels, features = [host, one, used], ["median"] * 3
+    row, median = np.array([100.0, 100.0, 7.3]), np.array([50.0, 0.0, 4.0])
+    least, scale = np.array([5.0, 10.0, 1.0]), np.array([5.0, 5.0, 0.4])
     evidence = WindowEvidence(0, 0, 1, 10.0, ["Z"], ["cpu", "memory"],
                               {"cpu": 0.7, "memory": 0.3},
                               [_reason(host, "median", "cpu", 100.0, 50.0, 10.0, 0.4),
                                _reason(one, "median", "cpu", 100.0, 0.0, 20.0, 0.3),
                                _reason(used, "median", "memory", 7.3, 4.0, 8.2, 0.2)])
-    cells = np.array([True, True, True, False])
-    subsystems = ["cpu", "cpu", "memory", "cpu"]
-    served = served_share(row, median, channels, features, n_cpus=2)
-    kernel = state == "cpu.system"
-    assert served.tolist() == ([50.0, 100.0, 0.0, 0.0] if kernel else [0.0] * 4)
+    cells, subsystems = np.ones(3, dtype=bool), ["cpu", "cpu", "memory"]
+    ticks = 100.0 if kernel else 0.0
+    served = served_share(channels, features, ticks, n_cpus=2)
+    assert served.tolist() == ([50.0, 100.0, 0.0] if kernel else [0.0] * 3)
     led = lead_with_cause(evidence, row, cells, least, scale, median, channels, features,
-                          subsystems, n_cpus=2)
+                          subsystems, n_cpus=2, kernel_ticks=ticks)
     assert led.subsystems[0] == ("memory" if kernel else "cpu")
     assert led.reasons[0].channel == (used if kernel else host)
     # the host's CPU count unknown: the rise cannot be split, and the CPU leads as before
     unknown = lead_with_cause(evidence, row, cells, least, scale, median, channels,
-                              features, subsystems)
+                              features, subsystems, kernel_ticks=ticks)
     assert unknown.subsystems[0] == "cpu"
+
+
+def test_the_kernel_time_s_rise_is_read_from_the_run_whatever_columns_the_model_kept():
+    """The baseline's level of kernel and interrupt time (host-wide ``cpu.system``,
+    ``cpu.irq``, ``cpu.softirq``: the busy states the catalog says follow) is the median of
+    its window means; a window's rise is its mean over that, never below 0. Per-CPU states
+    and user time are not part of it."""
+    from reveal.analysis.served import kernel_level, kernel_rise, kernel_states
+    from reveal.frame import Telemetry
+
+    assert set(kernel_states()) == {"cpu.system", "cpu.irq", "cpu.softirq"}
+    n = 60
+    system = np.full(n, 10.0)
+    system[30:40] = 110.0  # 1 s of a CPU in kernel mode
+    channels = ["cpu.system", "cpu.softirq", "cpu.user", "cpu.system{cpu=0}"]
+    values = np.column_stack([system, np.full(n, 2.0), np.full(n, 90.0), system])
+    tel = Telemetry("h", np.arange(n, dtype=np.int64) * 100_000_000, values, channels)
+    starts = tel.timestamps_ns[::10]
+    level = kernel_level(tel, starts, 10)
+    assert level == 12.0
+    rise = kernel_rise(tel, starts, 10, level)
+    assert rise.tolist() == [0.0, 0.0, 0.0, 100.0, 0.0, 0.0]
+    quiet = kernel_rise(tel, starts, 10, 200.0)
+    assert quiet.tolist() == [0.0] * 6
+    assert kernel_rise(tel, starts, 10, None).tolist() == [0.0] * 6
+    none = Telemetry("h", tel.timestamps_ns, values[:, 2:3], ["cpu.user"])
+    assert kernel_level(none, starts, 10) is None
 
 
 def _held(rate_per_s: np.ndarray, every: int, start: float = 0.0) -> np.ndarray:

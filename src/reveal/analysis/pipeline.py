@@ -59,6 +59,7 @@ from reveal.analysis.presets import MIN_ROWS_PER_WINDOW
 from reveal.analysis.rare_events import event_envelopes, rare_event_signs
 from reveal.analysis.scales import combine, scale_configs
 from reveal.analysis.select import prune
+from reveal.analysis.served import kernel_level, kernel_rise
 from reveal.analysis.significance import (
     NO_RULE,
     REACH_FEATURES,
@@ -188,6 +189,9 @@ class FittedAnalysis:
     # as long reached (reveal.analysis.lasting); 0 and None: not judged
     lasting_windows: int = 0
     lasting_reach: np.ndarray | None = None
+    # the baseline's level of the host's kernel and interrupt time, ticks per second
+    # (reveal.analysis.served; None: a busy rise is not split)
+    kernel_ticks: float | None = None
     # (K,) least change that matters per column, its units (see
     # reveal.analysis.significance; None: surprise alone decides), the host's capacity and
     # per channel its least change and the rule that gave it
@@ -460,6 +464,7 @@ def _fit(base: Telemetry, config: AnalyzeConfig, channels: Sequence[str] | None,
             tuple(fm.features), config.detect.lasting_min_spans),
         event_envelopes=(event_envelopes(d_base, fm.windows.start_ns, fm.windows.size)
                          if config.detect.rare_events else None),
+        kernel_ticks=kernel_level(d_base, fm.windows.start_ns, fm.windows.size),
         significance=significance, capacity=capacity.to_dict(),
         matters={c: (m.least, m.rule) for c, m in per_channel.items()},
         configuration=configuration(base),
@@ -660,14 +665,17 @@ def led_by_sign(evidence: list[WindowEvidence],
 def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                       values: np.ndarray, columns: tuple[str, ...], subsystems: Sequence[str],
                       signed: set[int], ranks: CpuRanks,
-                      cells_of_all: np.ndarray | None = None) -> list[WindowEvidence]:
+                      cells_of_all: np.ndarray | None = None,
+                      kernel_ticks: np.ndarray | None = None) -> list[WindowEvidence]:
     """Each window's evidence with the change that names the cause first (see
     :func:`reveal.analysis.significance.lead_with_cause`); unchanged where the model judges
-    surprise alone."""
+    surprise alone. ``kernel_ticks``: per window of ``evidence``, the rise of the host's
+    kernel and interrupt time (:func:`reveal.analysis.served.kernel_rise`)."""
     least = getattr(fitted, "significance", None)
     if least is None or not gate_active(least) or not evidence:
         return evidence
     scale = significance_scales(fitted)
+    n_cpus = int(getattr(fitted, "capacity", {}).get("n_cpus", 0))
     rows = np.array([e.window_id for e in evidence], dtype=np.intp)
     cells = (cells_of_all[rows] if cells_of_all is not None else
              significant_cells(values[rows], fitted.median, scale, least,
@@ -677,8 +685,9 @@ def _lead_with_causes(fitted: FittedAnalysis, evidence: list[WindowEvidence],
                             fitted.column_features, subsystems,
                             keep_first=e.window_id in signed,
                             name=functools.partial(ranks.name, window=int(w)),
-                            settings=significance_of(fitted.config),
-                            n_cpus=int(getattr(fitted, "capacity", {}).get("n_cpus", 0)))
+                            settings=significance_of(fitted.config), n_cpus=n_cpus,
+                            kernel_ticks=float(kernel_ticks[i]) if kernel_ticks is not None
+                            else 0.0)
             for i, (e, w) in enumerate(zip(evidence, rows, strict=True))]
 
 
@@ -765,7 +774,10 @@ def _score(fitted: FittedAnalysis, run: Telemetry, d_run: Telemetry, fm: Feature
         evidence = _lead_with_causes(fitted, evidence, values, tuple(columns),
                                      _column_subsystems(tuple(columns), catalog,
                                                         tuple(sorted(irqs.items()))),
-                                     led_by_sign(evidence, signs.reasons), ranks, cells)
+                                     led_by_sign(evidence, signs.reasons), ranks, cells,
+                                     kernel_rise(d_run, fm.windows.start_ns[rows],
+                                                 fm.windows.size,
+                                                 getattr(fitted, "kernel_ticks", None)))
         evidence = [named_by_claim(e) for e in evidence]
     scored_fm = FeatureMatrix(values, list(fitted.column_channels),
                               list(fitted.column_features), fm.windows)

@@ -805,7 +805,8 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                     scale: np.ndarray, median: np.ndarray, channels: Sequence[str],
                     features: Sequence[str], subsystems: Sequence[str],
                     keep_first: bool = False, name: Any = None,
-                    settings: SignificanceConfig | None = None, n_cpus: int = 0) -> Any:
+                    settings: SignificanceConfig | None = None, n_cpus: int = 0,
+                    kernel_ticks: float = 0.0) -> Any:
     """``evidence`` (a :class:`reveal.analysis.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
@@ -818,9 +819,10 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
     channel a reason names for a column's channel (a CPU rank's CPU in this window).
     ``settings``: the model's significance settings (the code's defaults when None).
-    ``n_cpus``: the host's CPUs, to split a rise of its CPU busy share (0: unknown); a rise
-    made of kernel time (:func:`reveal.analysis.served.served_share`) is sized by the
-    rest."""
+    ``n_cpus`` and ``kernel_ticks``: the host's CPUs (0: unknown) and the rise of its
+    kernel and interrupt time in the window (ticks per second,
+    :func:`reveal.analysis.served.kernel_rise`): a rise of a CPU busy share is sized by
+    what that rise cannot account for (:func:`reveal.analysis.served.served_share`)."""
 
     if not evidence.reasons:
         return evidence
@@ -856,7 +858,7 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     size = change_size(row, median, least, features)
     # a rise of the host's CPU busy share made of kernel time served what else moved
     # (page faults, I/O, packets): it is sized by the work the tasks did themselves
-    served = served_share(row, median, channels, features, n_cpus)
+    served = served_share(channels, features, kernel_ticks, n_cpus)
     with np.errstate(divide="ignore", invalid="ignore"):
         size = np.where(served > 0, np.maximum(row - median - served, 0.0) / least, size)
     size = np.where(cause, np.nan_to_num(size, nan=0.0, posinf=0.0), -1.0)
