@@ -23,10 +23,10 @@ import numpy as np
 from reveal.analysis.derive import CPU_BUSY_FIELDS
 from reveal.analysis.direct import window_means
 from reveal.analysis.floors import USER_HZ
+from reveal.analysis.percpu import BUSY_METRIC
 from reveal.catalog import default_catalog
 from reveal.frame import Telemetry, parse_channel
 
-BUSY = "derived.cpu_busy_pct"
 #: features of a level: the busy share and the states' rates are compared as such
 LEVEL_FEATURES = ("median", "mean")
 
@@ -84,7 +84,7 @@ def _busy_columns(channels: tuple[str, ...], features: tuple[str, ...]
     out = []
     for k, (channel, feature) in enumerate(zip(channels, features, strict=True)):
         metric, labels = parse_channel(channel)
-        if metric == BUSY and feature in LEVEL_FEATURES and not set(labels) - {"cpu"}:
+        if metric == BUSY_METRIC and feature in LEVEL_FEATURES and not set(labels) - {"cpu"}:
             out.append((k, not labels))
     return tuple(out)
 
