@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,18 @@ def junit_figures(path: Path) -> dict[str, Any]:
             "modules": [{"module": m, "tests": n, "s": round(t, 1)} for t, n, m in by_module]}
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """This host's (idle + iowait, all) CPU time since boot from /proc/stat (clock ticks)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])  # guest time is within user time
+
+
+def idle_between(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Share of this host's CPU time that was idle between two :func:`cpu_ticks`."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 3) if total > 0 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers is not None:
         env["REVEAL_TEST_WORKERS"] = str(args.workers)
     started = time.monotonic()
+    ticks_before = cpu_ticks()
     with tempfile.TemporaryDirectory(prefix="reveal-suite-") as junit:
         env["REVEAL_TEST_JUNIT"] = junit
         log = Path(junit) / "test.log"
@@ -95,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             done = subprocess.run(["bash", *command], cwd=where, env=env,
                                   stdout=handle, stderr=subprocess.STDOUT, check=False)
         wall = time.monotonic() - started
+        idle_share = idle_between(ticks_before, cpu_ticks())
         parts = {name: junit_figures(Path(junit) / f"{name}.xml")
                  for name in ("alone", "parallel", "all")}
         lines = log.read_text(errors="replace").splitlines()
         tail = lines[-40:]
         told = [line for line in lines if line.startswith("== part 2: the rest, ")]
-    parts = {k: v for k, v in parts.items() if v["present"]}
+        part_walls = {m.group(1): int(m.group(2)) for m in map(
+            re.compile(r"== part (\w+) took (\d+) s").fullmatch, lines) if m}
+    parts = {k: {**v, "wall_s": part_walls.get(k)} for k, v in parts.items() if v["present"]}
     passed = sum(p["passed"] for p in parts.values())
     # the number the script chose (it says so), else what was asked of it
     workers: int | str = (int(told[0].split(", ")[1].split()[0]) if told
@@ -108,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "suite_time", "command": " ".join(command),
               "exit_code": done.returncode, "workers": workers,
               "wall_s": round(wall, 1), "target_s": TARGET_S, "met": wall <= TARGET_S,
+              "cpu_idle_share": idle_share,
               "passed": passed, "failed": sum(p["failed"] + p["errors"] for p in parts.values()),
               "skipped": sum(p["skipped"] for p in parts.values()),
               "parts": parts, "log_tail": tail}

@@ -416,10 +416,13 @@ def main() -> int:
         say("training job (NumPy, on the CPUs)" if args.cpu else "training job on the GPU")
         job = (["reveal.inject.workloads.numpy_train"] if args.cpu else
                ["reveal.inject.workloads.torch_train", "--device", "cuda"])
+        # the CPU stand-in keeps BLAS on one core, as the workloads' launcher runs it
+        one_core = {k: "1" for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                     "OPENBLAS_NUM_THREADS")} if args.cpu else {}
         train = subprocess.Popen([sys.executable, "-m", *job, "--duration", "1200",
                                   "--data-dir", str(work / "data")],
                                  stdout=open(out / "train.log", "wb"),  # noqa: SIM115
-                                 stderr=subprocess.STDOUT)
+                                 stderr=subprocess.STDOUT, env={**os.environ, **one_core})
         children.append(train)
         time.sleep(args.warmup_s)
         alerts_file = work / "alerts.jsonl"

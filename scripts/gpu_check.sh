@@ -79,7 +79,9 @@ fi
 
 if [ -n "$cpu" ]; then
   step "training job (NumPy, on the CPUs)"
-  "$py" -m reveal.inject.workloads.numpy_train --duration 900 --data-dir "$work/data" \
+  # BLAS on one core, as the workloads' launcher runs it: one CPU's job, not the host's
+  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+    "$py" -m reveal.inject.workloads.numpy_train --duration 900 --data-dir "$work/data" \
     > "$runs/train.jsonl" 2>&1 &
   train=$!
   sleep "$warmup_s"

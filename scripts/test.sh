@@ -7,11 +7,12 @@
 #   1. alone, one test at a time: the tests marked `alone` (and `quiet_host`, first), which
 #      need this host to themselves: they record it at rest, count a live watch's alerts or
 #      must see a CPU fault on an idle host;
-#   2. the rest in parallel on REVEAL_TEST_WORKERS pytest-xdist workers (default: as many as the
-#      CPUs, at least 2 and at most 8: many tests wait on a collector, a server or a learn),
-#      each test module on one worker (--dist loadfile), so that its module fixtures are
-#      made once, the modules with slow tests first (tests/conftest.py). Tests that check the host is left as found compare only what their own
-#      process made.
+#   2. the rest in parallel on REVEAL_TEST_WORKERS pytest-xdist workers (default: one more
+#      than the CPUs, at most 8: many tests wait on a collector, a server or a learn, so
+#      that as many workers as CPUs leave the CPUs idle much of the time), each test
+#      module on one worker (--dist loadfile), so that its module fixtures are made once,
+#      the modules with slow tests first (tests/conftest.py). Tests that check the host is
+#      left as found compare only what their own process made.
 # REVEAL_TEST_WORKERS=0 runs the whole suite in one serial pytest instead.
 # REVEAL_TEST_JUNIT=DIR writes each part's JUnit XML there (DIR/all.xml, or DIR/alone.xml and
 # DIR/parallel.xml; bench/bench_suite.py reads them).
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh --test --no-link
 PY="$REVEAL_VENV/bin/python"
 cpus=$(nproc)
-WORKERS="${REVEAL_TEST_WORKERS:-$(( cpus < 2 ? 2 : (cpus > 8 ? 8 : cpus) ))}"
+WORKERS="${REVEAL_TEST_WORKERS:-$(( cpus >= 8 ? 8 : cpus + 1 ))}"
 
 if [ -n "${REVEAL_REQUIRE:-}" ]; then
   "$PY" tests/skip_guard.py --require "$REVEAL_REQUIRE" \
@@ -39,12 +40,14 @@ started=$(date +%s)
 
 part() {  # part NAME PYTEST-ARGS...: run pytest, check the guard ran; sets $rc
   local name="$1"; shift
-  local junit=()
+  local junit=() began
   [ -z "${REVEAL_TEST_JUNIT:-}" ] || junit=(--junitxml "$REVEAL_TEST_JUNIT/$name.xml")
+  began=$(date +%s)
   set +e
   REVEAL_GUARD_REPORT="$reports/$name.json" "$PY" -m pytest -q --durations=20 "${junit[@]}" "$@"
   rc=$?
   set -e
+  echo "== part $name took $(( $(date +%s) - began )) s"
   if [ "$rc" -ne 5 ] && [ ! -s "$reports/$name.json" ]; then
     echo "test: the skip guard did not run in the $name part (was it switched off?)" >&2
     rc=1

@@ -269,3 +269,20 @@ def test_the_suite_benchmark_sums_each_modules_time_from_real_junit_xml(tmp_path
     assert fast["module"].endswith("test_fast") and fast["tests"] == 1
     assert slow["s"] + fast["s"] == pytest.approx(figures["test_seconds"], abs=0.2)
     assert not bench_suite.junit_figures(tmp_path / "absent.xml")["present"]
+
+
+def test_the_suite_benchmark_reads_the_hosts_idle_share_from_proc_stat() -> None:
+    """``bench_suite.cpu_ticks`` reads this host's real /proc/stat: its ticks grow, idle is
+    part of all, and a busy loop here lowers the idle share between two readings below
+    what the host's other CPUs can give (one CPU of ``os.cpu_count()`` kept busy)."""
+    import bench_suite
+
+    before = bench_suite.cpu_ticks()
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        pass
+    after = bench_suite.cpu_ticks()
+    assert 0 <= before[0] <= before[1] and after[1] > before[1] and after[0] >= before[0]
+    share = bench_suite.idle_between(before, after)
+    assert share is not None and 0.0 <= share < 1.0 - 0.5 / (os.cpu_count() or 1)
+    assert bench_suite.idle_between(after, after) is None  # no time between: no share

@@ -54,7 +54,7 @@ def test_alert_episodes_are_counted_over_the_whole_span_and_matched_to_kinds() -
 
 @pytest.mark.parametrize("argv, says", [
     (["--benign", "--gap-seconds", "40"], "--gap-seconds applies to --benign with --live"),
-    (["--benign", "--live", "--gap-seconds", "5"], "at least 30"),
+    (["--benign", "--live", "--gap-seconds", "5"], "at least 20"),
     (["--benign", "--live", "--score-every", "0"], "--score-every"),
     (["--benign", "--live", "--reanalyse", "."], "cannot --reanalyse"),
     (["--benign", "--clean-seconds", "60"], "--clean-seconds does not apply"),

@@ -14,6 +14,7 @@ import pytest
 
 from reveal.cli import build_parser, main
 from reveal.commands.validate import suite_options
+from reveal.errors import RevealError
 from reveal.inject import processes
 from reveal.inject.alertmanager import LocalAlertmanager, find_alertmanager
 from reveal.inject.groundtruth import Episode, load_episodes
@@ -237,6 +238,24 @@ def test_the_live_suite_learns_as_the_watch_does_unless_told(argv: list[str],
     parser = build_parser()
     options = suite_options(parser.parse_args(["validate", *argv]))
     assert options.baseline_s == learn_s
+
+
+@pytest.mark.parametrize(("argv", "gap_s"), [
+    (["--live"], 30.0),  # room for an alert to resolve before the next fault
+    (["--live", "--quick"], 20.0),  # the least
+    (["--live", "--gap-seconds", "25"], 25.0),  # as told
+    (["--quick"], 15.0),  # batch: the runs are scored as recorded
+    ([], 20.0),
+])
+def test_the_live_suite_spaces_its_faults_for_alerts_to_resolve(argv: list[str],
+                                                                gap_s: float) -> None:
+    options = suite_options(build_parser().parse_args(["validate", *argv]))
+    assert options.gap_s == gap_s
+
+
+def test_a_live_gap_too_short_for_an_alert_to_resolve_is_refused() -> None:
+    with pytest.raises(RevealError, match="at least 20 with --live"):
+        suite_options(build_parser().parse_args(["validate", "--live", "--gap-seconds", "15"]))
 
 
 @pytest.mark.slow

@@ -55,8 +55,13 @@ from reveal.report.escape import markdown
 from reveal.settings import set_arguments
 
 #: Least clean time between two faults, seconds: the watch resolves an alert after
-#: ``resolve_after_s`` without a flagged window, and a window is 3 s long.
-MIN_GAP_S = 30.0
+#: ``resolve_after_s`` without a flagged window, a window is 3 s long and the watch scores
+#: up to ``score_every`` (5) windows at a time; a fault still waits for open alerts to
+#: resolve (:data:`QUIET_WAIT_S`).
+MIN_GAP_S = 20.0
+#: Clean time between two faults unless told (``--gap-seconds``), seconds; ``--quick``
+#: takes the least.
+GAP_S = 30.0
 RESOLVE_AFTER_S = 5.0
 #: Longest wait for the watch to learn beyond ``baseline_s`` (start-up, imports, fit).
 LEARN_SLACK_S = 300.0

@@ -45,8 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                  "watch's own learn, 600; 45 with --quick)")
     _add_seconds(parser, "--episode-seconds", "length of each injected episode")
     _add_seconds(parser, "--gap-seconds",
-                 "clean time between two episodes (default 20; 15 with --quick); the windows "
-                 "of the last 10 s settle after each episode are not counted as clean")
+                 "clean time between two episodes (default 20; 15 with --quick; with --live "
+                 "30, 20 with --quick, at least 20); the windows of the last 10 s settle "
+                 "after each episode are not counted as clean")
     parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
                         help="single-process workload (default: PyTorch when installed)")
     parser.add_argument("--cleanup", action="store_true",
@@ -81,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "long a held activity lasts (default 20), --quick three kinds with 45 s recordings. "
         "With --live: every kind in turn beside one running `reveal watch` that learned "
         "--baseline-seconds (default 600; 60 with --quick), --gap-seconds apart (default "
-        "30), scored on its alert episodes (target ≤ 1; OUT/benign_live.json and .md)")
+        "30; 20 with --quick), scored on its alert episodes (target ≤ 1; "
+        "OUT/benign_live.json and .md)")
     benign.add_argument("--benign", action="store_true",
                         help="run the benign-change suite instead of the fault suite "
                              "(results: OUT/benign.json and OUT/benign.md)")
