@@ -28,20 +28,31 @@ from provenance import ROOT, arguments, script_argv, write_result
 
 RESULT = ROOT / "bench" / "results" / "suite_time.json"
 TARGET_S = 15 * 60.0
+#: Characters of each failed test's message and traceback kept in the result (its end).
+FAILURE_CHARS = 3000
 
 
 def junit_figures(path: Path) -> dict[str, Any]:
-    """Counts, summed test time (s), the 20 slowest tests and every module's summed time
-    (s, slowest first: where a cut pays) from one part's JUnit XML."""
+    """Counts, summed test time (s), the 20 slowest tests, every module's summed time
+    (s, slowest first: where a cut pays) and what each failed test said (the last
+    :data:`FAILURE_CHARS` characters, so that a failure seen once can be read again) from
+    one part's JUnit XML."""
     if not path.is_file():
         return {"present": False}
     tree = ET.parse(path)
     tests = []
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    failures = []
     for case in tree.iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
         seconds = float(case.get("time") or 0.0)
         tests.append((seconds, name))
+        failed = case.find("failure")
+        if failed is None:
+            failed = case.find("error")
+        if failed is not None:
+            said = f"{failed.get('message') or ''}\n{failed.text or ''}".strip()
+            failures.append({"test": name, "said": said[-FAILURE_CHARS:]})
         if case.find("failure") is not None:
             counts["failed"] += 1
         elif case.find("error") is not None:
@@ -58,7 +69,8 @@ def junit_figures(path: Path) -> dict[str, Any]:
     return {"present": True, **counts, "tests": len(tests),
             "test_seconds": round(sum(t for t, _ in tests), 1),
             "slowest": [{"test": n, "s": round(t, 1)} for t, n in tests[:20]],
-            "modules": [{"module": m, "tests": n, "s": round(t, 1)} for t, n, m in by_module]}
+            "modules": [{"module": m, "tests": n, "s": round(t, 1)} for t, n, m in by_module],
+            "failures": failures}
 
 
 def cpu_ticks() -> tuple[int, int]:

@@ -268,6 +268,9 @@ def test_the_suite_benchmark_sums_each_modules_time_from_real_junit_xml(tmp_path
     assert slow["module"].endswith("test_slow") and slow["tests"] == 3 and slow["s"] >= 0.6
     assert fast["module"].endswith("test_fast") and fast["tests"] == 1
     assert slow["s"] + fast["s"] == pytest.approx(figures["test_seconds"], abs=0.2)
+    [failure] = figures["failures"]  # what the failed test said is kept, to be read again
+    assert failure["test"].endswith("test_fast::test_d") and "assert (1 + 1) == 3" in \
+        failure["said"]
     assert not bench_suite.junit_figures(tmp_path / "absent.xml")["present"]
 
 
