@@ -81,9 +81,15 @@ def _three_clean_runs(root: Path) -> None:
                                "--duration", str(SECONDS), "--out", str(run)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for run in runs]
-    for proc in procs:
-        _, err = proc.communicate(timeout=SECONDS + 120)
-        assert proc.returncode == 0, err
+    try:
+        for proc in procs:
+            _, err = proc.communicate(timeout=SECONDS + 120)
+            assert proc.returncode == 0, err
+    finally:  # none left collecting when one failed
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     beside = _busiest_beside(before, _cpu_ticks_by_process())
     flagged, windows, with_anomaly, claims = 0, 0, 0, []
     for run in runs:
