@@ -47,15 +47,14 @@ def junit_figures(path: Path) -> dict[str, Any]:
         name = f"{case.get('classname')}::{case.get('name')}"
         seconds = float(case.get("time") or 0.0)
         tests.append((seconds, name))
-        failed = case.find("failure")
-        if failed is None:
-            failed = case.find("error")
-        if failed is not None:
-            said = f"{failed.get('message') or ''}\n{failed.text or ''}".strip()
-            failures.append({"test": name, "said": said[-FAILURE_CHARS:]})
-        if case.find("failure") is not None:
+        failure, error = case.find("failure"), case.find("error")
+        said = failure if failure is not None else error
+        if said is not None:
+            text = f"{said.get('message') or ''}\n{said.text or ''}".strip()
+            failures.append({"test": name, "said": text[-FAILURE_CHARS:]})
+        if failure is not None:
             counts["failed"] += 1
-        elif case.find("error") is not None:
+        elif error is not None:
             counts["errors"] += 1
         elif case.find("skipped") is not None:
             counts["skipped"] += 1

@@ -21,8 +21,7 @@ from reveal.inject.benign.suite import (
 )
 from reveal.inject.benign.suite import write_result as write_benign_result
 from reveal.inject.cleanup import install_signal_handlers, remove_leftovers
-from reveal.inject.live_suite import GAP_S as LIVE_GAP_S
-from reveal.inject.live_suite import MIN_GAP_S, RESOLVE_AFTER_S
+from reveal.inject.live_suite import live_gap
 from reveal.inject.validation import (
     SuiteOptions,
     load_recorded,
@@ -145,12 +144,7 @@ def _run_benign(args: argparse.Namespace) -> int:
         score_every = 5 if args.score_every is None else args.score_every
         if score_every < 1:
             raise RevealError("--score-every must be at least 1")
-        gap = args.gap_seconds if args.gap_seconds is not None else (
-            live.QUICK_GAP_S if args.quick else live.GAP_S)
-        if gap < MIN_GAP_S:
-            raise RevealError(f"--gap-seconds must be at least {MIN_GAP_S:g} with --live "
-                              f"(an alert resolves {RESOLVE_AFTER_S:g} s after its last "
-                              f"flagged window)")
+        gap = live_gap(args.gap_seconds, args.quick)
         check_writable_dir(args.out)
         install_signal_handlers()
         result = live.run_live_benign(options, args.out, say, gap_s=gap,
@@ -192,13 +186,10 @@ def suite_options(args: argparse.Namespace) -> SuiteOptions:
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if args.live and args.baseline_seconds is None and not args.quick:
         options = dataclasses.replace(options, baseline_s=DEFAULT_LEARN_S)
-    if args.live and args.gap_seconds is None:  # the live suite's gaps: alerts resolve
-        options = dataclasses.replace(options, gap_s=MIN_GAP_S if args.quick else LIVE_GAP_S)
+    if args.live:  # the live suite's gaps: room for an alert to resolve
+        options = dataclasses.replace(options, gap_s=live_gap(args.gap_seconds, args.quick))
     if options.repetitions < 1:
         raise RevealError("--repetitions must be at least 1")
-    if args.live and options.gap_s < MIN_GAP_S:
-        raise RevealError(f"--gap-seconds must be at least {MIN_GAP_S:g} with --live (an "
-                          f"alert resolves {RESOLVE_AFTER_S:g} s after its last flagged window)")
     if options.gap_s < options.settle_s:
         raise RevealError(f"--gap-seconds must be at least the settle time after an episode "
                           f"({options.settle_s:g} s)")

@@ -63,6 +63,17 @@ MIN_GAP_S = 20.0
 #: takes the least.
 GAP_S = 30.0
 RESOLVE_AFTER_S = 5.0
+
+
+def live_gap(given_s: float | None, quick: bool) -> float:
+    """Clean time between two faults of a live suite (seconds): ``given_s``
+    (``--gap-seconds``), else :data:`GAP_S`, :data:`MIN_GAP_S` with ``--quick``; a gap too
+    short for an alert to resolve is refused."""
+    gap = given_s if given_s is not None else (MIN_GAP_S if quick else GAP_S)
+    if gap < MIN_GAP_S:
+        raise RevealError(f"--gap-seconds must be at least {MIN_GAP_S:g} with --live (an "
+                          f"alert resolves {RESOLVE_AFTER_S:g} s after its last flagged window)")
+    return gap
 #: Longest wait for the watch to learn beyond ``baseline_s`` (start-up, imports, fit).
 LEARN_SLACK_S = 300.0
 #: Longest wait for open alerts to resolve before the next fault: a fault injected while

@@ -24,8 +24,7 @@ from typing import Any
 
 from reveal.inject.benign import BENIGN, is_informational
 from reveal.inject.benign.suite import SCENARIO, BenignOptions, build_scenario, write_pair
-from reveal.inject.live_suite import GAP_S as LIVE_GAP_S
-from reveal.inject.live_suite import MIN_GAP_S, LiveScenario, run_live_scenario
+from reveal.inject.live_suite import GAP_S, LiveScenario, run_live_scenario
 from reveal.inject.scenario import Say
 from reveal.live.service import DEFAULT_LEARN_S
 from reveal.report.escape import markdown
@@ -36,8 +35,6 @@ TARGETS = {"alert_episodes": 1}
 RESULT_JSON, RESULT_MD = "benign_live.json", "benign_live.md"
 LEARN_S = DEFAULT_LEARN_S  # the watch's default learn
 QUICK_LEARN_S = 60.0  # --quick: the shortest learn the watch takes (with a warning)
-GAP_S = LIVE_GAP_S
-QUICK_GAP_S = MIN_GAP_S  # --quick: the least gap
 SETTLE_S = 10.0
 
 
