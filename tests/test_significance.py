@@ -393,6 +393,34 @@ def test_only_falls_that_matter_yield_to_a_surprising_rise():
     assert led.reasons[0].channel == BUSY
 
 
+def test_a_job_that_stopped_is_named_by_its_cpu_time_not_what_its_work_carried():
+    """A hung job: its CPU time and its traffic both fall, both changes that matter, and
+    nothing rose. The traffic fell further in least changes that matter, yet it only
+    carried the work: the claim names the job's CPU time, and so does the window. A rise
+    that surprises still goes first; with no CPU work among the falls, the largest leads."""
+    from reveal.analysis.significance import lead_with_cause
+
+    job, traffic = "cgroup.cpu.usage_usec{cgroup=job}", "net.rx_bytes{iface=eth0}"
+    channels, features = [job, traffic], ["mean", "median"]  # each one's lasting level
+    row, median = np.array([2e3, 1e5]), np.array([6e5, 1e8])
+    least, scale = np.array([1e5, 1e7]), np.array([5e4, 5e6])
+    cells = np.array([True, True])
+    subsystems = ["cpu", "network"]
+    cpu_fall = _reason(job, "mean", "cpu", 2e3, 6e5, -12.0, 0.2)
+    net_fall = _reason(traffic, "median", "network", 1e5, 1e8, -19.0, 0.8)
+    led = lead_with_cause(_window([net_fall, cpu_fall]), row, cells, least, scale, median,
+                          channels, features, subsystems)
+    assert led.reasons[0].channel == job and led.subsystems[0] == "cpu"
+    assert led.subsystem_shares == {"cpu": 1.0}
+    rise = _reason(RETRANS, "mean", "network", 246.0, 47.7, 5.9, 0.0)
+    led = lead_with_cause(_window([net_fall, cpu_fall, rise]), row, cells, least, scale,
+                          median, channels, features, subsystems)
+    assert led.reasons[0].channel == RETRANS
+    led = lead_with_cause(_window([net_fall]), row[1:], cells[1:], least[1:], scale[1:],
+                          median[1:], channels[1:], features[1:], subsystems[1:])
+    assert led.reasons[0].channel == traffic
+
+
 def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():
     """The CPU fall is no cause while the retransmits rise: the window the detectors gave
     60 % to CPU is attributed to the network, where its claim is, and its shares still sum

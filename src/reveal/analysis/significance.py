@@ -774,6 +774,11 @@ def _columns_where(channels: tuple[str, ...], meaning: Callable[[str], bool]) ->
     return np.array([meaning(channel_metric(c)) for c in channels], dtype=bool)
 
 
+def _is_work(metric: str) -> bool:
+    """Whether ``metric`` measures work done (catalog ``fall = "symptom"``)."""
+    return _meaning(metric).fall == "symptom"
+
+
 def _surprising_rise(reasons: Sequence[Any], z_min: float) -> Any:
     """The first of ``reasons`` whose window mean, median or sum rose at least ``z_min``
     robust sigmas above the baseline, not a side effect (None if none)."""
@@ -809,9 +814,10 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
                     kernel_ticks: float = 0.0) -> Any:
     """``evidence`` (a :class:`reveal.analysis.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
-    effects (:data:`SIDE_EFFECT_METRICS`) and, where there are others, falls that are
-    no cause (:data:`FALL_NOT_CAUSE_METRICS` below the baseline; with only such falls,
-    the first surprising rise among the reasons leads), those that last through most of
+    effects (:func:`is_side_effect`) and, where there are others, falls that are
+    no cause (:func:`fall_is_not_cause`, below the baseline; with only such falls,
+    the first surprising rise among the reasons leads, and with none, a fall of the CPU
+    time work was done in: the job stopped), those that last through most of
     the window (a median that moved; or one that began within it and holds at its end,
     :func:`onset_columns`) where there are any, the largest (:func:`change_size`, in least
     changes that matter, so comparable across subsystems), named by its level where a level
@@ -851,6 +857,12 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
             first = reasons[:1] if keep_first else []
             rest = [r for r in reasons[len(first):] if r is not rise]
             return replace(evidence, reasons=[*first, rise, *rest])
+        # nothing rose: the job did less work, seen first as its CPU time (its traffic,
+        # disk and memory traffic carry what that work produced)
+        work = cause & _columns_where(tuple(channels), _is_work) \
+            & (np.asarray(subsystems) == "cpu")
+        if work.any():
+            cause = work
     # time spent waiting follows from what uses the resource: that use goes first
     waiting = _columns_where(tuple(channels), is_waiting)
     if (cause & ~waiting).any():
