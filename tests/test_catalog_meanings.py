@@ -39,10 +39,31 @@ DEFAULTS = {name: MetricInfo.__dataclass_fields__[name].default for name in MEAN
 #: time spent on interrupts does: a 4 GiB allocation's first windows led with it, naming
 #: memory pressure a CPU fault (docs/detectors.md, "The claim names the cause")
 #: A cgroup v1 file means what its v2 twin means (test below): v1's CPU-throttled time, like
-#: v2's, falls as a relief
+#: v2's, falls as a relief, and v1's CPU time as a symptom
+#: The kernel's memory-management work falls as a relief (page faults, allocations, frees,
+#: reclaim, compaction, swap): a stopped job stops faulting and freeing pages, which named
+#: live hangs "memory" (docs/detectors.md, "The claim names the cause")
+RELIEF_SINCE = (
+    "cgroup.memory.stat.pgmajfault", "cgroup.memory.stat.pgtotal",
+    "cgroup.memory.stat.thp_total", "vmstat.compact_daemon_wake", "vmstat.compact_success",
+    "vmstat.direct_map_level3_collapses", "vmstat.drop_slab",
+    "vmstat.nr_vmscan_immediate_reclaim", "vmstat.numa_foreign", "vmstat.pgalloc_normal",
+    "vmstat.pgdemote_kswapd", "vmstat.pgreuse", "vmstat.pgskip_dma32", "vmstat.pgsteal_file",
+    "vmstat.pgsteal_proactive", "vmstat.pswp", "vmstat.pswp*", "vmstat.pswp1",
+    "vmstat.pswpa.b", "vmstat.pswpin", "vmstat.pswpmem", "vmstat.pswpout", "vmstat.pswptotal",
+    "vmstat.pswpx", "vmstat.thp_collapse_alloc_failed", "vmstat.thp_file_fallback",
+    "vmstat.thp_migration_fail", "vmstat.thp_scan_exceed_none_pte", "vmstat.unevictable_pgs_",
+    "vmstat.unevictable_pgs_a.b", "vmstat.unevictable_pgs_cleared",
+    "vmstat.unevictable_pgs_mem", "vmstat.unevictable_pgs_mlocked",
+    "vmstat.unevictable_pgs_munlocked", "vmstat.unevictable_pgs_rescued",
+    "vmstat.unevictable_pgs_scanned", "vmstat.unevictable_pgs_stranded",
+    "vmstat.unevictable_pgs_total", "vmstat.unevictable_pgs_x", "vmstat.zswpout",
+)
 CHANGED_SINCE: dict[str, dict[str, object]] = {
     "cpu.system": {"follows": True},
     "cgroup.cpu.throttled_time": {"fall": "relief"},
+    "cgroup.cpuacct.usage_ns": {"fall": "symptom"},
+    **{metric: {"fall": "relief"} for metric in RELIEF_SINCE},
 }
 
 
@@ -258,11 +279,8 @@ def test_twins_of_the_collector_mean_the_same() -> None:
     meanings: which one a host has must not change a verdict or a claim. The scaled
     benchmark columns (``smd.*``) are another source's and left out."""
     twins: dict[tuple[str, str, str], list[MetricInfo]] = {}
-    # the one known disagreement, measured both ways and left as it is (docs/detectors.md,
-    # "The claim names the cause"): v2's container CPU time falls as a symptom, v1's does not
-    apart = {"cgroup.cpuacct.usage_ns", "cgroup.cpuacct.user", "cgroup.cpuacct.system"}
     for entry in default_catalog().entries():
-        if entry.description and not entry.name.startswith("smd.") and entry.name not in apart:
+        if entry.description and not entry.name.startswith("smd."):
             twins.setdefault((entry.description, entry.subsystem, entry.kind), []).append(entry)
     groups = [group for group in twins.values() if len(group) > 1]
     assert any(e.name == "cgroup.cpu.throttled_time" for group in groups for e in group)

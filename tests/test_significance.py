@@ -370,11 +370,11 @@ def test_less_work_done_is_no_cause_when_a_rise_also_matters():
     assert led.reasons[0].channel == BUSY
 
 
-def test_only_falls_that_matter_yield_to_a_surprising_rise():
-    """Only the CPU busy fall matters (the retransmits' rise is below its least change),
-    but the retransmit rate rose 5.9 robust sigmas: it goes first, the fall follows. A
-    spread that rose is no level and is passed over; with no surprising rise the fall
-    keeps the lead."""
+def test_a_surprise_that_does_not_matter_does_not_lead_a_fall_that_does():
+    """Only the CPU busy fall matters; the retransmit rate rose 5.9 robust sigmas but
+    below its least change that matters, and a spread rose too. Neither names the cause:
+    the fall leads (the job waits and nothing that matters shows why), the others follow
+    in their order."""
     from reveal.analysis.significance import lead_with_cause
 
     channels, features = [BUSY, RETRANS], ["median", "mean"]
@@ -384,20 +384,23 @@ def test_only_falls_that_matter_yield_to_a_surprising_rise():
     spread = _reason("psi.cpu.some.total", "variance", "cpu", 1e10, 1e9, 24.0, 0.3)
     fall = _reason(BUSY, "median", "cpu", 18.0, 89.0, -7.1, 0.0)
     rise = _reason(RETRANS, "mean", "network", 246.0, 47.7, 5.9, 0.0)
-    led = lead_with_cause(_window([fall, spread, rise]), row, cells, least, scale, median,
+    led = lead_with_cause(_window([rise, spread, fall]), row, cells, least, scale, median,
                           channels, features, ["cpu", "network"])
-    assert [r.channel for r in led.reasons] == [RETRANS, BUSY, "psi.cpu.some.total"]
-    small = _reason(RETRANS, "mean", "network", 60.0, 47.7, 1.0, 0.0)
-    led = lead_with_cause(_window([fall, spread, small]), row, cells, least, scale, median,
-                          channels, features, ["cpu", "network"])
-    assert led.reasons[0].channel == BUSY
+    assert [r.channel for r in led.reasons] == [BUSY, RETRANS, "psi.cpu.some.total"]
+    assert led.subsystems[0] == "cpu"
+    # the same rise where it matters is a cause and leads
+    led = lead_with_cause(_window([fall, spread, rise]), row, np.array([True, True]),
+                          np.array([5.0, 10.0]), scale, median, channels, features,
+                          ["cpu", "network"])
+    assert led.reasons[0].channel == RETRANS and led.subsystems[0] == "network"
 
 
 def test_a_job_that_stopped_is_named_by_its_cpu_time_not_what_its_work_carried():
     """A hung job: its CPU time and its traffic both fall, both changes that matter, and
     nothing rose. The traffic fell further in least changes that matter, yet it only
-    carried the work: the claim names the job's CPU time, and so does the window. A rise
-    that surprises still goes first; with no CPU work among the falls, the largest leads."""
+    carried the work: the claim names the job's CPU time, and so does the window, even
+    beside a rise that surprises but does not matter; with no CPU work among the falls,
+    the largest leads."""
     from reveal.analysis.significance import lead_with_cause
 
     job, traffic = "cgroup.cpu.usage_usec{cgroup=job}", "net.rx_bytes{iface=eth0}"
@@ -412,13 +415,47 @@ def test_a_job_that_stopped_is_named_by_its_cpu_time_not_what_its_work_carried()
                           channels, features, subsystems)
     assert led.reasons[0].channel == job and led.subsystems[0] == "cpu"
     assert led.subsystem_shares == {"cpu": 1.0}
+    # a rise that surprises but does not matter (no column of it) names nothing
     rise = _reason(RETRANS, "mean", "network", 246.0, 47.7, 5.9, 0.0)
-    led = lead_with_cause(_window([net_fall, cpu_fall, rise]), row, cells, least, scale,
+    led = lead_with_cause(_window([rise, net_fall, cpu_fall]), row, cells, least, scale,
                           median, channels, features, subsystems)
-    assert led.reasons[0].channel == RETRANS
+    assert led.reasons[0].channel == job
     led = lead_with_cause(_window([net_fall]), row[1:], cells[1:], least[1:], scale[1:],
                           median[1:], channels[1:], features[1:], subsystems[1:])
     assert led.reasons[0].channel == traffic
+
+
+def test_a_stopped_job_on_a_cgroup_v1_host_is_named_by_its_cpu_time():
+    """A hung job on a cgroup v1 host: its CPU time (``cpuacct``, as its v2 twin a fall of
+    work), the host's page faults and page frees (a fall of memory-management work, a
+    relief) all fall; the page cache's huge pages rise, surprising (a constant baseline)
+    but never a cost on their own. The claim names the job's CPU time, not the largest
+    fall and not the page cache; memory used rising where it matters goes first."""
+    from reveal.analysis.significance import lead_with_cause
+
+    job = "cgroup.cpuacct.usage_ns{cgroup=job}"
+    channels = [job, "vmstat.pgfault", "vmstat.pgfree", "mem.FileHugePages"]
+    features = ["mean", "median", "median", "mean"]
+    row, median = np.array([3e8, 0.0, 0.0, 6.3e6]), np.array([1e9, 1.2e5, 1.2e5, 0.0])
+    least, scale = np.array([1e8, 1e4, 1e4, np.inf]), np.array([5e7, 5e3, 5e3, 1.0])
+    cells = np.array([True, True, True, False])
+    subsystems = ["cpu", "memory", "memory", "memory"]
+    cpu_fall = _reason(job, "mean", "cpu", 3e8, 1e9, -9.0, 0.2)
+    faults = _reason("vmstat.pgfault", "median", "memory", 0.0, 1.2e5, -16.0, 0.3)
+    frees = _reason("vmstat.pgfree", "median", "memory", 0.0, 1.2e5, -16.0, 0.3)
+    cache = _reason("mem.FileHugePages", "mean", "memory", 6.3e6, 0.0, 1e6, 0.2)
+    led = lead_with_cause(_window([cache, frees, faults, cpu_fall]), row, cells, least,
+                          scale, median, channels, features, subsystems)
+    assert led.reasons[0].channel == job and led.subsystems[0] == "cpu"
+    # memory taken (a populating allocation starves the job of CPU too): a rise that
+    # matters, and it leads
+    used = _reason("derived.mem_used_pct", "median", "memory", 9.3, 4.3, 23.8, 0.1)
+    led = lead_with_cause(_window([cache, frees, faults, cpu_fall, used]),
+                          np.append(row, 9.3), np.append(cells, True), np.append(least, 1.0),
+                          np.append(scale, 0.2), np.append(median, 4.3),
+                          [*channels, "derived.mem_used_pct"], [*features, "median"],
+                          [*subsystems, "memory"])
+    assert led.reasons[0].channel == "derived.mem_used_pct" and led.subsystems[0] == "memory"
 
 
 def test_a_window_is_attributed_among_the_subsystems_whose_change_matters():

@@ -64,9 +64,12 @@ an entry without it takes the default, which says nothing special:
 - ``fall`` (``""``: a fall may be a cause): a fall of the channel is never the cause of a
   slowdown. ``"symptom"``: work done (CPU busy and CPU time, instructions and cycles, bytes
   and packets moved, disk throughput and operations, GPU activity and power): less of it is
-  where a job waits, not why. ``"relief"``: waiting (stall pressure, retransmits,
-  throttling, run and blocked queues): less of it is no slowdown. A claim leads with such
-  a fall only when the window holds no other change that matters.
+  where a job waits, not why (a cgroup v1 file as its v2 twin). ``"relief"``: waiting
+  (stall pressure, retransmits, throttling, run and blocked queues) and the kernel's
+  memory-management work (page faults, page allocations and frees, reclaim scans, swap:
+  ``vmstat`` counters and page-fault counts): less of it is no slowdown; a job that stops
+  stops faulting and freeing pages. A claim leads with such a fall only when the window
+  holds no other change that matters.
 - ``alone`` (true): false for memory that moves between free and reclaimable (free pages
   and free lists, page cache, buffers, reclaimable slab, mapped files, file huge pages,
   virtual commitments; a cgroup's file pages and its whole memory, which holds its page

@@ -132,9 +132,6 @@ DEFAULT_GPU_POWER_MW = 300e3
 #: (a share of them matters, ``significance.socket_share``). A job's own sockets (its
 #: network namespace) are judged against its own use.
 DEFAULT_LOCAL_PORTS = 28232.0
-#: Features a claim may lead with when only falls that are no cause matter (a window's
-#: level over most of it, not one sample's extreme).
-RISE_FEATURES = ("mean", "median", "sum")
 DEFAULT_MEMORY_BYTES = 16.0 * 2**30
 DEFAULT_DISK_BPS = 100e6
 DEFAULT_DISK_IOPS = 1000.0
@@ -779,16 +776,6 @@ def _is_work(metric: str) -> bool:
     return _meaning(metric).fall == "symptom"
 
 
-def _surprising_rise(reasons: Sequence[Any], z_min: float) -> Any:
-    """The first of ``reasons`` whose window mean, median or sum rose at least ``z_min``
-    robust sigmas above the baseline, not a side effect (None if none)."""
-    for r in reasons:
-        if (r.feature in RISE_FEATURES and r.value > r.baseline_median
-                and r.robust_z >= z_min and not is_side_effect(r.metric)):
-            return r
-    return None
-
-
 def attribute_to_changes(evidence: Any, sizes: Mapping[str, float]) -> Any:
     """``evidence`` attributed among the subsystems by ``sizes``: each subsystem's largest
     change that matters and names a cause, in least changes that matter (the measure the
@@ -815,11 +802,10 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
     """``evidence`` (a :class:`reveal.analysis.evidence.WindowEvidence`) with the reason
     that names the cause first: among the window's changes that matter, outside the side
     effects (:func:`is_side_effect`) and, where there are others, falls that are
-    no cause (:func:`fall_is_not_cause`, below the baseline; with only such falls,
-    the first surprising rise among the reasons leads, and with none, a fall of the CPU
-    time work was done in: the job stopped), those that last through most of
-    the window (a median that moved; or one that began within it and holds at its end,
-    :func:`onset_columns`) where there are any, the largest (:func:`change_size`, in least
+    no cause (:func:`fall_is_not_cause`, below the baseline; with only such falls, a fall
+    of the CPU time work was done in: the job stopped or waits), those that last through
+    most of the window (a median that moved; or one that began within it and holds at its
+    end, :func:`onset_columns`) where there are any, the largest (:func:`change_size`, in least
     changes that matter, so comparable across subsystems), named by its level where a level
     of it matters; the window's subsystems are led by the claim's. Side effects follow it.
     ``keep_first``: the first reason is a direct sign and keeps its place. ``name``: the
@@ -849,16 +835,8 @@ def lead_with_cause(evidence: Any, row: np.ndarray, cells: np.ndarray, least: np
         relief = _columns_where(tuple(channels), fall_is_not_cause) & (row < median)
     if (cause & ~relief).any():
         cause &= ~relief
-    else:  # only falls that are no cause matter: a surprising rise elsewhere goes first
-        rise = _surprising_rise(evidence.reasons[1:] if keep_first else evidence.reasons,
-                                sig.significant_z)
-        if rise is not None:
-            reasons = list(evidence.reasons)
-            first = reasons[:1] if keep_first else []
-            rest = [r for r in reasons[len(first):] if r is not rise]
-            return replace(evidence, reasons=[*first, rise, *rest])
-        # nothing rose: the job did less work, seen first as its CPU time (its traffic,
-        # disk and memory traffic carry what that work produced)
+    else:  # only falls that are no cause matter: the job did less work, seen first as its
+        # CPU time (its traffic, disk and memory traffic carry what that work produced)
         work = cause & _columns_where(tuple(channels), _is_work) \
             & (np.asarray(subsystems) == "cpu")
         if work.any():
