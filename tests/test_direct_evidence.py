@@ -4,6 +4,8 @@ against zero."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from reveal.analysis.derive import derive
@@ -263,6 +265,27 @@ def test_a_symptom_yields_to_a_clear_detector_lead_a_cause_does_not() -> None:
                      "network", 0.0, 300.0, 20.0, 12.0)
     same = lead_with(flood, [retrans])
     assert same.subsystems[0] == "network" and same.reasons[0].metric == retrans.metric
+
+
+def test_a_symptom_yields_only_to_a_lead_that_can_matter_on_its_own() -> None:
+    """CPU contention: pressure 6 σ over its baseline (a symptom) beside detectors that
+    lead with memory, on the free lists' churn 1,700 σ out (free memory blocks, catalog
+    ``alone = false``: memory moving between free and reclaimable never matters on its
+    own). That lead outweighs nothing: the pressure leads, named CPU; the same share on
+    anonymous memory (which can matter) still takes the lead."""
+    pressure = Reason("psi.cpu.some.total", "psi.cpu.some.total", "mean", "cpu", 0.0,
+                      6e5, 3e5, 6.0)
+    churn = Reason("buddy.free_blocks{node=0,order=0,zone=Normal}", "buddy.free_blocks",
+                   "variance", "memory", 0.6, 1.5e6, 869.0, 1700.0)
+    busy = Reason("derived.cpu_busy_pct", "derived.cpu_busy_pct", "variance", "cpu", 0.4,
+                  787.0, 3.9, 74.0)
+    churning = WindowEvidence(7, 0, 1, 9.0, ["Z"], ["memory", "cpu"],
+                              {"memory": 0.6, "cpu": 0.4}, [churn, busy])
+    led = lead_with(churning, [pressure])
+    assert led.subsystems[0] == "cpu" and led.reasons[0].metric == "psi.cpu.some.total"
+    anon = dataclasses.replace(churn, channel="mem.AnonPages", metric="mem.AnonPages")
+    held = lead_with(dataclasses.replace(churning, reasons=[anon, busy]), [pressure])
+    assert held.subsystems[0] == "memory" and held.reasons[0].metric == "mem.AnonPages"
 
 
 def _mtu(n: int, values: list[tuple[int, float]]) -> dict[str, np.ndarray]:
