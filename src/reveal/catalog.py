@@ -342,6 +342,12 @@ class MetricInfo:
                 and not any(w in self.unit for w in ("%", "byte")))
 
     @property
+    def can_matter_alone(self) -> bool:
+        """Whether a change of the metric can matter on its own: not memory moving between
+        free and reclaimable (``alone = false``), not threads that exist (``exists``)."""
+        return self.alone and not self.exists
+
+    @property
     def level_unit(self) -> str:
         """The unit of the channel's level after derive: per second for a counter or
         event (``pages/s``), else its own."""

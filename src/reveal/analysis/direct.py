@@ -296,13 +296,6 @@ def lead_with(evidence: WindowEvidence, direct: list[Reason],
                                reasons=lead + rest)
 
 
-def _can_matter_alone(metric: str) -> bool:
-    """Whether a change of ``metric`` can matter on its own (catalog ``alone`` and not
-    ``exists``): not memory moving between free and reclaimable, not threads that exist."""
-    info = default_catalog().lookup(metric)
-    return info.alone and not info.exists
-
-
 def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason], lead: float) -> bool:
     """Whether the signs are all symptoms outweighed by the detectors' leading subsystem
     (see :func:`lead_with`), judged by its strongest reason that can matter on its own (a
@@ -312,6 +305,7 @@ def _symptoms_yield(evidence: WindowEvidence, direct: list[Reason], lead: float)
         return False
     leader = max(shares, key=shares.__getitem__)
     lead_z = max((abs(r.robust_z) for r in evidence.reasons
-                  if r.subsystem == leader and _can_matter_alone(r.metric)), default=0.0)
+                  if r.subsystem == leader
+                  and default_catalog().lookup(r.metric).can_matter_alone), default=0.0)
     return (shares[leader] >= lead
             and all(r.subsystem != leader and r.robust_z < lead_z for r in direct))

@@ -397,10 +397,9 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
         return Matter(0.0, NO_RULE)
     cpus, cpu_words = _cpu_share(channel, capacity.n_cpus, sig)
     out: Matter | None = None
-    if not info.alone:
-        return Matter(np.inf, "never alone: memory moving between free and reclaimable")
-    if info.exists:
-        return Matter(np.inf, "never alone: threads that exist, running or not")
+    if not info.can_matter_alone:
+        return Matter(np.inf, "never alone: memory moving between free and reclaimable"
+                      if not info.alone else "never alone: threads that exist, running or not")
     if metric.startswith("gpu.") and (
             gpu := _gpu_matter(channel, metric, unit, kind, level, capacity, sig)) is not None:
         out = gpu
