@@ -111,3 +111,69 @@ def test_oom_kills_are_real_kernel_kills_and_leave_no_cgroup(workdir: Path) -> N
     assert where.startswith(f"rvinj-{os.getpid()}-")
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{where}"))
     assert not list(Path("/sys/fs/cgroup").glob(where))
+
+
+@needs_root
+def test_a_swap_thrash_swaps_the_jobs_pages_and_leaves_no_swap_or_cgroup(
+        workdir: Path) -> None:
+    """The job's process, held below its working set, is swapped out and in on every pass
+    (the kernel's swap counters say so); after the fault no swap area, file or cgroup of
+    this process is left, and a host with no swap has none again."""
+    from reveal.inject.cleanup import active_swaps
+
+    fault = make_fault("swap_thrash", "high", FaultContext(workdir))
+    if fault.check():
+        pytest.skip(fault.check())
+    had = active_swaps()
+    seen: dict[str, object] = {}
+
+    def watch() -> None:
+        time.sleep(2.0)
+        seen["swaps"] = active_swaps()
+        seen["out"], seen["in"] = _vmstat("pswpout"), _vmstat("pswpin")
+        time.sleep(3.0)
+        seen["out_after"], seen["in_after"] = _vmstat("pswpout"), _vmstat("pswpin")
+
+    before_out = _vmstat("pswpout")
+    thread = threading.Thread(target=watch)
+    thread.start()
+    episode = run_episode(fault, 6.0, EventLog(workdir))
+    thread.join()
+    assert episode.kind == "swap_thrash" and episode.subsystem == "memory"
+    made = episode.detail["swap_file"]
+    assert (made is None) == bool(had)
+    if made is not None:
+        assert made in seen["swaps"] and Path(made).name.startswith(f"rvinj-{os.getpid()}-")  # type: ignore[operator]
+    # more than the working set's overflow went out, and pages kept going both ways
+    overflow = (episode.detail["working_bytes"] - episode.detail["limit_bytes"]) // 4096
+    assert seen["out"] - before_out >= overflow  # type: ignore[operator]
+    assert seen["in_after"] > seen["in"] and seen["out_after"] > seen["out"]  # type: ignore[operator]
+    assert active_swaps() == had
+    assert made is None or not Path(made).exists()
+    where = episode.detail["where"][0]
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{where}"))
+    assert not list(Path("/sys/fs/cgroup").glob(where))
+
+
+@needs_root
+def test_a_swap_file_left_by_a_killed_suite_is_switched_off_and_deleted() -> None:
+    from reveal.inject.cleanup import SWAPFILE_SUFFIX, active_swaps, remove_leftovers
+    from reveal.inject.naming import owned_name, temp_root
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a suite process that is no more
+    path = temp_root() / (owned_name("swap", pid=gone.pid) + SWAPFILE_SUFFIX)
+    with open(path, "wb") as handle:
+        os.posix_fallocate(handle.fileno(), 0, 16 << 20)
+    path.chmod(0o600)
+    try:
+        subprocess.run(["mkswap", str(path)], check=True, capture_output=True)
+        subprocess.run(["swapon", str(path)], check=True, capture_output=True)
+        assert str(path) in active_swaps()
+        removed = remove_leftovers()
+        assert f"swap file {path} switched off" in removed and f"file {path}" in removed
+        assert str(path) not in active_swaps() and not path.exists()
+    finally:
+        if str(path) in active_swaps():
+            subprocess.run(["swapoff", str(path)], check=False)
+        path.unlink(missing_ok=True)

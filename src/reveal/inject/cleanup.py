@@ -42,6 +42,9 @@ from reveal.inject.naming import (
 from reveal.inject.undo import UNDO
 
 HUGEPAGES_FILE = Path("/proc/sys/vm/nr_hugepages")
+SWAPS_FILE = Path("/proc/swaps")
+#: what the name of a swap file a fault made ends with (:func:`switch_off` undoes it)
+SWAPFILE_SUFFIX = "-swapfile"
 
 
 def install_signal_handlers() -> None:
@@ -112,6 +115,26 @@ def temp_leftovers() -> list[Path]:
 
 
 
+def active_swaps() -> list[str]:
+    """The paths of the swap areas in use (``/proc/swaps``, its header left out)."""
+    try:
+        lines = SWAPS_FILE.read_text().splitlines()[1:]
+    except OSError:
+        return []
+    return [line.split()[0] for line in lines if line.split()]
+
+
+def switch_off(path: Path) -> list[str]:
+    """Switch the swap file ``path`` off (where it is on) and delete it; one line per
+    thing done."""
+    done = []
+    if str(path) in active_swaps():
+        subprocess.run(["swapoff", str(path)], capture_output=True, timeout=300, check=False)
+        done.append(f"swap file {path} switched off")
+    path.unlink(missing_ok=True)
+    return [*done, f"file {path}"]
+
+
 def read_hugepages() -> int | None:
     try:
         return int(HUGEPAGES_FILE.read_text().strip())
@@ -129,7 +152,8 @@ def snapshot(owners: Iterable[int] | None = None) -> dict[str, Any]:
     """The machine state the suite could change: its own namespaces, veth ends, nftables
     tables, temp files, cgroups and processes (found by name or tag, so other users'
     namespaces or interfaces do not disturb a comparison), plus the root namespace's qdiscs
-    and ``vm.nr_hugepages``, which it must restore. Equal before and after a suite run.
+    and ``vm.nr_hugepages``, which it must restore, and its swap files in use. Equal before
+    and after a suite run.
 
     ``owners`` (pids): only what those processes made, by the owner in its name
     (``rvinj-<pid>-…``, ``rvi<pid>a``) or its tag, so that suite runs beside them (other
@@ -157,6 +181,8 @@ def snapshot(owners: Iterable[int] | None = None) -> dict[str, Any]:
         "qdiscs": qdiscs,
         "nft": [t for t in _cmd(["nft", "list", "tables"]).split() if t.startswith(PREFIX)],
         "nr_hugepages": read_hugepages(),
+        "swaps": [s for s in active_swaps() if Path(s).name.startswith(PREFIX)
+                  and ours(owner_of(Path(s).name))],
         "temp": [p.name for p in temp_leftovers() if ours(owner_of(p.name))],
         "cgroups": [str(p) for p in leftover_cgroups() if ours(owner_of(p.name))],
         "processes": sorted(pid for pid, owner in tagged_processes().items() if ours(owner)),
@@ -196,7 +222,8 @@ def remove_leftovers(include_live: bool = False) -> list[str]:
         if _dead_owner(path.name, include_live) and remove_cgroup(path):
             removed.append(f"cgroup {path}")
     removed += remove_state_files(temp_leftovers(), lambda n: _dead_owner(n, include_live),
-                                  {"-hugepages.json": _restore_hugepages})
+                                  {"-hugepages.json": _restore_hugepages,
+                                   SWAPFILE_SUFFIX: switch_off})
     return removed
 
 

@@ -19,6 +19,7 @@ affinity_squeeze       cpu        the job's threads pinned to fewer CPUs (affini
 job_hang               cpu        the job's processes stopped (SIGSTOP), or half of each s
 memory_leak            memory     a process growing 5 or 15 MB/s, never freeing (bounded)
 oom_kill               memory     a job process killed by the OOM killer in its cgroup
+swap_thrash            memory     a job process outgrowing its cgroup's limit, with swap
 =====================  =========  ====================================================
 """
 
@@ -31,7 +32,7 @@ from reveal.inject.faults.base import FAULTS, Fault, FaultContext, register, run
 
 #: modules of this package that define the built-in faults (registered in this order)
 BUILTIN_MODULES = ("cpu", "memory", "writeback", "disk", "network", "udp_flood", "hugepages",
-                   "cgroup_throttle", "mtu", "rt_hog", "affinity", "hang", "leak", "oom")
+                   "cgroup_throttle", "mtu", "rt_hog", "affinity", "hang", "leak", "oom", "swap")
 for _module in BUILTIN_MODULES:
     importlib.import_module(f"{__package__}.{_module}")
 
