@@ -39,6 +39,27 @@ def memory_hierarchy(root: Path = CGROUP_ROOT) -> tuple[Path, str] | None:
     return None
 
 
+def limited_cgroup(kind: str, limit_bytes: int, swap: bool) -> Path:
+    """A memory cgroup of this suite (``rvinj-<pid>-<kind>``) limited to ``limit_bytes``:
+    with ``swap``, its pages may be swapped out beyond the limit (and are, first: v1's
+    swappiness 100); without, the limit holds swap too, where it is accounted."""
+    found = memory_hierarchy()
+    assert found is not None
+    root, version = found
+    cgroup = root / owned_name(kind)
+    cgroup.mkdir(exist_ok=True)
+    limit = str(int(limit_bytes))
+    if version == "v1":
+        (cgroup / "memory.limit_in_bytes").write_text(limit)
+        extra = ("memory.swappiness", "100") if swap else ("memory.memsw.limit_in_bytes", limit)
+    else:
+        (cgroup / "memory.max").write_text(limit)
+        extra = ("memory.swap.max", "max" if swap else "0")
+    with contextlib.suppress(OSError):  # no swap accounting here: nothing to set
+        (cgroup / extra[0]).write_text(extra[1])
+    return cgroup
+
+
 @register
 class OomKill(Fault):
     kind = "oom_kill"
@@ -64,20 +85,7 @@ class OomKill(Fault):
         return None
 
     def begin(self) -> None:
-        found = memory_hierarchy()
-        assert found is not None
-        root, version = found
-        self.cgroup = root / owned_name("oom")
-        self.cgroup.mkdir(exist_ok=True)
-        limit = str(int(self.params["limit_bytes"]))
-        if version == "v1":
-            (self.cgroup / "memory.limit_in_bytes").write_text(limit)
-            with contextlib.suppress(OSError):  # swap accounted: the limit holds swap too
-                (self.cgroup / "memory.memsw.limit_in_bytes").write_text(limit)
-        else:
-            (self.cgroup / "memory.max").write_text(limit)
-            with contextlib.suppress(OSError):
-                (self.cgroup / "memory.swap.max").write_text("0")
+        self.cgroup = limited_cgroup("oom", int(self.params["limit_bytes"]), swap=False)
         self.params["where"] = [self.cgroup.name]
         self._ending.clear()
         self._killer = threading.Thread(target=self._kill_every, name="oom-kill", daemon=True)

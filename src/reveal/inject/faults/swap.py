@@ -12,7 +12,6 @@ swap keeps its own. The cgroup is removed when the fault ends."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any, ClassVar
 
 from reveal.inject.cleanup import SWAPFILE_SUFFIX, active_swaps, switch_off
 from reveal.inject.faults.base import Fault, _python_argv, register
-from reveal.inject.faults.oom import memory_hierarchy
+from reveal.inject.faults.oom import limited_cgroup, memory_hierarchy
 from reveal.inject.jobcgroup import remove_cgroup
 from reveal.inject.naming import owned_name, temp_root
 from reveal.inject.undo import UNDO
@@ -64,20 +63,7 @@ class SwapThrash(Fault):
     def begin(self) -> None:
         if not active_swaps():
             self._make_swapfile()
-        found = memory_hierarchy()
-        assert found is not None
-        root, version = found
-        self.cgroup = root / owned_name("swap")
-        self.cgroup.mkdir(exist_ok=True)
-        limit = str(int(self.params["limit_bytes"]))
-        if version == "v1":
-            (self.cgroup / "memory.limit_in_bytes").write_text(limit)
-            with contextlib.suppress(OSError):
-                (self.cgroup / "memory.swappiness").write_text("100")
-        else:
-            (self.cgroup / "memory.max").write_text(limit)
-            with contextlib.suppress(OSError):
-                (self.cgroup / "memory.swap.max").write_text("max")
+        self.cgroup = limited_cgroup("swap", int(self.params["limit_bytes"]), swap=True)
         self.params["where"] = [self.cgroup.name]
         self.params["swap_file"] = str(self.swapfile) if self.swapfile else None
         self.start_process([*_python_argv(__name__), str(self.cgroup / "cgroup.procs"),
