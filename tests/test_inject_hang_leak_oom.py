@@ -116,41 +116,46 @@ def test_oom_kills_are_real_kernel_kills_and_leave_no_cgroup(workdir: Path) -> N
 @needs_root
 def test_a_swap_thrash_swaps_the_jobs_pages_and_leaves_no_swap_or_cgroup(
         workdir: Path) -> None:
-    """The job's process, held below its working set, is swapped out and in on every pass
-    (the kernel's swap counters say so); after the fault no swap area, file or cgroup of
-    this process is left, and a host with no swap has none again."""
+    """The job's process, held below its working set, is swapped out and in, pass after
+    pass (the kernel's swap counters say so: its overflow went out, and pages still came
+    back in the second half of the fault, however slowly a busy host let it start); after
+    the fault no swap area, file or cgroup of this process is left, and a host with no swap
+    has none again."""
     from reveal.inject.cleanup import active_swaps
 
-    fault = make_fault("swap_thrash", "high", FaultContext(workdir))
+    fault = make_fault("swap_thrash", "low", FaultContext(workdir))
     if fault.check():
         pytest.skip(fault.check())
     had = active_swaps()
-    seen: dict[str, object] = {}
-
-    def watch() -> None:
-        time.sleep(2.0)
-        seen["swaps"] = active_swaps()
-        seen["out"], seen["in"] = _vmstat("pswpout"), _vmstat("pswpin")
-        time.sleep(3.0)
-        seen["out_after"], seen["in_after"] = _vmstat("pswpout"), _vmstat("pswpin")
-
-    before_out = _vmstat("pswpout")
-    thread = threading.Thread(target=watch)
+    seconds = 10.0
+    result: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: result.update(
+        episode=run_episode(fault, seconds, EventLog(workdir))))
+    began = time.monotonic()
+    samples = [(0.0, _vmstat("pswpin"), _vmstat("pswpout"), active_swaps())]
     thread.start()
-    episode = run_episode(fault, 6.0, EventLog(workdir))
+    while thread.is_alive():
+        time.sleep(0.25)
+        samples.append((time.monotonic() - began, _vmstat("pswpin"), _vmstat("pswpout"),
+                        active_swaps()))
     thread.join()
-    assert episode.kind == "swap_thrash" and episode.subsystem == "memory"
-    made = episode.detail["swap_file"]
+    episode = result["episode"]
+    assert episode.kind == "swap_thrash" and episode.subsystem == "memory"  # type: ignore[attr-defined]
+    detail = episode.detail  # type: ignore[attr-defined]
+    made = detail["swap_file"]
     assert (made is None) == bool(had)
     if made is not None:
-        assert made in seen["swaps"] and Path(made).name.startswith(f"rvinj-{os.getpid()}-")  # type: ignore[operator]
-    # more than the working set's overflow went out, and pages kept going both ways
-    overflow = (episode.detail["working_bytes"] - episode.detail["limit_bytes"]) // 4096
-    assert seen["out"] - before_out >= overflow  # type: ignore[operator]
-    assert seen["in_after"] > seen["in"] and seen["out_after"] > seen["out"]  # type: ignore[operator]
+        assert Path(made).name.startswith(f"rvinj-{os.getpid()}-")
+        assert any(made in swaps for *_, swaps in samples)
+    # the working set's overflow went out, and pages kept coming back in late in the fault
+    overflow = (detail["working_bytes"] - detail["limit_bytes"]) // 4096
+    during = [s for s in samples if s[0] <= seconds]
+    assert during[-1][2] - samples[0][2] >= overflow, (overflow, during[-1], samples[0])
+    half = next(s for s in during if s[0] >= seconds / 2)
+    assert during[-1][1] > half[1], (half, during[-1])
     assert active_swaps() == had
     assert made is None or not Path(made).exists()
-    where = episode.detail["where"][0]
+    where = detail["where"][0]
     assert not list(Path("/sys/fs/cgroup").glob(f"*/{where}"))
     assert not list(Path("/sys/fs/cgroup").glob(where))
 

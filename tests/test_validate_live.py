@@ -23,10 +23,12 @@ from reveal.inject.live_suite import (
     CleanSpan,
     LiveScenario,
     Receiver,
+    ThroughLearn,
     from_alertmanager,
     met,
     render_live_markdown,
     score_live,
+    unhealthy_channels,
 )
 
 S = 1_000_000_000
@@ -165,11 +167,16 @@ def test_the_clean_span_counts_its_own_alert_episodes_and_the_watch_memory() -> 
 @pytest.mark.parametrize("argv", [["--live", "--reanalyse", "."], ["--score-every", "5"],
                                   ["--live", "--score-every", "0"],
                                   ["--clean-seconds", "60"], ["--via-alertmanager"],
-                                  ["--benign", "--live", "--via-alertmanager"]])
+                                  ["--benign", "--live", "--via-alertmanager"],
+                                  ["--through-learn", "cgroup_throttle"],
+                                  ["--live", "--through-learn", "writeback_storm"],
+                                  ["--live", "--through-learn", "cron_burst"],
+                                  ["--live", "--through-learn", "cgroup_throttle:mid"]])
 def test_live_option_errors_are_one_line(argv: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["validate", *argv, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and ("--live" in err[0] or "--score-every" in err[0]), err
+    assert len(err) == 1 and ("--live" in err[0] or "--score-every" in err[0]
+                              or "--through-learn" in err[0]), err
 
 
 def test_alertmanagers_notifications_are_heard_as_the_watchs_own_events() -> None:
@@ -312,3 +319,50 @@ def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> Non
     assert (tmp_path / "live" / "single" / "events.jsonl").is_file()
     assert (tmp_path / "validate.md").read_text().startswith("# Reveal live validation")
     assert "fault → alert" in capsys.readouterr().out
+
+
+def test_a_fault_through_the_learn_is_scored_by_the_watchs_warning_not_as_false_alerts(
+        ) -> None:
+    """A fault begun before the learn: warned of by a channel of its subsystem (read from
+    the warning line the watch writes), and the alerts while it held after the learn or as
+    it ended are its own, not false alerts; one after its settle is false."""
+    import dataclasses
+
+    from reveal.analysis.baseline_health import UnhealthyChannel, _message
+
+    finding = UnhealthyChannel("cgroup.cpu.stat.nr_throttled{cgroup=rvinj-1-job}", 9.0, 0.98,
+                               60, 1.0, None, "periods/s", "")
+    line = "reveal watch: warning: " + _message(finding, "periods throttled")
+    other = dataclasses.replace(finding, channel="psi.memory.some.total")
+    log = "\n".join([line, "reveal watch: warning: " + _message(other, ""), line])
+    channels = unhealthy_channels(log)
+    assert channels == ["cgroup.cpu.stat.nr_throttled{cgroup=rvinj-1-job}",
+                        "psi.memory.some.total"]
+    through = ThroughLearn(Episode(10 * S, 75 * S, "cgroup_throttle", "cpu", "high", {}),
+                           channels)
+    alerts = [Alert(int(66 * S), "firing", "t1", "cpu", "throttled <b>periods</b>"),
+              Alert(int(80 * S), "firing", "t2", "cpu", "as it ended"),
+              Alert(int(120 * S), "firing", "f1", "memory", "later")]
+    scenario = LiveScenario("single", "torch_train", [_episode(200, 210)], alerts, 65 * S,
+                            300 * S, through_learn=through)
+    summary = score_live([scenario], settle_s=10.0)
+    [t] = summary["through_learn"]
+    assert t["warned"] and t["named_subsystem"] and t["channels"] == channels
+    assert (t["seconds"], t["held_after_learn_s"], t["alert_episodes"]) == (65.0, 10.0, 2)
+    assert [a["id"] for a in summary["false_alerts"]] == ["f1"]
+    assert summary["total"]["clean_s"] == pytest.approx(235 - 20 - 20)
+    assert met(summary["total"], summary["through_learn"])["through_learn"] is True
+    quiet = dataclasses.replace(through, channels=["psi.memory.some.total"])
+    unnamed = score_live([dataclasses.replace(scenario, through_learn=quiet)], 10.0)
+    assert unnamed["through_learn"][0]["warned"]
+    assert not unnamed["through_learn"][0]["named_subsystem"]
+    assert met(unnamed["total"], unnamed["through_learn"])["through_learn"] is False
+    assert met(summary["total"])["through_learn"] is None  # no such fault: nothing judged
+    result = {"host": "h", "started": "t", "elapsed_s": 1.0, "skipped": [],
+              "settings": {"baseline_s": 60.0, "settle_s": 10.0}, "summary": summary,
+              "met": met(summary["total"], summary["through_learn"])}
+    text = render_live_markdown(result)
+    assert "## A fault through the learn" in text
+    assert "cgroup_throttle (high) began before the watch's learn" in text
+    assert "warned of an unhealthy baseline: **yes**" in text and "(cpu): **met**" in text
+    assert "rvinj-1-job" in text and "<b>" not in text

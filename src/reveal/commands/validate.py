@@ -21,7 +21,7 @@ from reveal.inject.benign.suite import (
 )
 from reveal.inject.benign.suite import write_result as write_benign_result
 from reveal.inject.cleanup import install_signal_handlers, remove_leftovers
-from reveal.inject.live_suite import live_gap
+from reveal.inject.live_suite import live_gap, through_learn_fault
 from reveal.inject.validation import (
     SuiteOptions,
     load_recorded,
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     for given, flag in ((args.score_every, "--score-every"),
                         (args.clean_seconds, "--clean-seconds"),
-                        (args.via_alertmanager or None, "--via-alertmanager")):
+                        (args.via_alertmanager or None, "--via-alertmanager"),
+                        (args.through_learn, "--through-learn")):
         if given is not None and not args.live:
             raise RevealError(f"{flag} applies to --live only")
     if options.clean_s < 0:
@@ -182,12 +183,14 @@ def suite_options(args: argparse.Namespace) -> SuiteOptions:
                "workload": args.workload,
                "score_every": args.score_every, "clean_s": args.clean_seconds,
                "via_alertmanager": args.via_alertmanager or None,
-               "settings": _settings(args)}
+               "through_learn": args.through_learn, "settings": _settings(args)}
     options = dataclasses.replace(options, **{k: v for k, v in changes.items() if v is not None})
     if args.live and args.baseline_seconds is None and not args.quick:
         options = dataclasses.replace(options, baseline_s=DEFAULT_LEARN_S)
     if args.live:  # the live suite's gaps: room for an alert to resolve
         options = dataclasses.replace(options, gap_s=live_gap(args.gap_seconds, args.quick))
+    if options.through_learn:
+        through_learn_fault(options.through_learn)  # an unknown kind: refused before a run
     if options.repetitions < 1:
         raise RevealError("--repetitions must be at least 1")
     if options.gap_s < options.settle_s:

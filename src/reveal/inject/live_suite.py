@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import shutil
 import signal
 import statistics
@@ -41,11 +42,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reveal.catalog import default_catalog
 from reveal.errors import RevealError
+from reveal.frame import channel_metric
 from reveal.inject import processes
 from reveal.inject.alertmanager import GROUP_WAIT, LocalAlertmanager
 from reveal.inject.cleanup import make_temp_dir
-from reveal.inject.faults import FaultContext, make_fault, run_episode
+from reveal.inject.faults import FAULTS, FaultContext, fault_class, make_fault, run_episode
 from reveal.inject.groundtruth import Episode, EventLog
 from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.scenario import WARMUP_S, Say, Scenario
@@ -88,6 +91,11 @@ SETTLE_RSS_S = 300.0
 RESTART_WAIT_S = 120.0
 #: Alert episodes a fault may leave once its settle has passed (its new steady state).
 AFTERMATH_EPISODES = 1
+#: seconds a fault begun before the learn (``--through-learn``) holds once the watch
+#: scores, before it is undone
+THROUGH_AFTER_S = 10.0
+#: how the watch names a channel of an unhealthy baseline at the end of its learn
+UNHEALTHY_LINE = re.compile(r"unhealthy baseline: (\S+)")
 TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
            "attribution_accuracy": 0.90}
 
@@ -187,6 +195,60 @@ class LiveScenario:
     scored_to_ns: int
     skipped: list[str] = field(default_factory=list)
     clean: CleanSpan | None = None
+    through_learn: ThroughLearn | None = None
+
+
+@dataclass
+class ThroughLearn:
+    """A fault begun before the watch's learn and undone :data:`THROUGH_AFTER_S` after
+    the watch began to score: its episode and the channels the watch named an unhealthy
+    baseline at the end of its learn (catalog ``healthy`` ranges)."""
+
+    episode: Episode
+    channels: list[str]
+
+    def span(self, settle_s: float) -> tuple[int, int]:
+        """What it covers, monotonic ns: from its start to its settle after its end."""
+        return self.episode.start_ns, self.episode.end_ns + int(settle_s * 1e9)
+
+    def summary(self, alerts: list[Alert], from_ns: int, settle_s: float) -> dict[str, Any]:
+        """Whether the watch warned of it, naming a channel of its subsystem, and the alert
+        episodes that fired while it held after the learn (``from_ns``) or as it ended."""
+        ep = self.episode
+        subsystems = [default_catalog().lookup(channel_metric(c)).subsystem
+                      for c in self.channels]
+        _, until = self.span(settle_s)
+        fired = [a for a in alerts if a.event == "firing" and from_ns <= a.received_ns <= until]
+        return {"kind": ep.kind, "intensity": ep.intensity, "subsystem": ep.subsystem,
+                "seconds": round((ep.end_ns - ep.start_ns) / 1e9, 1),
+                "held_after_learn_s": round((ep.end_ns - from_ns) / 1e9, 1),
+                "warned": bool(self.channels), "channels": self.channels,
+                "named_subsystem": ep.subsystem in subsystems,
+                "alert_episodes": len(fired),
+                "claims": [a.claim for a in fired]}
+
+
+def through_learn_fault(text: str) -> tuple[str, str]:
+    """``KIND[:INTENSITY]`` (intensity ``high`` unless given) for ``--through-learn``:
+    a fault kind that holds until undone, at one of its intensities."""
+    kind, _, intensity = text.partition(":")
+    if kind not in FAULTS:
+        raise RevealError(f"--through-learn {text}: unknown fault {kind!r} (choose from "
+                          f"{', '.join(FAULTS)})")
+    cls = fault_class(kind)
+    intensity = intensity or "high"
+    if intensity not in cls.INTENSITIES:
+        raise RevealError(f"--through-learn {text}: {kind} has no intensity {intensity!r} "
+                          f"(choose from {', '.join(cls.INTENSITIES)})")
+    if cls.self_ending:
+        raise RevealError(f"--through-learn {text}: {kind} ends by itself; choose a fault "
+                          "that holds until undone")
+    return kind, intensity
+
+
+def unhealthy_channels(log_text: str) -> list[str]:
+    """The channels the watch's log names for an unhealthy baseline, each once, in order."""
+    return list(dict.fromkeys(UNHEALTHY_LINE.findall(log_text)))
 
 
 @dataclass
@@ -277,11 +339,14 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                       settle_s: float, workload: str | None = None,
                       score_every: int = 5, clean_s: float = 0.0,
                       settings: Mapping[str, Any] | None = None,
-                      via_alertmanager: bool = False) -> LiveScenario:
+                      via_alertmanager: bool = False,
+                      through_learn: tuple[str, str] | None = None) -> LiveScenario:
     """Run ``scenario``'s faults, in order, against a watch that learned ``baseline_s``,
     after ``clean_s`` with no fault (0: none); ``settings``: the watch's analysis settings
     by dotted name; ``via_alertmanager``: the watch's alerts go through a real Alertmanager
-    (:mod:`reveal.inject.alertmanager`) to the suite's webhook."""
+    (:mod:`reveal.inject.alertmanager`) to the suite's webhook; ``through_learn``: a fault
+    (kind, intensity) begun before the watch starts and undone :data:`THROUGH_AFTER_S`
+    after it scores (:class:`ThroughLearn`)."""
     name = workload or default_workload(scenario.distributed)
     reason = unavailable_reason(name)
     if reason:
@@ -303,6 +368,10 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
     episodes: list[Episode] = []
     skipped: list[str] = []
     clean: CleanSpan | None = None
+    through: ThroughLearn | None = None
+    held: dict[str, Episode] = {}
+    held_stop = threading.Event()
+    holder: threading.Thread | None = None
     try:
         if via_alertmanager:
             manager = LocalAlertmanager(receiver.alertmanager_url,
@@ -312,6 +381,17 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         say(f"live scenario {scenario.name}: starting workload {name}")
         job.start()
         time.sleep(WARMUP_S)
+        if through_learn is not None:
+            first = make_fault(*through_learn, FaultContext(workdir, netns))
+            why = first.check()
+            if why:
+                skipped.append(f"{first.kind} through the learn: {why}")
+            else:
+                say(f"live scenario {scenario.name}: {first.kind} ({first.intensity}) "
+                    "begins before the learn")
+                holder = threading.Thread(target=lambda: held.update(episode=run_episode(
+                    first, total, None, stop=held_stop)), name="through-learn", daemon=True)
+                holder.start()
         log = here / "watch.log"
         # a fresh state directory: a model an earlier suite left there would be loaded, not
         # learned, and the suite would score that model
@@ -324,6 +404,16 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
             f"{scenario.baseline_s:g} s")
         _wait_scoring(log, watch, scenario.baseline_s + LEARN_SLACK_S)
         scored_from = time.monotonic_ns()
+        if holder is not None:
+            time.sleep(THROUGH_AFTER_S)
+            held_stop.set()
+            holder.join()
+            if "episode" not in held:
+                raise RevealError(f"the fault begun before the learn failed (see {workdir})")
+            through = ThroughLearn(held["episode"], unhealthy_channels(log.read_text(
+                errors="replace")))
+            say(f"live scenario {scenario.name}: {through.episode.kind} undone; the watch "
+                f"warned of {len(through.channels)} unhealthy baseline channel(s)")
         if clean_s > 0:
             say(f"live scenario {scenario.name}: {clean_s:g} s with no fault")
             clean = _clean_span(watch, clean_s, say)
@@ -369,8 +459,11 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
         time.sleep(max(0.0, settle_s - gap))
         scored_to = time.monotonic_ns()
         return LiveScenario(scenario.name, name, episodes, list(receiver.alerts),
-                            scored_from, scored_to, skipped, clean)
+                            scored_from, scored_to, skipped, clean, through)
     finally:
+        held_stop.set()
+        if holder is not None:
+            holder.join()
         if watch is not None and watch.poll() is None:
             watch.send_signal(signal.SIGTERM)
             try:
@@ -433,6 +526,7 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
     verdicts: list[dict[str, Any]] = []
     false_alerts: list[dict[str, Any]] = []
     clean_s = 0.0
+    through: list[dict[str, Any]] = []
     for sc in scenarios:
         spans = [(e.start_ns, e.end_ns + int(settle_s * 1e9)) for e in sc.episodes]
         nexts = [*(e.start_ns for e in sc.episodes[1:]), sc.scored_to_ns]
@@ -450,6 +544,10 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
                 "claim": first.claim if first else None,
                 **holding(sc.alerts, ep.start_ns, ep.end_ns, until),
                 **aftermath(sc.alerts, hi, until)})
+        if sc.through_learn is not None:  # its alerts are its own, not false ones
+            through.append({"scenario": sc.name, **sc.through_learn.summary(
+                sc.alerts, sc.scored_from_ns, settle_s)})
+            spans.append(sc.through_learn.span(settle_s))
         for a in sc.alerts:
             if a.event == "firing" and not any(lo <= a.received_ns <= hi for lo, hi in spans):
                 false_alerts.append({"scenario": sc.name, **a.to_dict(),
@@ -490,11 +588,14 @@ def score_live(scenarios: list[LiveScenario], settle_s: float) -> dict[str, Any]
     spans = [sc.clean.summary(sc.alerts) | {"scenario": sc.name} for sc in scenarios
              if sc.clean is not None]
     return {"total": total, "rows": rows, "episodes": verdicts, "false_alerts": false_alerts,
-            "clean_span": spans[0] if spans else None}
+            "clean_span": spans[0] if spans else None, "through_learn": through}
 
 
-def met(total: dict[str, Any]) -> dict[str, bool | None]:
-    """Each live target against the totals (None where there is nothing to judge)."""
+def met(total: dict[str, Any],
+        through: list[dict[str, Any]] | None = None) -> dict[str, bool | None]:
+    """Each live target against the totals (None where there is nothing to judge);
+    ``through``: the faults begun before the learn, each to be warned of by a channel of
+    its subsystem."""
 
     def judge(key: str, target: float, higher: bool) -> bool | None:
         value = total.get(key)
@@ -509,7 +610,9 @@ def met(total: dict[str, Any]) -> dict[str, bool | None]:
                                           TARGETS["attribution_accuracy"], True),
             "aftermath": (None if total.get("aftermath_alerts_max") is None
                           else total["aftermath_alerts_max"] <= AFTERMATH_EPISODES
-                          and total.get("unsettled", 0) == 0)}
+                          and total.get("unsettled", 0) == 0),
+            "through_learn": (all(t["warned"] and t["named_subsystem"] for t in through)
+                              if through else None)}
 
 
 def render_live_markdown(result: dict[str, Any]) -> str:
@@ -579,6 +682,16 @@ def render_live_markdown(result: dict[str, Any]) -> str:
                   f"{mib['end']:.0f} MiB at the end (growth since {r['settled_after_s'] / 60:g} "
                   f"min: {mib['settled_growth']:+.1f} MiB; at most {mib['settled_max']:.0f} MiB "
                   f"after it, {mib['max']:.0f} MiB in all)."]
+    for t in s.get("through_learn") or []:
+        named = ", ".join(f"`{markdown(c, 120)}`" for c in t["channels"]) or "none"
+        lines += ["", "## A fault through the learn", "",
+                  f"{t['kind']} ({t['intensity']}) began before the watch's learn and was "
+                  f"undone {t['held_after_learn_s']:g} s after it ended ({t['seconds']:g} s in "
+                  f"all). The watch warned of an unhealthy baseline: "
+                  f"**{'yes' if t['warned'] else 'no'}**, naming {named}; a channel of its "
+                  f"subsystem ({t['subsystem']}): "
+                  f"**{mark[bool(t['warned'] and t['named_subsystem'])]}**. Alert episodes "
+                  f"while it held after the learn or as it ended: {t['alert_episodes']}."]
     misses = [v for v in s["episodes"] if not (v["detected"] and v["attribution_ok"])]
     if misses:
         lines += ["", "## Misses and misattributions", "",

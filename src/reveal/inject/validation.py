@@ -23,9 +23,15 @@ from reveal.analysis.subsystems import channel_subsystems, irq_names
 from reveal.catalog import default_catalog
 from reveal.errors import RevealError
 from reveal.frame import Telemetry
-from reveal.inject.faults import FAULTS
+from reveal.inject.faults import FAULTS, fault_class
 from reveal.inject.groundtruth import Episode, load_episodes
-from reveal.inject.live_suite import met, render_live_markdown, run_live_scenario, score_live
+from reveal.inject.live_suite import (
+    met,
+    render_live_markdown,
+    run_live_scenario,
+    score_live,
+    through_learn_fault,
+)
 from reveal.inject.scenario import (
     RecordedRun,
     RecordedScenario,
@@ -74,6 +80,8 @@ class SuiteOptions:
     score_every: int = 5  # with --live: the watch scores this many windows per call
     clean_s: float = 0.0  # with --live: a span with no fault after the learn, seconds
     via_alertmanager: bool = False  # with --live: alerts through a real Alertmanager
+    # with --live: a fault ``KIND:INTENSITY`` begun before the watch's learn ("": none)
+    through_learn: str = ""
     # analysis settings by dotted name (``--set``), for the analysis and the watch
     settings: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -236,6 +244,8 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
     started = time.monotonic()
     wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     done, skipped = [], []
+    through = through_learn_fault(options.through_learn) if options.through_learn else None
+    netns_fault = through is not None and fault_class(through[0]).needs_netns
     for n, scenario in enumerate(build_scenarios(options)):
         try:
             live = run_live_scenario(scenario, out_dir / "live", say, options.gap_s,
@@ -243,7 +253,9 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
                                      if not scenario.distributed else None,
                                      options.score_every,
                                      options.clean_s if n == 0 else 0.0,
-                                     options.settings, options.via_alertmanager)
+                                     options.settings, options.via_alertmanager,
+                                     through if scenario.distributed == netns_fault
+                                     else None)
         except RevealError as exc:
             if not scenario.distributed:
                 raise
@@ -258,7 +270,8 @@ def run_live_suite(options: SuiteOptions, out_dir: Path, say: Say) -> dict[str, 
             "elapsed_s": round(time.monotonic() - started, 1),
             "settings": {k: v for k, v in options.__dict__.items() if k != "extra"},
             "workloads": {sc.name: sc.workload for sc in done},
-            "summary": summary, "met": met(summary["total"]), "skipped": skipped}
+            "summary": summary, "met": met(summary["total"], summary["through_learn"]),
+            "skipped": skipped}
 
 
 def load_recorded(out_dir: Path) -> list[RecordedScenario]:

@@ -70,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a real Alertmanager started for the suite (its route waits "
                              "1 s before a group's first notification) and are scored as "
                              "its webhook receives them, as an operator is paged")
+    parser.add_argument("--through-learn", default=None, metavar="KIND[:INTENSITY]",
+                        help="with --live: begin this fault (intensity high unless given) "
+                             "before the watch learns and undo it 10 s after the learn "
+                             "ends; scored on whether the watch warned of an unhealthy "
+                             "baseline naming a channel of the fault's subsystem (a fault "
+                             "present through the learn must not be learned silently); "
+                             "its alerts are reported on their own")
     _add_seconds(parser, "--clean-seconds",
                  "with --live: after the learn, run S seconds with no fault first; its alert "
                  "episodes and the watch's memory (RSS every 10 s) are reported on their own")

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -130,13 +131,14 @@ def require_tool(name: str, package: str) -> str | None:
 
 
 def run_episode(fault: Fault, duration_s: float, log: EventLog | None,
-                max_s: float | None = None) -> Episode:
+                max_s: float | None = None, stop: threading.Event | None = None) -> Episode:
     """Inject ``fault`` for ``duration_s`` seconds and record the episode in ``log``.
 
     ``start_ns`` is taken just before ``begin()``, ``end_ns`` just after ``end()`` returns,
     both from ``time.monotonic_ns()``. A self-ending fault (writeback) runs until done, at
-    most ``max_s`` seconds (default ``3 * duration_s``). The change is undone even when
-    this raises or the process is told to exit (see :mod:`reveal.inject.cleanup`).
+    most ``max_s`` seconds (default ``3 * duration_s``); ``stop``, once set, ends any fault
+    sooner. The change is undone even when this raises or the process is told to exit
+    (see :mod:`reveal.inject.cleanup`).
     """
     reason = fault.check()
     if reason:
@@ -148,7 +150,8 @@ def run_episode(fault: Fault, duration_s: float, log: EventLog | None,
         limit = max_s if max_s is not None else 3 * duration_s
         deadline = time.monotonic() + (limit if fault.self_ending else duration_s)
         while time.monotonic() < deadline:
-            if fault.self_ending and fault.finished():
+            if (fault.self_ending and fault.finished()) or (stop is not None
+                                                             and stop.is_set()):
                 break
             time.sleep(0.05)
     finally:
