@@ -294,7 +294,9 @@ def test_quick_live_suite_alerts_on_the_cpu_fault(tmp_path: Path, capsys) -> Non
     assert cpu["detected"], cpu
     assert 0 < cpu["alert_s"] < cpu["duration_s"] + result["settings"]["settle_s"]
     assert set(result["met"]) == {"recall", "median_alert_s", "p95_alert_s",
-                                  "attribution_accuracy", "aftermath"}
+                                  "attribution_accuracy", "aftermath", "through_learn"}
+    # no fault through the learn was asked for: none run, nothing judged
+    assert result["summary"]["through_learn"] == [] and result["met"]["through_learn"] is None
     # each fault's aftermath, against the faults as injected (events.jsonl, in order): at
     # most one alert episode opened after its settle, one claim each, and an alert still
     # open when the next fault began was open within that span
