@@ -6,7 +6,7 @@ The process runs in the suite's own memory cgroup (``rvinj-<pid>-swap``, cgroup 
 ``memory`` or a cgroup v2 root that delegates ``memory``) whose memory limit is
 ``limit_bytes`` with swap allowed, and writes one byte to every page of its
 ``working_bytes`` over and over. A host without swap gets a swap file for the fault's
-length (``/tmp/rvinj-<pid>-swapfile``: made, switched on, switched off and deleted when the
+length (``/tmp/rvinj-<pid>-swap-swapfile``: made, switched on, switched off and deleted when the
 fault ends; ``reveal validate --cleanup`` does the same after a SIGKILL); a host that has
 swap keeps its own. The cgroup is removed when the fault ends."""
 
