@@ -818,9 +818,17 @@ def test_the_direction_that_matters_applies_to_levels_and_trends_not_spreads():
                                  "net.tx_bytes{iface=eth0}", "snmp.Tcp.OutSegs{netns=job}",
                                  "snmp.Udp.OutDatagrams{netns=job}",
                                  "snmp.Tcp.RetransSegs{netns=job}"), ("median",) * 5)
-    assert traffic.tolist() == [-1, -1, -1, 0, 0]
+    assert traffic.tolist() == [-1, -1, -1, 0, 1]
     assert _matter("net.tx_bytes{iface=eth0}").rule.endswith(
         "a fall only (more traffic alone hurts no one)")
+    # waiting and the kernel's memory-management work (catalog fall = "relief"): less of it
+    # is no slowdown, so only a rise matters, a level's and a trend's; a spread either way
+    relief = ("psi.cpu.some_avg10", "cgroup.cpu.nr_throttled{cgroup=job}",
+              "vmstat.pgmajfault", "psi.cpu.some_avg10")
+    assert matter_directions(relief, ("median", "median", "slope", "variance")).tolist() \
+        == [1, 1, 1, 0]
+    assert _matter("vmstat.pgmajfault").rule.endswith(
+        "a rise only (less of it is no slowdown)")
     median = np.array([10.0, 0.0, 1.0, 10.0, 10.0])
     least = np.ones(5)
     fell = np.array([[5.0, -5.0, 9.0, 5.0, 5.0]])

@@ -67,9 +67,10 @@ an entry without it takes the default, which says nothing special:
   where a job waits, not why (a cgroup v1 file as its v2 twin). ``"relief"``: waiting
   (stall pressure, retransmits, throttling, run and blocked queues) and the kernel's
   memory-management work (page faults, page allocations and frees, reclaim scans, swap:
-  ``vmstat`` counters and page-fault counts): less of it is no slowdown; a job that stops
-  stops faulting and freeing pages. A claim leads with such a fall only when the window
-  holds no other change that matters.
+  ``vmstat`` counters and page-fault counts): less of it is no slowdown, so only a rise of
+  its level or trend can matter (a fault that ends shows it falling back; a job that stops
+  stops faulting and freeing pages, seen in its work done). A claim leads with a fall of
+  work done only when the window holds no other change that matters.
 - ``alone`` (true): false for memory that moves between free and reclaimable (free pages
   and free lists, page cache, buffers, reclaimable slab, mapped files, file huge pages,
   virtual commitments; a cgroup's file pages and its whole memory, which holds its page

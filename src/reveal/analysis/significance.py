@@ -212,10 +212,17 @@ def channel_direction(channel: str) -> int:
     %) on the host as a whole, a rise only: the host doing less is a neighbour that stopped
     as often as a job that waits, while the job's own work (a channel of its cgroup,
     namespace, container or pod) and a GPU's (a job has its GPUs to itself) matter either
-    way — a job that hangs does nothing."""
+    way — a job that hangs does nothing. For waiting and the kernel's memory-management
+    work (catalog ``fall = "relief"``), a rise only: less of it is no slowdown, and a fault
+    that ends shows it falling back."""
     metric = channel_metric(channel)
     direction = matter_direction(metric)
-    if direction or _meaning(metric).fall != "symptom" or metric.startswith("gpu."):
+    fall = _meaning(metric).fall
+    if direction:
+        return direction
+    if fall == "relief":
+        return 1
+    if fall != "symptom" or metric.startswith("gpu."):
         return direction
     return 0 if any(_label(channel, k) for k in JOB_LABELS) else 1
 
@@ -492,6 +499,8 @@ def channel_matter(channel: str, info: MetricInfo, level: float,
                else "a fall only (a rise frees memory)" if metric.startswith("mem.")
                else "a fall only (more traffic alone hurts no one)")
         out = replace(out, rule=f"{out.rule}; {why}")
+    elif info.fall == "relief":
+        out = replace(out, rule=f"{out.rule}; a rise only (less of it is no slowdown)")
     return out
 
 
