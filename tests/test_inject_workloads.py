@@ -49,6 +49,21 @@ def test_torch_workload_stops_on_sigterm(workdir) -> None:  # type: ignore[no-un
     assert final["steps"] > 0
 
 
+def test_busy_workload_computes_with_one_thread_per_cpu(workdir) -> None:  # type: ignore[no-untyped-def]
+    from reveal.inject.workloads import busy_threads
+
+    if not torch_available():
+        pytest.skip(unavailable_reason("torch_busy") or "torch missing")
+    with WorkloadRun("torch_busy", workdir, duration_s=3.0, samples=256) as run:
+        assert run.wait(90)
+    [final] = _final(run)
+    assert final["steps"] > 0
+    assert final["threads"] == busy_threads() == len(os.sched_getaffinity(0))
+    with WorkloadRun("torch_train", workdir, duration_s=1.0, samples=256) as run:
+        assert run.wait(90)
+    assert [line["threads"] for line in _final(run)] == [1]
+
+
 def test_ddp_workload_all_reduces_across_the_veth(workdir) -> None:  # type: ignore[no-untyped-def]
     if not torch_available():
         pytest.skip(unavailable_reason("torch_ddp") or "torch missing")

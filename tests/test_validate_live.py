@@ -368,3 +368,20 @@ def test_a_fault_through_the_learn_is_scored_by_the_watchs_warning_not_as_false_
     assert "cgroup_throttle (high) began before the watch's learn" in text
     assert "warned of an unhealthy baseline: **yes**" in text and "(cpu): **met**" in text
     assert "rvinj-1-job" in text and "<b>" not in text
+    assert t["adopted"] is False and t["resolved_after_adopt_s"] is None
+    assert "Not adopted." in text
+    # adopted as the operator answers the warning, 25 s after the undo: what fired until
+    # its settle is the fault's own, and an alert open at the adoption resolves after it
+    adopted = dataclasses.replace(through, adopted_ns=100 * S)
+    closes = [*alerts, Alert(int(125 * S), "resolved", "t2", "cpu", ""),
+              Alert(int(90 * S), "resolved", "t1", "cpu", "")]
+    after = score_live([dataclasses.replace(scenario, through_learn=adopted,
+                                            alerts=closes)], 10.0)
+    [a] = after["through_learn"]
+    assert (a["adopted"], a["adopted_after_undo_s"], a["resolved_after_adopt_s"]) \
+        == (True, 25.0, 25.0)
+    assert [x["id"] for x in after["false_alerts"]] == ["f1"]  # 120 s: past its settle
+    text = render_live_markdown({**result, "summary": after})
+    assert "Adopted 25 s after the undo" in text and "**yes**, 25 s after" in text
+    never = score_live([dataclasses.replace(scenario, through_learn=adopted)], 10.0)
+    assert never["through_learn"][0]["resolved_after_adopt_s"] is None  # t2 never resolved

@@ -94,6 +94,8 @@ AFTERMATH_EPISODES = 1
 #: seconds a fault begun before the learn (``--through-learn``) holds once the watch
 #: scores, before it is undone
 THROUGH_AFTER_S = 10.0
+#: what the watch says once it scores with a span adopted at the operator's request
+ADOPTED_TEXT = "adopted as normal at the operator's request"
 #: how the watch names a channel of an unhealthy baseline at the end of its learn
 UNHEALTHY_LINE = re.compile(r"unhealthy baseline: (\S+)")
 TARGETS = {"recall": 0.95, "median_alert_s": 5.0, "p95_alert_s": 8.0,
@@ -201,15 +203,20 @@ class LiveScenario:
 @dataclass
 class ThroughLearn:
     """A fault begun before the watch's learn and undone :data:`THROUGH_AFTER_S` after
-    the watch began to score: its episode and the channels the watch named an unhealthy
-    baseline at the end of its learn (catalog ``healthy`` ranges)."""
+    the watch began to score: its episode, the channels the watch named an unhealthy
+    baseline at the end of its learn (catalog ``healthy`` ranges) and, where it warned,
+    when the watch adopted a span learned after the undo as the operator asked it
+    (``adopted_ns``, monotonic ns; None: not asked, or the watch did not adopt)."""
 
     episode: Episode
     channels: list[str]
+    adopted_ns: int | None = None
 
     def span(self, settle_s: float) -> tuple[int, int]:
-        """What it covers, monotonic ns: from its start to its settle after its end."""
-        return self.episode.start_ns, self.episode.end_ns + int(settle_s * 1e9)
+        """What it covers, monotonic ns: from its start to its settle after its end, or
+        after the adoption that followed it."""
+        end = max(self.episode.end_ns, self.adopted_ns or 0)
+        return self.episode.start_ns, end + int(settle_s * 1e9)
 
     def summary(self, alerts: list[Alert], from_ns: int, settle_s: float) -> dict[str, Any]:
         """Whether the watch warned of it, naming a channel of its subsystem, and the alert
@@ -219,13 +226,27 @@ class ThroughLearn:
                       for c in self.channels]
         _, until = self.span(settle_s)
         fired = [a for a in alerts if a.event == "firing" and from_ns <= a.received_ns <= until]
+        resolved = {a.id: a.received_ns for a in alerts if a.event == "resolved"}
+        adopted = self.adopted_ns
+        open_at_adopt = [resolved.get(a.id) for a in fired
+                         if adopted is not None and a.received_ns <= adopted
+                         and resolved.get(a.id, adopted + 1) > adopted]
         return {"kind": ep.kind, "intensity": ep.intensity, "subsystem": ep.subsystem,
                 "seconds": round((ep.end_ns - ep.start_ns) / 1e9, 1),
                 "held_after_learn_s": round((ep.end_ns - from_ns) / 1e9, 1),
                 "warned": bool(self.channels), "channels": self.channels,
                 "named_subsystem": ep.subsystem in subsystems,
                 "alert_episodes": len(fired),
-                "claims": [a.claim for a in fired]}
+                "claims": [a.claim for a in fired],
+                "adopted": adopted is not None,
+                "adopted_after_undo_s": (round((adopted - ep.end_ns) / 1e9, 1)
+                                         if adopted is not None else None),
+                # seconds from the adoption until every alert it found open resolved (0.0:
+                # none was open; None: not adopted, or one was still open at the end)
+                "resolved_after_adopt_s": (None if adopted is None
+                                           or any(r is None for r in open_at_adopt)
+                                           else round(max((r - adopted for r in open_at_adopt),
+                                                          default=0) / 1e9, 1))}
 
 
 def through_learn_fault(text: str) -> tuple[str, str]:
@@ -304,6 +325,33 @@ def _wait_scoring(log: Path, proc: subprocess.Popen[bytes], timeout_s: float) ->
                           f"(see {log})")
 
 
+def _adopt_after_undo(state: Path, log: Path, watch: subprocess.Popen[bytes],
+                      learn_s: float, say: Say) -> int | None:
+    """As an operator answers an unhealthy-baseline warning once the fault is gone: wait
+    until a whole learn (``learn_s``) has passed since the undo, then ask the watch to adopt
+    that span (``reveal watch --adopt``) and wait until it scores with it. The monotonic ns
+    it adopted at; None when it refused or failed (said, and the suite goes on)."""
+    say(f"  as the operator would: adopting the {learn_s:g} s after the undo once they "
+        "have passed (reveal watch --adopt)")
+    time.sleep(learn_s)
+    adopted_before = log.read_text(errors="replace").count(ADOPTED_TEXT)
+    asked = subprocess.run([sys.executable, "-m", "reveal.cli", "watch", "--state", str(state),
+                            "--adopt"], capture_output=True, text=True, timeout=60)
+    if asked.returncode != 0:
+        say(f"  the watch refused the adoption: {asked.stderr.strip()[-300:]}")
+        return None
+
+    def adopted() -> bool:
+        return watch.poll() is not None or log.read_text(
+            errors="replace").count(ADOPTED_TEXT) > adopted_before
+
+    processes.wait_until(adopted, learn_s + LEARN_SLACK_S)
+    if log.read_text(errors="replace").count(ADOPTED_TEXT) <= adopted_before:
+        say(f"  the watch did not adopt (see {log})")
+        return None
+    return time.monotonic_ns()
+
+
 def rss_bytes(pid: int) -> int:
     """Resident memory of process ``pid`` (bytes); 0 once it is gone."""
     try:
@@ -354,8 +402,9 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
     plans = [p for run in scenario.plans for p in run]
     gap = max(gap_s, MIN_GAP_S)
     faults_s = sum(p.duration_s * 3 + gap for p in plans)
-    total = (WARMUP_S + scenario.baseline_s + LEARN_SLACK_S + clean_s + faults_s + settle_s
-             + 60.0)
+    adopt_s = scenario.baseline_s + LEARN_SLACK_S if through_learn is not None else 0.0
+    total = (WARMUP_S + scenario.baseline_s + LEARN_SLACK_S + adopt_s + clean_s + faults_s
+             + settle_s + 60.0)
     here = out_dir / scenario.name
     here.mkdir(parents=True, exist_ok=True)
     workdir = make_temp_dir(f"live-{scenario.name}")
@@ -414,6 +463,9 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
                 errors="replace")))
             say(f"live scenario {scenario.name}: {through.episode.kind} undone; the watch "
                 f"warned of {len(through.channels)} unhealthy baseline channel(s)")
+            if through.channels:  # the operator's answer to the warning
+                through.adopted_ns = _adopt_after_undo(here / "state", log, watch,
+                                                       scenario.baseline_s, say)
         if clean_s > 0:
             say(f"live scenario {scenario.name}: {clean_s:g} s with no fault")
             clean = _clean_span(watch, clean_s, say)
@@ -691,7 +743,15 @@ def render_live_markdown(result: dict[str, Any]) -> str:
                   f"**{'yes' if t['warned'] else 'no'}**, naming {named}; a channel of its "
                   f"subsystem ({t['subsystem']}): "
                   f"**{mark[bool(t['warned'] and t['named_subsystem'])]}**. Alert episodes "
-                  f"while it held after the learn or as it ended: {t['alert_episodes']}."]
+                  f"while it held after the learn, as it ended or until the adoption "
+                  f"settled: {t['alert_episodes']}. "
+                  + (f"Adopted {t['adopted_after_undo_s']:g} s after the undo "
+                     "(`reveal watch --adopt`, as the operator answers the warning); every "
+                     "alert then open resolved: "
+                     + ("**no**, one was still open at the end"
+                        if t["resolved_after_adopt_s"] is None else
+                        f"**yes**, {t['resolved_after_adopt_s']:g} s after")
+                     if t.get("adopted") else "Not adopted.")]
     misses = [v for v in s["episodes"] if not (v["detected"] and v["attribution_ok"])]
     if misses:
         lines += ["", "## Misses and misattributions", "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reveal.inject.workloads import SINGLE_WORKLOADS
 from reveal.settings import add_set_argument
 
 NAME = "demo"
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=60.0, metavar="S",
                         help="seconds of the faulted run (≥ 30); the baseline is as long, and at "
                              "least long enough to place the threshold (about 72 s)")
-    parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
+    parser.add_argument("--workload", choices=SINGLE_WORKLOADS, default=None,
                         help="reference workload (default: PyTorch when installed)")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
                         help="where to write the HTML report (default: DIR/report.html)")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reveal.commands._shared_options import comma_separated
+from reveal.inject.workloads import SINGLE_WORKLOADS
 from reveal.settings import add_set_argument
 
 if TYPE_CHECKING:
@@ -48,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                  "clean time between two episodes (default 20; 15 with --quick; with --live "
                  "30, 20 with --quick, at least 20); the windows of the last 10 s settle "
                  "after each episode are not counted as clean")
-    parser.add_argument("--workload", choices=("torch_train", "numpy_train"), default=None,
-                        help="single-process workload (default: PyTorch when installed)")
+    parser.add_argument("--workload", choices=SINGLE_WORKLOADS, default=None,
+                        help="single-process workload: torch_train (one compute thread), "
+                             "torch_busy (one per CPU: a host the job already keeps busy), "
+                             "numpy_train (default: torch_train when PyTorch is installed)")
     parser.add_argument("--cleanup", action="store_true",
                         help="only remove what killed runs left (namespaces, temp files, "
                              "HugePages setting, processes) and exit")

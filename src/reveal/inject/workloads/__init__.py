@@ -1,6 +1,8 @@
 """Reference ML workloads and their launcher.
 
 - ``torch_train``: a small CNN on CPU (PyTorch, one thread), DataLoader over files on disk.
+- ``torch_busy``: the same with one compute thread per CPU, a job that keeps the host busy
+  (a host whose CPUs it already fills cannot show a neighbour by the host's CPU busy share).
 - ``torch_ddp``: the same, two ranks over gloo, each rank in its own network namespace.
 - ``numpy_train``: a NumPy MLP for machines without PyTorch.
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,7 +24,9 @@ from reveal.inject import processes
 from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.veth_pair import NetnsPair
 
-WORKLOADS = ("torch_train", "torch_ddp", "numpy_train")
+WORKLOADS = ("torch_train", "torch_busy", "torch_ddp", "numpy_train")
+#: single-process workloads (``reveal validate --workload``, ``reveal demo --workload``)
+SINGLE_WORKLOADS = ("torch_train", "torch_busy", "numpy_train")
 DDP_PORT = 29513
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
@@ -35,6 +40,14 @@ def default_workload(distributed: bool = False) -> str:
     if not torch_available():
         return "numpy_train"
     return "torch_ddp" if distributed else "torch_train"
+
+
+def busy_threads() -> int:
+    """Compute threads of ``torch_busy``: one per CPU this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def unavailable_reason(name: str) -> str | None:
@@ -61,9 +74,11 @@ class WorkloadRun:
         reason = unavailable_reason(self.name)
         if reason:
             raise RevealError(f"workload {self.name}: {reason}")
-        module = f"reveal.inject.workloads.{self.name}"
+        threads = busy_threads() if self.name == "torch_busy" else 1
+        module = "reveal.inject.workloads." + ("torch_train" if self.name == "torch_busy"
+                                               else self.name)
         base = [sys.executable, "-m", module, "--duration", f"{self.duration_s:.1f}",
-                "--samples", str(self.samples)]
+                "--samples", str(self.samples), "--threads", str(threads)]
         if self.name == "torch_ddp":
             if self.netns is None:
                 raise RevealError("workload torch_ddp needs a network namespace pair")
@@ -76,8 +91,8 @@ class WorkloadRun:
                                                   stdout=self.log_path(rank)))
         else:
             argv = [*base, "--data-dir", str(self.workdir / "data")]
-            self.procs.append(processes.start(argv, env=_THREAD_ENV,
-                                              stdout=self.log_path(0)))
+            env = {key: str(threads) for key in _THREAD_ENV}
+            self.procs.append(processes.start(argv, env=env, stdout=self.log_path(0)))
         if self.cgroup is not None:
             for proc in self.procs:
                 self.cgroup.add(proc.pid)

@@ -67,6 +67,8 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, required=True, help="sample files go here")
     parser.add_argument("--samples", type=int, default=1024, help="number of sample files")
     parser.add_argument("--batch", type=int, default=32, help="batch size")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads the model computes with (default 1)")
     parser.add_argument("--progress-every", type=float, default=2.0, metavar="S",
                         help="seconds between JSON progress lines (default 2)")
     return parser

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.utils.data import DataLoader
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(max(1, args.threads))
     torch.set_num_interop_threads(1)
     torch.manual_seed(0)
     stop = StopFlag(args.duration)
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     model = build_model().to(device)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    progress = Progress(args.progress_every, workload="torch_train")
+    progress = Progress(args.progress_every, workload="torch_train",
+                        threads=torch.get_num_threads())
     stop.arm()
     loss = torch.tensor(0.0, device=device)
     while not stop:
