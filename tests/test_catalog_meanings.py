@@ -59,11 +59,17 @@ RELIEF_SINCE = (
     "vmstat.unevictable_pgs_scanned", "vmstat.unevictable_pgs_stranded",
     "vmstat.unevictable_pgs_total", "vmstat.unevictable_pgs_x", "vmstat.zswpout",
 )
+#: Refaults of recently evicted pages are the kernel's memory-management work too, and
+#: follow the pressure that evicted them, as a container's refaults (its twin) now do
+REFAULTS_SINCE = ("vmstat.workingset_activate_anon", "vmstat.workingset_refault_anon",
+                  "vmstat.workingset_refault_file", "vmstat.workingset_refault_total",
+                  "vmstat.workingset_restore_file")
 CHANGED_SINCE: dict[str, dict[str, object]] = {
     "cpu.system": {"follows": True},
     "cgroup.cpu.throttled_time": {"fall": "relief"},
     "cgroup.cpuacct.usage_ns": {"fall": "symptom"},
     **{metric: {"fall": "relief"} for metric in RELIEF_SINCE},
+    **{metric: {"fall": "relief"} for metric in REFAULTS_SINCE},
 }
 
 
@@ -288,3 +294,25 @@ def test_twins_of_the_collector_mean_the_same() -> None:
         for field in MEANING_FIELDS:
             seen = {e.name: getattr(e, field) for e in group}
             assert len({repr(v) for v in seen.values()}) == 1, (field, seen)
+
+
+def test_a_containers_counter_means_what_the_hosts_twin_means() -> None:
+    """A container's entry described as its host twin's (``container `` + the host's
+    description: page faults, refaults, OOM kills, anonymous memory) carries the same
+    meanings, but ``repeated`` (a cgroup's entries repeat per cgroup) and the one
+    difference the model relies on: the host's kernel time follows what it served
+    (interrupts, page faults, I/O of others), a container's is the system calls its own
+    tasks made, a use of its own."""
+    entries = [e for e in default_catalog().entries() if e.description]
+    host = {e.description: e for e in entries if not e.name.startswith("cgroup.")}
+    pairs = [(host[e.description.removeprefix("container ")], e) for e in entries
+             if e.name.startswith("cgroup.") and e.description.startswith("container ")
+             and e.description.removeprefix("container ") in host]
+    assert {h.name for h, _ in pairs} >= {"vmstat.pgfault", "vmstat.oom_kill", "mem.AnonPages",
+                                          "vmstat.workingset_refault_*"}
+    allowed = {("cpu.system", "follows")}
+    for h, c in pairs:
+        for field in MEANING_FIELDS:
+            if field == "repeated" or (h.name, field) in allowed:
+                continue
+            assert getattr(h, field) == getattr(c, field), (h.name, c.name, field)

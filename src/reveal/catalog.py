@@ -66,11 +66,12 @@ an entry without it takes the default, which says nothing special:
   and packets moved, disk throughput and operations, GPU activity and power): less of it is
   where a job waits, not why (a cgroup v1 file as its v2 twin). ``"relief"``: waiting
   (stall pressure, retransmits, throttling, run and blocked queues) and the kernel's
-  memory-management work (page faults, page allocations and frees, reclaim scans, swap:
-  ``vmstat`` counters and page-fault counts): less of it is no slowdown, so only a rise of
-  its level or trend can matter (a fault that ends shows it falling back; a job that stops
-  stops faulting and freeing pages, seen in its work done). A claim leads with a fall of
-  work done only when the window holds no other change that matters.
+  memory-management work (page faults, page allocations and frees, reclaim scans,
+  refaults of evicted pages, swap: ``vmstat`` counters and page-fault counts): less of it
+  is no slowdown, so only a rise of its level or trend can matter (a fault that ends
+  shows it falling back; a job that stops stops faulting and freeing pages, seen in its
+  work done). A claim leads with a fall of work done only when the window holds no other
+  change that matters.
 - ``alone`` (true): false for memory that moves between free and reclaimable (free pages
   and free lists, page cache, buffers, reclaimable slab, mapped files, file huge pages,
   virtual commitments; a cgroup's file pages and its whole memory, which holds its page

@@ -400,7 +400,7 @@ def run_live_scenario(scenario: Scenario, out_dir: Path, say: Say, gap_s: float,
     if reason:
         raise RevealError(f"scenario {scenario.name}: {reason}")
     plans = [p for run in scenario.plans for p in run]
-    gap = max(gap_s, MIN_GAP_S)
+    gap = live_gap(gap_s, quick=False)  # too short a gap is refused, not lengthened
     faults_s = sum(p.duration_s * 3 + gap for p in plans)
     adopt_s = scenario.baseline_s + LEARN_SLACK_S if through_learn is not None else 0.0
     total = (WARMUP_S + scenario.baseline_s + LEARN_SLACK_S + adopt_s + clean_s + faults_s
