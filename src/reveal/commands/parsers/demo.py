@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reveal.inject.workloads import SINGLE_WORKLOADS
 from reveal.settings import add_set_argument
+from reveal.workload_names import SINGLE_WORKLOADS
 
 NAME = "demo"
 HELP = ("Record a short fault scenario on this host (clean baseline, then CPU contention "

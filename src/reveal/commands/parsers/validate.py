@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reveal.commands._shared_options import comma_separated
-from reveal.inject.workloads import SINGLE_WORKLOADS
 from reveal.settings import add_set_argument
+from reveal.workload_names import SINGLE_WORKLOADS
 
 if TYPE_CHECKING:
     pass

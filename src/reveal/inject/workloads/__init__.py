@@ -23,10 +23,8 @@ from reveal.errors import RevealError
 from reveal.inject import processes
 from reveal.inject.jobcgroup import JobCgroup
 from reveal.inject.veth_pair import NetnsPair
+from reveal.workload_names import WORKLOADS
 
-WORKLOADS = ("torch_train", "torch_busy", "torch_ddp", "numpy_train")
-#: single-process workloads (``reveal validate --workload``, ``reveal demo --workload``)
-SINGLE_WORKLOADS = ("torch_train", "torch_busy", "numpy_train")
 DDP_PORT = 29513
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
